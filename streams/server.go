@@ -1,0 +1,68 @@
+package streams
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ErrServerNotReady is returned when the embedded server does not accept
+// connections in time, most often because its port is taken.
+var ErrServerNotReady = errors.New("streams: embedded NATS server not ready")
+
+// ServerConfig says where the embedded server listens and stores.
+type ServerConfig struct {
+	// Listen is HOST:PORT for clients such as `nats pub`. Port 0 or -1
+	// picks a free port. Defaults to 127.0.0.1:4222.
+	Listen string
+	// DataDir holds the JetStream files. Required.
+	DataDir string
+	// Logs turns on the server's own log lines on stderr.
+	Logs bool
+}
+
+// StartServer starts an in-process nats-server with JetStream, as `relay run`
+// does when no cluster is given, and waits until it accepts connections.
+func StartServer(cfg ServerConfig) (*server.Server, error) {
+	listen := cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:4222"
+	}
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("streams: listen address %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("streams: listen port %q: %w", portStr, err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: "relay-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.DataDir,
+		NoSigs:     true,
+		NoLog:      !cfg.Logs,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("streams: embedded server: %w", err)
+	}
+	if cfg.Logs {
+		srv.ConfigureLogger()
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("%w: is %s already in use?", ErrServerNotReady, listen)
+	}
+	return srv, nil
+}
