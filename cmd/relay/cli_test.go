@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	add := func(args ...string) []string {
+		return append([]string{"sub", "add", "--nats", n.URL}, args...)
+	}
+	ok := []string{"--url", "https://example.com/hook", "--secret", testSecret}
+	tests := []struct {
+		name string
+		args []string
+		want string // part of the one-line message
+	}{
+		{"bad id", add(append([]string{"bad id!"}, ok...)...), "ID"},
+		{"long id", add(append([]string{strings.Repeat("a", 65)}, ok...)...), "ID"},
+		{"no url", add("s", "--secret", testSecret), "url"},
+		{"ftp url", add("s", "--url", "ftp://example.com/", "--secret", testSecret), "--url"},
+		{"url without host", add("s", "--url", "http:///path", "--secret", testSecret), "--url"},
+		{"no secret", add("s", "--url", "https://example.com/"), "secret"},
+		{"secret without prefix", add("s", "--url", "https://example.com/", "--secret", "abc"), "--secret"},
+		{"secret too short", add("s", "--url", "https://example.com/", "--secret", "whsec_YWJj"), "--secret"},
+		{"secret not base64", add("s", "--url", "https://example.com/", "--secret", "whsec_!!!!"), "--secret"},
+		{"negative rate", add(append([]string{"s", "--rate", "-1"}, ok...)...), "--rate"},
+		{"negative burst", add(append([]string{"s", "--burst", "-1"}, ok...)...), "--burst"},
+		{"zero timeout", add(append([]string{"s", "--timeout", "0s"}, ok...)...), "--timeout"},
+		{"timeout not a duration", add(append([]string{"s", "--timeout", "soon"}, ok...)...), "timeout"},
+		{"zero max attempts", add(append([]string{"s", "--max-attempts", "0"}, ok...)...), "--max-attempts"},
+		{"zero in flight", add(append([]string{"s", "--max-in-flight", "0"}, ok...)...), "--max-in-flight"},
+		{"bad filter", add(append([]string{"s", "--events", "video.>.x"}, ok...)...), "--events"},
+		{"bad header", add(append([]string{"s", "--header", "no colon"}, ok...)...), "--header"},
+		{"reserved header", add(append([]string{"s", "--header", "webhook-id: x"}, ok...)...), "--header"},
+		{"bad lane", add(append([]string{"s", "--lane", "fast"}, ok...)...), "--lane"},
+		{"retry max below base", add(append([]string{"s", "--retry-base", "10s", "--retry-max", "1s"}, ok...)...), "--retry-max"},
+		{"unknown flag", add(append([]string{"s", "--colour", "red"}, ok...)...), "unknown flag"},
+		{"two ids", add(append([]string{"s", "t"}, ok...)...), "expects"},
+		{"unknown command", []string{"frobnicate"}, "unknown command"},
+		{"run lanes zero", []string{"run", "--nats", n.URL, "--lanes", "0"}, "--lanes"},
+		{"run bad listen", []string{"run", "--listen", "nowhere"}, "--listen"},
+		{"run bad log level", []string{"run", "--nats", n.URL, "--log-level", "loud"}, "--log-level"},
+		{"get bad id", []string{"sub", "get", "a b", "--nats", n.URL}, "ID"},
+		{"listen bad status", []string{"listen", "--status", "99"}, "--status"},
+		{"listen bad fail rate", []string{"listen", "--fail-rate", "2"}, "--fail-rate"},
+		{"listen bad secret", []string{"listen", "--secret", "nope"}, "secret"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, stderr := relayCmd(t, tt.args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, exitUsage, stderr)
+			}
+			if lines := strings.Count(strings.TrimSpace(stderr), "\n"); lines != 0 {
+				t.Fatalf("stderr has %d lines, want one: %q", lines+1, stderr)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Fatalf("stderr %q does not mention %q", stderr, tt.want)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		store, err := subscribers.Open(context.Background(), n.JS)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		subs, err := store.List(context.Background())
+		if err != nil || len(subs) != 0 {
+			t.Errorf("invalid commands wrote subscribers: %v %v", subs, err)
+		}
+	})
+}
+
+func TestUnreachableNATSExits1(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := relayCmd(t, "sub", "ls", "--nats", "nats://127.0.0.1:1")
+	if code != exitFailure || !strings.Contains(stderr, "cannot connect") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
+
+func TestSubLsAndGetNeverPrintASecret(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	out := mustRelay(t, "sub", "ls", "--nats", n.URL, "--json")
+	if strings.TrimSpace(out) != "[]" {
+		t.Fatalf("empty ls --json = %q, want []", out)
+	}
+	mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", "https://example.com/", "--secret", testSecret, "--rate", "50")
+	secretPart := strings.TrimPrefix(testSecret, "whsec_")
+	for _, args := range [][]string{
+		{"sub", "ls"}, {"sub", "ls", "--json"}, {"sub", "get", "demo"}, {"sub", "get", "demo", "--json"},
+	} {
+		out := mustRelay(t, append(args, "--nats", n.URL)...)
+		if !strings.Contains(out, "demo") {
+			t.Errorf("%v: no subscriber in %q", args, out)
+		}
+		if strings.Contains(out, secretPart) {
+			t.Errorf("%v printed the whole secret: %q", args, out)
+		}
+	}
+	code, _, stderr := relayCmd(t, "sub", "get", "nobody", "--nats", n.URL)
+	if code != exitFailure || !strings.Contains(stderr, "nobody") {
+		t.Fatalf("get of a missing subscriber: exit %d: %s", code, stderr)
+	}
+}
+
+func TestSSRFGuardRefusesLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	rcv := newReceiver(t)
+	private := newReceiver(t)
+	mustRelay(t, "sub", "add", "loop", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret)
+	// 10.255.255.1 would never be dialled: the guard refuses it first.
+	mustRelay(t, "sub", "add", "private", "--nats", n.URL, "--url", "http://10.255.255.1:9/", "--secret", testSecret)
+	mustRelay(t, "sub", "add", "mapped", "--nats", n.URL, "--url", "http://[::ffff:127.0.0.1]:"+portOf(private.URL)+"/", "--secret", testSecret)
+	r := startRelay(t, n.URL, "--log-level", "debug")
+	publish(t, n.JS, "x", "e1", []byte(`{}`))
+	testutil.Eventually(t, func() bool {
+		s := r.stderr.String()
+		return strings.Count(s, "outcome=refused") >= 3
+	}, "no refused attempts logged: %s", r.stderr)
+	if rcv.count() != 0 || private.count() != 0 {
+		t.Fatalf("a loopback receiver was hit despite the guard")
+	}
+}
+
+func portOf(url string) string { return url[strings.LastIndexByte(url, ':')+1:] }
+
+func TestListenAcceptsGoodSignaturesAndRejectsBadOnes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	stdout := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"listen", "--addr", "127.0.0.1:0", "--secret", testSecret}, stdout, io.Discard)
+	}()
+	var base string
+	testutil.Eventually(t, func() bool {
+		sc := bufio.NewScanner(strings.NewReader(stdout.String()))
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				base = strings.TrimSuffix(strings.Fields(rest)[0], ",")
+				return true
+			}
+		}
+		return false
+	}, "relay listen did not start")
+
+	key, _ := deliver.ParseSecret(testSecret)
+	body := []byte(`{"id":"evt_01"}`)
+	post := func(sig string) int {
+		ts := fmt.Sprint(time.Now().Unix())
+		req, _ := http.NewRequest(http.MethodPost, base, bytes.NewReader(body))
+		req.Header.Set("webhook-id", "evt_01")
+		req.Header.Set("webhook-timestamp", ts)
+		if sig == "" {
+			sig = deliver.Sign(key, "evt_01", time.Now().Unix(), body)
+		}
+		req.Header.Set("webhook-signature", sig)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(""); code/100 != 2 {
+		t.Fatalf("good signature answered %d", code)
+	}
+	if code := post("v1,AAAA"); code != http.StatusUnauthorized {
+		t.Fatalf("bad signature answered %d", code)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("relay listen exited %d", code)
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "evt_01") || !strings.Contains(out, "signature: ok") || !strings.Contains(out, "signature: bad") {
+		t.Fatalf("listen output:\n%s", out)
+	}
+}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+	"github.com/spf13/cobra"
+
+	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// maxSharedLanes bounds --lanes: every lane is a JetStream consumer, and each
+// ack on a work-queue stream scans them all.
+const maxSharedLanes = 256
+
+type runFlags struct {
+	data         string
+	listen       string
+	metricsAddr  string
+	lanes        int
+	allowPrivate bool
+	logLevel     string
+	logFormat    string
+	// ready, when set (by tests), is called once the relay consumes, with
+	// the client URL of the NATS server and the metrics address.
+	ready func(natsURL string, metricsAddr net.Addr)
+}
+
+func newRunCmd(conn *connFlags) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run ingest, fan-out and every lane (an embedded NATS server unless --nats or NATS_URL is given)",
+		Long: `Runs the fan-out from EVENTS and every delivery lane.
+
+Without --nats (and with NATS_URL unset) it starts an embedded NATS server with
+JetStream, storing in --data and listening on --listen, so that nats pub works
+against it. Several relay run against one cluster share the work.
+
+Stops cleanly on SIGINT or SIGTERM: deliveries in flight finish or are handed
+back to JetStream, nothing is lost.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.data, "data", "./relay-data", "directory of the embedded NATS server's JetStream files")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "HOST:PORT the embedded NATS server listens on")
+	fl.StringVar(&f.metricsAddr, "metrics", "127.0.0.1:9469", "HOST:PORT serving /metrics, /healthz and /readyz (empty to turn off)")
+	fl.IntVar(&f.lanes, "lanes", 16, fmt.Sprintf("number of shared lanes (1-%d); every relay on one cluster must use the same", maxSharedLanes))
+	fl.BoolVar(&f.allowPrivate, "allow-private-targets", false, "allow subscriber URLs on loopback and private addresses (for local testing)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+func (f *runFlags) validate() (slog.Level, error) {
+	var level slog.Level
+	if f.lanes < 1 || f.lanes > maxSharedLanes {
+		return level, usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, f.lanes)
+	}
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return level, usagef("--log-level: must be debug, info, warn or error, got %q", f.logLevel)
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return level, usagef("--log-format: must be text or json, got %q", f.logFormat)
+	}
+	if _, _, err := net.SplitHostPort(f.listen); err != nil {
+		return level, usagef("--listen: must be HOST:PORT, got %q", f.listen)
+	}
+	if f.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
+			return level, usagef("--metrics: must be HOST:PORT or empty, got %q", f.metricsAddr)
+		}
+	}
+	if strings.TrimSpace(f.data) == "" {
+		return level, usagef("--data: must name a directory")
+	}
+	return level, nil
+}
+
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Writer) error {
+	level, err := f.validate()
+	if err != nil {
+		return err
+	}
+	named, err := conn.resolve()
+	if err != nil {
+		return err
+	}
+	opts, err := conn.options("relay run")
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, level, f.logFormat)
+
+	var srv *server.Server
+	url := conn.url
+	if !named {
+		srv, err = streams.StartServer(streams.ServerConfig{Listen: f.listen, DataDir: f.data})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		url = srv.ClientURL()
+		opts = append(opts, nats.InProcessServer(srv))
+		log.Info("embedded NATS server started", "url", url, "data", f.data)
+	}
+	closed := make(chan struct{})
+	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
+	}
+	// Drain, not Close: acks and PubAcks still on their way are flushed.
+	defer func() {
+		if nc.Drain() != nil {
+			nc.Close()
+			return
+		}
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			nc.Close()
+		}
+	}()
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := streams.Ensure(setupCtx, js, streams.Options{}); err != nil {
+		return err
+	}
+	store, err := subscribers.Open(setupCtx, js)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	live, err := store.Watch(runCtx)
+	if err != nil {
+		return err
+	}
+	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate))
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	m := metrics.New()
+
+	var metricsAddr net.Addr
+	var wg conc.WaitGroup
+	errs := make(chan error, 3)
+	if f.metricsAddr != "" {
+		ln, err := net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		metricsAddr = ln.Addr()
+		wg.Go(func() { errs <- m.ServeListener(runCtx, ln) })
+	}
+	wg.Go(func() {
+		errs <- fanout.Run(runCtx, fanout.Config{
+			JS: js, Subscribers: live, SharedLanes: f.lanes, Logger: log, Metrics: m,
+		})
+	})
+	wg.Go(func() {
+		errs <- lanes.Run(runCtx, lanes.Config{
+			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Logger: log, Metrics: m,
+		})
+	})
+	m.SetReady(true)
+	log.Info("relay running", "nats", url, "metrics", addrString(metricsAddr), "lanes", f.lanes,
+		"allow_private_targets", f.allowPrivate, "version", version)
+	if f.ready != nil {
+		f.ready(url, metricsAddr)
+	}
+
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errs:
+	}
+	m.SetReady(false)
+	log.Info("relay stopping: finishing or handing back deliveries in flight")
+	stop()
+	wg.Wait()
+	<-live.Done()
+	close(errs)
+	for err := range errs {
+		if first == nil {
+			first = err
+		}
+	}
+	if first != nil && !errors.Is(first, context.Canceled) {
+		return first
+	}
+	log.Info("relay stopped")
+	return nil
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return "off"
+	}
+	return a.String()
+}

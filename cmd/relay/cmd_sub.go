@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// cmdTimeout bounds a CLI command's NATS calls, so that a command against an
+// unreachable cluster fails with a message instead of hanging.
+const cmdTimeout = 15 * time.Second
+
+func newSubCmd(conn *connFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sub",
+		Short: "Add, list, show, remove, enable and disable subscribers",
+	}
+	cmd.AddCommand(
+		newSubAddCmd(conn),
+		newSubLsCmd(conn),
+		newSubGetCmd(conn),
+		newSubRmCmd(conn),
+		newSubEnableCmd(conn, "enable", false),
+		newSubEnableCmd(conn, "disable", true),
+	)
+	return cmd
+}
+
+// withStore connects, opens the subscriber bucket and runs fn.
+func withStore(ctx context.Context, conn *connFlags, fn func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error) error {
+	nc, err := conn.connect("relay sub")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
+	defer cancel()
+	store, err := subscribers.Open(ctx, js)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, js, store)
+}
+
+// validationErr turns a subscriber validation error into a usage error.
+func validationErr(err error) error {
+	if errors.Is(err, subscribers.ErrInvalid) {
+		return usageError{err}
+	}
+	return err
+}
+
+func newSubAddCmd(conn *connFlags) *cobra.Command {
+	var (
+		sub       subscribers.Subscriber
+		events    []string
+		headers   []string
+		lane      string
+		timeout   time.Duration
+		retryBase time.Duration
+		retryMax  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "add ID --url URL --secret whsec_...",
+		Short: "Create or replace a subscriber",
+		Long: `Creates a subscriber, or replaces the one with the same ID. A running relay
+picks the change up within a second, without a restart. The subscriber receives
+the events published after it was added whose type matches --events (NATS
+wildcards: video.* matches video.trending, video.> matches video.a.b; no
+--events means every event).
+
+--lane dedicated gives the subscriber a JetStream consumer of its own; at most
+` + fmt.Sprint(subscribers.MaxDedicated) + ` subscribers may have one.`,
+		Example: `  relay sub add demo --url https://example.com/hook --secret whsec_... --events 'video.*' --rate 50`,
+		Args:    exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sub.ID = args[0]
+			for _, e := range events {
+				for _, part := range strings.Split(e, ",") {
+					if part = strings.TrimSpace(part); part != "" {
+						sub.Events = append(sub.Events, part)
+					}
+				}
+			}
+			for _, h := range headers {
+				name, value, err := subscribers.ParseHeader(h)
+				if err != nil {
+					return validationErr(err)
+				}
+				if sub.Headers == nil {
+					sub.Headers = map[string]string{}
+				}
+				sub.Headers[name] = value
+			}
+			switch lane {
+			case "shared":
+			case "dedicated":
+				sub.Dedicated = true
+			default:
+				return usagef("--lane: must be shared or dedicated, got %q", lane)
+			}
+			fl := cmd.Flags()
+			if fl.Changed("timeout") && timeout <= 0 {
+				return usagef("--timeout: must be a positive duration such as 10s, got %s", timeout)
+			}
+			if fl.Changed("retry-base") && retryBase <= 0 {
+				return usagef("--retry-base: must be a positive duration such as 5s, got %s", retryBase)
+			}
+			if fl.Changed("max-attempts") && sub.MaxAttempts <= 0 {
+				return usagef("--max-attempts: must be at least 1, got %d", sub.MaxAttempts)
+			}
+			if fl.Changed("max-in-flight") && sub.MaxInFlight <= 0 {
+				return usagef("--max-in-flight: must be at least 1, got %d", sub.MaxInFlight)
+			}
+			if fl.Changed("burst") && sub.Burst < 0 {
+				return usagef("--burst: must not be negative, got %d", sub.Burst)
+			}
+			sub.Timeout = subscribers.Duration(timeout)
+			sub.RetryBase = subscribers.Duration(retryBase)
+			sub.RetryMax = subscribers.Duration(retryMax)
+			sub.SetDefaults()
+			if err := sub.Validate(); err != nil {
+				return validationErr(err)
+			}
+			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				if err := s.Put(ctx, sub); err != nil {
+					if errors.Is(err, subscribers.ErrTooManyDedicated) {
+						return usageError{err}
+					}
+					return validationErr(err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s, events %s, rate %s\n",
+					sub.ID, sub.URL, eventsString(sub.Events), rateString(sub))
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sub.URL, "url", "", "webhook URL (http or https)")
+	f.StringArrayVar(&sub.Secrets, "secret", nil, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
+	f.StringSliceVar(&events, "events", nil, "event types to receive, comma separated, NATS wildcards allowed (default all)")
+	f.Float64Var(&sub.Rate, "rate", 0, "requests per second, 0 = unlimited")
+	f.IntVar(&sub.Burst, "burst", 0, "bucket size: requests allowed at once (default the rate)")
+	f.IntVar(&sub.MaxAttempts, "max-attempts", subscribers.DefaultMaxAttempts, "attempts before a delivery is dead-lettered")
+	f.DurationVar(&timeout, "timeout", subscribers.DefaultTimeout, "HTTP timeout of one attempt")
+	f.DurationVar(&retryBase, "retry-base", subscribers.DefaultRetryBase, "delay before the first retry; doubles on each one")
+	f.DurationVar(&retryMax, "retry-max", subscribers.DefaultRetryMax, "longest delay between retries")
+	f.IntVar(&sub.MaxInFlight, "max-in-flight", subscribers.DefaultMaxInFlight, "requests in flight at once, per relay")
+	f.StringArrayVar(&headers, "header", nil, "extra request header 'Name: value'; repeatable")
+	f.StringVar(&lane, "lane", "shared", "shared or dedicated")
+	_ = cmd.MarkFlagRequired("url")
+	_ = cmd.MarkFlagRequired("secret")
+	return cmd
+}
+
+func eventsString(events []string) string {
+	if len(events) == 0 {
+		return "all"
+	}
+	return strings.Join(events, ",")
+}
+
+func rateString(s subscribers.Subscriber) string {
+	if s.Rate <= 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%g/s burst %d", s.Rate, s.Burst)
+}
+
+func stateString(s subscribers.Subscriber) string {
+	if !s.Disabled {
+		return "enabled"
+	}
+	if s.DisabledReason != "" {
+		return "disabled (" + s.DisabledReason + ")"
+	}
+	return "disabled"
+}
+
+func laneString(s subscribers.Subscriber) string {
+	if s.Dedicated {
+		return "dedicated"
+	}
+	return "shared"
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newSubLsCmd(conn *connFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List subscribers (secrets masked)",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				subs, err := s.List(ctx)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				redacted := make([]subscribers.Subscriber, 0, len(subs))
+				for _, sub := range subs {
+					redacted = append(redacted, sub.Redacted())
+				}
+				if asJSON {
+					return writeJSON(out, redacted)
+				}
+				if len(subs) == 0 {
+					fmt.Fprintln(out, "no subscribers; add one with: relay sub add ID --url URL --secret whsec_...")
+					return nil
+				}
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tURL\tEVENTS\tRATE\tLANE\tSTATE")
+				for _, sub := range redacted {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub), stateString(sub))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+func newSubGetCmd(conn *connFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one subscriber (secrets masked)",
+		Args:  exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := subscribers.ValidateID(args[0]); err != nil {
+				return validationErr(err)
+			}
+			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				sub, err := s.Get(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				sub = sub.Redacted()
+				out := cmd.OutOrStdout()
+				if asJSON {
+					return writeJSON(out, sub)
+				}
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+				row("id", sub.ID)
+				row("url", sub.URL)
+				row("state", stateString(sub))
+				row("secrets", strings.Join(sub.Secrets, " "))
+				row("events", eventsString(sub.Events))
+				row("rate", rateString(sub))
+				row("max attempts", sub.MaxAttempts)
+				row("timeout", sub.Timeout)
+				row("retry", fmt.Sprintf("base %s, max %s", sub.RetryBase, sub.RetryMax))
+				row("max in flight", sub.MaxInFlight)
+				row("lane", laneString(sub))
+				for k, v := range sub.Headers {
+					row("header", k+": "+v)
+				}
+				row("created", sub.CreatedAt.UTC().Format(time.RFC3339))
+				row("updated", sub.UpdatedAt.UTC().Format(time.RFC3339))
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newSubRmCmd(conn *connFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID",
+		Short: "Remove a subscriber and drop its queued deliveries",
+		Args:  exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := subscribers.ValidateID(id); err != nil {
+				return validationErr(err)
+			}
+			return withStore(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
+				if err := s.Delete(ctx, id); err != nil {
+					return err
+				}
+				// Its queued deliveries have nowhere to go any more; leaving
+				// them would hold work-queue space for ever.
+				purged, err := purgeDeliveries(ctx, js, id)
+				if err != nil {
+					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not purged: %w", id, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued deliveries dropped\n", id, purged)
+				return nil
+			})
+		},
+	}
+}
+
+func purgeDeliveries(ctx context.Context, js jetstream.JetStream, id string) (uint64, error) {
+	stream, err := js.Stream(ctx, streams.Deliveries)
+	if err != nil {
+		return 0, err
+	}
+	before, err := stream.Info(ctx, jetstream.WithSubjectFilter("deliveries.*."+id))
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range before.State.Subjects {
+		n += c
+	}
+	return n, stream.Purge(ctx, jetstream.WithPurgeSubject("deliveries.*."+id))
+}
+
+func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command {
+	short := "Resume deliveries to a subscriber"
+	if disable {
+		short = "Hold deliveries to a subscriber until it is enabled again"
+	}
+	return &cobra.Command{
+		Use:   verb + " ID",
+		Short: short,
+		Args:  exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := subscribers.ValidateID(id); err != nil {
+				return validationErr(err)
+			}
+			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				reason := ""
+				if disable {
+					reason = "disabled by relay sub disable"
+				}
+				if err := s.SetDisabled(ctx, id, disable, reason); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s %sd\n", id, verb)
+				return nil
+			})
+		},
+	}
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+// connFlags are the NATS connection options every command that talks to
+// NATS takes, named as the nats CLI names them.
+type connFlags struct {
+	url      string
+	creds    string
+	nkey     string
+	user     string
+	password string
+	token    string
+	tlsCert  string
+	tlsKey   string
+	tlsCA    string
+	context  string
+}
+
+func addConnFlags(cmd *cobra.Command) *connFlags {
+	c := &connFlags{}
+	f := cmd.PersistentFlags()
+	f.StringVar(&c.url, "nats", "", "NATS server URLs, comma separated (env NATS_URL); relay run without it starts an embedded server")
+	f.StringVar(&c.creds, "creds", "", "NATS user credentials file")
+	f.StringVar(&c.nkey, "nkey", "", "NATS NKey seed file")
+	f.StringVar(&c.user, "user", "", "NATS user name")
+	f.StringVar(&c.password, "password", "", "NATS password")
+	f.StringVar(&c.token, "token", "", "NATS authentication token")
+	f.StringVar(&c.tlsCert, "tlscert", "", "TLS client certificate file")
+	f.StringVar(&c.tlsKey, "tlskey", "", "TLS client private key file")
+	f.StringVar(&c.tlsCA, "tlsca", "", "TLS certificate authority file")
+	f.StringVar(&c.context, "context", "", "nats CLI context to take the URL and credentials from")
+	return c
+}
+
+// natsContext is the part of a nats CLI context file relay understands.
+type natsContext struct {
+	URL      string `json:"url"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+	Creds    string `json:"creds"`
+	NKey     string `json:"nkey"`
+	Token    string `json:"token"`
+	Cert     string `json:"cert"`
+	Key      string `json:"key"`
+	CA       string `json:"ca"`
+}
+
+var contextName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// resolve applies, in order of precedence, the flags, NATS_URL, and the
+// named nats CLI context. It reports whether any NATS server was named at
+// all; relay run starts an embedded one when none was.
+func (c *connFlags) resolve() (bool, error) {
+	if c.url == "" {
+		c.url = os.Getenv("NATS_URL")
+	}
+	if c.context != "" {
+		if !contextName.MatchString(c.context) {
+			return false, usagef("--context: %q is not a context name", c.context)
+		}
+		dir := os.Getenv("XDG_CONFIG_HOME")
+		if dir == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return false, fmt.Errorf("--context: %w", err)
+			}
+			dir = filepath.Join(home, ".config")
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "nats", "context", c.context+".json"))
+		if err != nil {
+			return false, usagef("--context: cannot read context %q: %v (list them with: nats context ls)", c.context, err)
+		}
+		var nc natsContext
+		if err := json.Unmarshal(raw, &nc); err != nil {
+			return false, usagef("--context: context %q is not valid JSON: %v", c.context, err)
+		}
+		fill := func(dst *string, v string) {
+			if *dst == "" {
+				*dst = v
+			}
+		}
+		fill(&c.url, nc.URL)
+		fill(&c.user, nc.User)
+		fill(&c.password, nc.Password)
+		fill(&c.creds, nc.Creds)
+		fill(&c.nkey, nc.NKey)
+		fill(&c.token, nc.Token)
+		fill(&c.tlsCert, nc.Cert)
+		fill(&c.tlsKey, nc.Key)
+		fill(&c.tlsCA, nc.CA)
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return false, usagef("--tlscert and --tlskey: give both or neither")
+	}
+	if c.password != "" && c.user == "" {
+		return false, usagef("--password: needs --user")
+	}
+	return c.url != "", nil
+}
+
+// options turns the flags into nats.go options.
+func (c *connFlags) options(name string) ([]nats.Option, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+	}
+	if c.creds != "" {
+		opts = append(opts, nats.UserCredentials(c.creds))
+	}
+	if c.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(c.nkey)
+		if err != nil {
+			return nil, usagef("--nkey: %v", err)
+		}
+		opts = append(opts, o)
+	}
+	if c.user != "" {
+		opts = append(opts, nats.UserInfo(c.user, c.password))
+	}
+	if c.token != "" {
+		opts = append(opts, nats.Token(c.token))
+	}
+	if c.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
+	}
+	if c.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(c.tlsCA))
+	}
+	return opts, nil
+}
+
+// connect dials the named NATS servers; commands other than run need one.
+func (c *connFlags) connect(name string) (*nats.Conn, error) {
+	named, err := c.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if !named {
+		c.url = nats.DefaultURL
+	}
+	opts, err := c.options(name)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(c.url, append(opts, nats.MaxReconnects(0), nats.RetryOnFailedConnect(false))...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to NATS at %s: %w (is relay run or a NATS server up? set --nats or NATS_URL)", c.url, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// testSecret is a valid whsec_ secret (32 bytes).
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// syncBuffer is an io.Writer safe to read while relay writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// relayCmd runs one relay command to completion.
+func relayCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	code = run(testutil.Context(t), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// mustRelay runs one relay command and fails the test unless it exits 0.
+func mustRelay(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := relayCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("relay %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// runningRelay is a `relay run` in the background of a test.
+type runningRelay struct {
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	done   chan int
+}
+
+// startRelay starts `relay run` against the test server; it is stopped (as
+// by SIGTERM) when the test ends, and must then exit 0.
+func startRelay(t *testing.T, natsURL string, extra ...string) *runningRelay {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningRelay{stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	args := append([]string{"run", "--nats", natsURL, "--metrics", "", "--lanes", "4"}, extra...)
+	go func() { r.done <- run(ctx, args, io.Discard, r.stderr) }()
+	t.Cleanup(func() {
+		if code := r.stop(); code != 0 {
+			t.Errorf("relay run exited %d: %s", code, r.stderr.String())
+		}
+	})
+	return r
+}
+
+// stop cancels the relay as a signal would and returns its exit code.
+func (r *runningRelay) stop() int {
+	r.cancel()
+	code, ok := <-r.done
+	if !ok {
+		return 0
+	}
+	close(r.done)
+	return code
+}
+
+// delivery is one request a test receiver got.
+type delivery struct {
+	header http.Header
+	body   []byte
+	path   string
+}
+
+// webhookSink is a loopback webhook endpoint that records what it gets.
+type webhookSink struct {
+	*httptest.Server
+	mu     sync.Mutex
+	got    []delivery
+	status int
+}
+
+func newReceiver(t *testing.T) *webhookSink {
+	t.Helper()
+	r := &webhookSink{status: http.StatusOK}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, delivery{header: req.Header.Clone(), body: body, path: req.URL.Path})
+		status := r.status
+		r.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *webhookSink) deliveries() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]delivery(nil), r.got...)
+}
+
+func (r *webhookSink) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
+func (r *webhookSink) setStatus(code int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status = code
+}
+
+// publish publishes an event on EVENTS with a Nats-Msg-Id, as
+// `nats pub -J events.<type> BODY -H Nats-Msg-Id:<id>` does.
+func publish(t *testing.T, js jetstream.JetStream, eventType, id string, body []byte, hdr ...string) *jetstream.PubAck {
+	t.Helper()
+	m := &nats.Msg{Subject: fanout.SubjectPrefix + eventType, Data: body, Header: nats.Header{}}
+	if id != "" {
+		m.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		m.Header.Set(hdr[i], hdr[i+1])
+	}
+	ack, err := js.PublishMsg(testutil.Context(t), m)
+	if err != nil {
+		t.Fatalf("publish %s: %v", eventType, err)
+	}
+	return ack
+}
+
+// waitIdle waits until every event published so far has been fanned out and
+// every delivery has left DELIVERIES (delivered, or dropped), so that a test
+// can assert that something did not happen without sleeping.
+func waitIdle(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	testutil.Eventually(t, func() bool {
+		c, err := js.Consumer(ctx, streams.Events, fanout.ConsumerName)
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(ctx)
+		if err != nil || ci.NumPending != 0 || ci.NumAckPending != 0 {
+			return false
+		}
+		s, err := js.Stream(ctx, streams.Deliveries)
+		if err != nil {
+			return false
+		}
+		si, err := s.Info(ctx)
+		return err == nil && si.State.Msgs == 0
+	}, "relay did not go idle")
+}
+
+// verify checks a delivery's Standard Webhooks signature with testSecret.
+func verify(t *testing.T, d delivery) {
+	t.Helper()
+	key, err := deliver.ParseSecret(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = deliver.Verify([][]byte{key}, d.header.Get("webhook-id"), d.header.Get("webhook-timestamp"),
+		d.header.Get("webhook-signature"), d.body, time.Now(), 0)
+	if err != nil {
+		t.Fatalf("signature: %v", err)
+	}
+}
+
+func sortStrings(s []string) []string {
+	out := append([]string(nil), s...)
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,444 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	// DefaultTimeout bounds an attempt whose [Request] has no Timeout and
+	// whose context has no deadline, so that a hanging subscriber can never
+	// hold a caller forever.
+	DefaultTimeout = 10 * time.Second
+
+	// DefaultMaxResponseBody is how much of a reply's body the client reads
+	// by default. A webhook reply carries nothing relay needs beyond its
+	// status; reading a little lets the connection be reused after small
+	// replies, and the limit stops a hostile subscriber from making relay
+	// download without end.
+	DefaultMaxResponseBody = 64 << 10
+
+	// DefaultUserAgent is the user-agent header of every request unless the
+	// subscriber's own headers or [WithUserAgent] say otherwise, so that a
+	// subscriber can tell relay's traffic apart in its logs.
+	DefaultUserAgent = "relay-webhooks/1"
+
+	// DefaultContentType is the content-type of a request whose event did
+	// not carry one: webhooks are JSON unless told otherwise.
+	DefaultContentType = "application/json"
+
+	// maxOutcomeBody bounds Outcome.Body, which ends up in a dead-letter
+	// header (Relay-Last-Error is at most 1 KiB).
+	maxOutcomeBody = 1 << 10
+
+	// maxIdleConnsPerHost keeps up to this many idle connections to one
+	// subscriber. Go's default of 2 would make a lane with many requests in
+	// flight open and close connections all the time; a TLS handshake costs
+	// far more than the POST itself.
+	maxIdleConnsPerHost = 64
+)
+
+// Doer sends one HTTP request and returns its response, as [*http.Client]
+// does. A lane can put its own in front of the default (for tracing, or a
+// transport of its own), and a test can replace it. A Doer given with
+// [WithDoer] brings its own dialer, so the SSRF guard is then its business.
+type Doer interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// Option configures a [Client] built by [NewClient]. An option with a value
+// the client cannot use makes NewClient return an error wrapping
+// [ErrInvalidOption].
+type Option func(*Client) error
+
+// WithAllowPrivate lifts the SSRF guard of the default Doer, so that
+// subscribers on loopback, private or link-local addresses can be reached.
+// It is for local testing (`relay run --allow-private-targets`); a production
+// relay should never need it.
+func WithAllowPrivate(allow bool) Option {
+	return func(c *Client) error {
+		c.allowPrivate = allow
+		return nil
+	}
+}
+
+// WithDoer replaces the default HTTP client. The default guards against SSRF,
+// keeps connections alive, ignores proxy settings from the environment and
+// does not follow redirects; a replacement should do the same.
+func WithDoer(d Doer) Option {
+	return func(c *Client) error {
+		if d == nil {
+			return fmt.Errorf("%w: WithDoer needs a non-nil Doer", ErrInvalidOption)
+		}
+		c.doer = d
+		return nil
+	}
+}
+
+// WithMaxResponseBody sets how many bytes of a reply's body are read before
+// the body is closed. Defaults to [DefaultMaxResponseBody]. Replies no larger
+// than this leave their connection reusable; larger ones cost a connection
+// but never more reading. 0 reads nothing.
+func WithMaxResponseBody(n int64) Option {
+	return func(c *Client) error {
+		if n < 0 {
+			return fmt.Errorf("%w: WithMaxResponseBody needs n >= 0, got %d", ErrInvalidOption, n)
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+// WithClock sets the source of webhook-timestamp, of the "now" a Retry-After
+// date is measured from, and of Outcome.Duration. Defaults to time.Now; tests
+// use a fixed clock to know the exact signed content.
+func WithClock(now func() time.Time) Option {
+	return func(c *Client) error {
+		if now == nil {
+			return fmt.Errorf("%w: WithClock needs a non-nil clock", ErrInvalidOption)
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// WithUserAgent sets the user-agent header sent with every request unless a
+// subscriber's own headers set one. Defaults to [DefaultUserAgent].
+func WithUserAgent(ua string) Option {
+	return func(c *Client) error {
+		if !validHeaderValue(ua) {
+			return fmt.Errorf("%w: WithUserAgent needs a valid header value", ErrInvalidOption)
+		}
+		c.userAgent = ua
+		return nil
+	}
+}
+
+// Client sends signed webhook attempts. It is safe for concurrent use, and one
+// Client should be shared by everything that delivers so that connections to
+// a subscriber are reused.
+type Client struct {
+	doer         Doer
+	allowPrivate bool
+	maxBody      int64
+	now          func() time.Time
+	userAgent    string
+}
+
+// NewClient returns a Client configured by opts over the defaults described on
+// each option.
+func NewClient(opts ...Option) (*Client, error) {
+	c := &Client{
+		maxBody:   DefaultMaxResponseBody,
+		now:       time.Now,
+		userAgent: DefaultUserAgent,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.doer == nil {
+		c.doer = newHTTPClient(c.allowPrivate)
+	}
+	return c, nil
+}
+
+// newHTTPClient builds the default Doer: an SSRF-guarded dialer unless
+// allowPrivate, keep-alive with room for many idle connections per
+// subscriber, no proxy taken from the environment (a proxy would dial on our
+// behalf, out of the guard's sight), and redirects returned rather than
+// followed.
+func newHTTPClient(allowPrivate bool) *http.Client {
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowPrivate {
+		dialer.Control = guardControl
+	}
+	transport := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	return &http.Client{
+		Transport: transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// CloseIdleConnections closes the connections the Client keeps open for
+// reuse, if its Doer keeps any. Call it on shutdown, or when a subscriber is
+// removed, so idle connections do not linger until they time out.
+func (c *Client) CloseIdleConnections() {
+	if closer, ok := c.doer.(interface{ CloseIdleConnections() }); ok {
+		closer.CloseIdleConnections()
+	}
+}
+
+// Request is one attempt to deliver one event to one subscriber.
+type Request struct {
+	// URL is the subscriber's endpoint, absolute http or https.
+	URL string
+	// ID is the event id, sent as webhook-id; the same on every attempt so
+	// that the subscriber can deduplicate.
+	ID string
+	// Body is sent byte for byte as published.
+	Body []byte
+	// ContentType is the event's own Content-Type. Defaults to
+	// [DefaultContentType].
+	ContentType string
+	// Header holds the subscriber's own configured headers (Authorization,
+	// say). They cannot replace webhook-*, content-type, content-length,
+	// transfer-encoding, connection or host, which belong to the delivery.
+	Header http.Header
+	// Keys are the subscriber's signing keys from [ParseSecret]; one
+	// signature per key is sent. With no keys the request is unsigned.
+	Keys [][]byte
+	// Timeout bounds the whole attempt, reading the reply included. Defaults
+	// to [DefaultTimeout], or to the context's own deadline if it has one.
+	Timeout time.Duration
+}
+
+// Send makes one attempt: it signs r with the client's clock, POSTs it, reads
+// at most the configured part of the reply and classifies the result. It
+// never returns without an Outcome, and it returns by the attempt's timeout
+// even when the subscriber hangs. When ctx is cancelled mid-attempt the
+// outcome is Retryable and its Err wraps ctx's error, so that a caller shutting
+// down can tell a hand-back from a failure.
+func (c *Client) Send(ctx context.Context, r Request) Outcome {
+	start := c.now()
+	o := c.send(ctx, r)
+	o.Duration = c.now().Sub(start)
+	return o
+}
+
+func (c *Client) send(parent context.Context, r Request) Outcome {
+	req, err := c.newRequest(parent, r)
+	if err != nil {
+		return Outcome{Class: Rejected, Err: err}
+	}
+
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = 0
+		if _, ok := parent.Deadline(); !ok {
+			timeout = DefaultTimeout
+		}
+	}
+	ctx := parent
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(parent, timeout)
+		defer cancel()
+	}
+	req = req.WithContext(ctx)
+
+	resp, err := c.doer.Do(req)
+	if err != nil {
+		return transportOutcome(parent, req, timeout, err)
+	}
+	o := Outcome{Class: classify(resp.StatusCode), Status: resp.StatusCode}
+	o.Body = c.drain(resp.Body)
+	if o.Class != Delivered {
+		o.Err = fmt.Errorf("%w: %s", ErrStatus, statusString(resp.StatusCode))
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		o.RetryAfter, o.RetryAfterSet = ParseRetryAfter(resp.Header.Get("Retry-After"), c.now())
+	}
+	return o
+}
+
+// newRequest builds the signed POST for r, or says why it cannot be built.
+func (c *Client) newRequest(ctx context.Context, r Request) (*http.Request, error) {
+	if r.ID == "" {
+		return nil, fmt.Errorf("%w: empty ID (webhook-id is required)", ErrInvalidRequest)
+	}
+	if !validHeaderValue(r.ID) {
+		return nil, fmt.Errorf("%w: ID %q is not a valid header value", ErrInvalidRequest, r.ID)
+	}
+	if r.ContentType != "" && !validHeaderValue(r.ContentType) {
+		return nil, fmt.Errorf("%w: content type %q is not a valid header value", ErrInvalidRequest, r.ContentType)
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		// url.Error repeats the URL, which may hold credentials; keep only
+		// the reason.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("%w: URL does not parse: %w", ErrInvalidRequest, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: URL must be absolute http or https, got %s", ErrInvalidRequest, redactURL(u))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(r.Body))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+
+	h := make(http.Header, len(r.Header)+6)
+	for name, values := range r.Header {
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("%w: header name %q is not valid", ErrInvalidRequest, name)
+		}
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		if reservedHeader(key) {
+			continue
+		}
+		for _, v := range values {
+			if !validHeaderValue(v) {
+				return nil, fmt.Errorf("%w: header %s has a value that is not valid", ErrInvalidRequest, key)
+			}
+			h.Add(key, v)
+		}
+	}
+	if h.Get("User-Agent") == "" {
+		h.Set("User-Agent", c.userAgent)
+	}
+	ts := c.now().Unix()
+	h.Set("Webhook-Id", r.ID)
+	h.Set("Webhook-Timestamp", strconv.FormatInt(ts, 10))
+	if len(r.Keys) > 0 {
+		h.Set("Webhook-Signature", Signatures(r.Keys, r.ID, ts, r.Body))
+	}
+	ct := r.ContentType
+	if ct == "" {
+		ct = DefaultContentType
+	}
+	h.Set("Content-Type", ct)
+	req.Header = h
+	return req, nil
+}
+
+// drain reads at most c.maxBody bytes of body, keeping the first
+// maxOutcomeBody of them, and closes it. Reading a small body to its end is
+// what lets the transport reuse the connection; stopping at the limit is what
+// keeps a subscriber from making relay download without end. Read errors do
+// not matter: the status has already decided the outcome.
+func (c *Client) drain(body io.ReadCloser) string {
+	defer body.Close()
+	limited := io.LimitReader(body, c.maxBody)
+	buf := make([]byte, min(c.maxBody, maxOutcomeBody))
+	n, _ := io.ReadFull(limited, buf)
+	_, _ = io.Copy(io.Discard, limited)
+	return string(buf[:n])
+}
+
+// transportOutcome classifies an attempt that got no reply.
+func transportOutcome(parent context.Context, req *http.Request, timeout time.Duration, err error) Outcome {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		uerr.URL = redactURL(req.URL)
+	}
+	switch {
+	case errors.Is(err, ErrRefused):
+		return Outcome{Class: Refused, Err: err}
+	case errors.Is(parent.Err(), context.Canceled):
+		return Outcome{Class: Retryable, Err: fmt.Errorf("deliver: attempt cancelled: %w", err)}
+	case isTimeout(err):
+		if timeout > 0 {
+			return Outcome{Class: Retryable, Err: fmt.Errorf("%w after %s: %w", ErrTimeout, timeout, err)}
+		}
+		return Outcome{Class: Retryable, Err: fmt.Errorf("%w: %w", ErrTimeout, err)}
+	}
+	return Outcome{Class: Retryable, Err: fmt.Errorf("%w: %w", ErrConnection, err)}
+}
+
+// isTimeout says whether err is a deadline: the attempt's own, or one inside
+// the transport (dial, TLS handshake).
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) && nerr.Timeout()
+}
+
+// redactURL prints u without credentials, query or fragment, where tokens
+// tend to hide, for errors that end up in logs and dead-letter records.
+func redactURL(u *url.URL) string {
+	v := *u
+	v.User = nil
+	v.RawQuery = ""
+	v.ForceQuery = false
+	v.Fragment = ""
+	v.RawFragment = ""
+	return v.String()
+}
+
+// statusString is "503 Service Unavailable", or the bare number for a status
+// without a standard name.
+func statusString(code int) string {
+	if text := http.StatusText(code); text != "" {
+		return strconv.Itoa(code) + " " + text
+	}
+	return strconv.Itoa(code)
+}
+
+// reservedHeader says whether a canonical header name belongs to the delivery
+// itself, so a subscriber's configured headers may not set it.
+func reservedHeader(key string) bool {
+	if strings.HasPrefix(key, "Webhook-") {
+		return true
+	}
+	switch key {
+	case "Content-Type", "Content-Length", "Transfer-Encoding", "Connection", "Host":
+		return true
+	}
+	return false
+}
+
+// validHeaderName says whether name is an RFC 9110 token. The transport would
+// refuse the request anyway, but as a connection failure that looks
+// retryable; checking here makes it the permanent error it is.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := range len(name) {
+		if !isTokenChar(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTokenChar(b byte) bool {
+	switch {
+	case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0
+}
+
+// validHeaderValue says whether v can be sent as a header value: no control
+// characters other than tab, so no CR or LF to split the header.
+func validHeaderValue(v string) bool {
+	for i := range len(v) {
+		if b := v[i]; (b < ' ' && b != '\t') || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,51 @@
+package deliver
+
+import "errors"
+
+var (
+	// ErrInvalidSecret means a secret is not "whsec_" followed by the base64
+	// of a 24 to 64 byte key; such a secret cannot sign or verify anything.
+	ErrInvalidSecret = errors.New("deliver: invalid secret")
+
+	// ErrBadSignature means no signature in a webhook-signature header matches
+	// any of the keys: the request was not signed by a holder of the secret,
+	// or its id, timestamp or body were changed on the way.
+	ErrBadSignature = errors.New("deliver: bad signature")
+
+	// ErrStaleTimestamp means a webhook-timestamp is further from now than the
+	// tolerance allows; a correct signature on an old request is how replay
+	// attacks look.
+	ErrStaleTimestamp = errors.New("deliver: timestamp outside tolerance")
+
+	// ErrMissingHeaders means webhook-id, webhook-timestamp or
+	// webhook-signature is absent or malformed, so there is nothing to verify.
+	ErrMissingHeaders = errors.New("deliver: missing or malformed webhook headers")
+
+	// ErrRefused means the SSRF guard refused to dial an address because it
+	// is loopback, private, link-local, CGNAT, multicast, unspecified or
+	// broadcast. The outcome of such an attempt is [Refused].
+	ErrRefused = errors.New("deliver: refused address")
+
+	// ErrTimeout means the attempt did not finish within its timeout. The
+	// outcome is [Retryable]: a slow subscriber may be fast again later.
+	ErrTimeout = errors.New("deliver: timeout")
+
+	// ErrConnection means the attempt failed below HTTP: the connection could
+	// not be made, was closed, or the reply was not valid HTTP. The outcome
+	// is [Retryable].
+	ErrConnection = errors.New("deliver: connection failed")
+
+	// ErrStatus means the subscriber answered with a status other than 2xx;
+	// the wrapping error names the status and the outcome's class says what
+	// it means for the message.
+	ErrStatus = errors.New("deliver: unexpected status")
+
+	// ErrInvalidRequest means a [Request] cannot be sent at all (a URL that
+	// is not absolute http or https, a header that is not valid HTTP).
+	// Retrying cannot help, so the outcome is [Rejected].
+	ErrInvalidRequest = errors.New("deliver: invalid request")
+
+	// ErrInvalidOption means an [Option] given to [NewClient] has a value the
+	// client cannot work with.
+	ErrInvalidOption = errors.New("deliver: invalid option")
+)

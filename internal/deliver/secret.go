@@ -1,0 +1,70 @@
+package deliver
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+)
+
+// SecretPrefix starts every secret, as in the Standard Webhooks
+// specification, so that a secret is recognisable in a config file or a leak
+// scanner and cannot be confused with some other base64 string.
+const SecretPrefix = "whsec_"
+
+// Key sizes a secret may decode to. Fewer than 24 bytes is too weak for
+// HMAC-SHA256; more than 64 bytes is longer than the hash's block and would
+// be hashed down first, which adds nothing.
+const (
+	minKeyLen = 24
+	maxKeyLen = 64
+)
+
+// secretExpectation is said in every secret error so that the user learns
+// what to type rather than only that it was wrong.
+const secretExpectation = `secret must be "whsec_" followed by base64 of 24–64 bytes`
+
+// ParseSecret returns the signing key inside a "whsec_" secret. The base64
+// part may be given with or without its "=" padding, because secrets are
+// copied by hand between dashboards, shells and config files and padding is
+// the first thing to get lost. Errors wrap [ErrInvalidSecret] and never
+// contain the secret itself.
+func ParseSecret(s string) ([]byte, error) {
+	encoded, ok := strings.CutPrefix(s, SecretPrefix)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s (the prefix is missing)", ErrInvalidSecret, secretExpectation)
+	}
+	enc := base64.RawStdEncoding
+	if strings.HasSuffix(encoded, "=") {
+		enc = base64.StdEncoding
+	}
+	key, err := enc.DecodeString(encoded)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (the rest is not standard base64)", ErrInvalidSecret, secretExpectation)
+	}
+	if len(key) < minKeyLen || len(key) > maxKeyLen {
+		return nil, fmt.Errorf("%w: %s (it decodes to %d bytes)", ErrInvalidSecret, secretExpectation, len(key))
+	}
+	return key, nil
+}
+
+// MaskSecret returns a form of a secret that is safe to print: the prefix and
+// the first four base64 characters followed by an ellipsis, enough to tell two
+// secrets apart in `relay sub ls` without revealing either. A string too short
+// to spare four characters, or without the prefix, shows none of its own.
+func MaskSecret(s string) string {
+	if s == "" {
+		return ""
+	}
+	encoded, ok := strings.CutPrefix(s, SecretPrefix)
+	if !ok {
+		return "…"
+	}
+	// The shortest valid secret has 32 base64 characters; anything much
+	// shorter is not a real secret and four characters would be too much of
+	// it.
+	const shown = 4
+	if len(encoded) < 4*shown {
+		return SecretPrefix + "…"
+	}
+	return SecretPrefix + encoded[:shown] + "…"
+}

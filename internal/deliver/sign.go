@@ -1,0 +1,109 @@
+package deliver
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTolerance is how far a webhook-timestamp may be from the verifier's
+// clock when [Verify] is given no tolerance. Five minutes is what the Standard
+// Webhooks libraries use: long enough for clock skew and queueing, short
+// enough that a captured request cannot be replayed much later.
+const DefaultTolerance = 5 * time.Minute
+
+// signaturePrefix names the scheme of a signature: v1 is HMAC-SHA256 in the
+// Standard Webhooks specification. Signatures with other prefixes (v1a is
+// asymmetric) are ignored rather than rejected, so a header may carry several.
+const signaturePrefix = "v1,"
+
+// mac computes HMAC-SHA256(key, id + "." + ts + "." + body) without first
+// concatenating the parts, so that a large body is not copied.
+func mac(key []byte, id, ts string, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(id))
+	h.Write([]byte{'.'})
+	h.Write([]byte(ts))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// Sign returns the Standard Webhooks signature of one message under one key:
+// "v1," followed by the standard base64 of HMAC-SHA256 over id, the unix
+// timestamp and the body joined by dots. The timestamp is part of the signed
+// content so that a receiver can refuse old requests without trusting an
+// unsigned header.
+func Sign(key []byte, id string, ts int64, body []byte) string {
+	sum := mac(key, id, strconv.FormatInt(ts, 10), body)
+	return signaturePrefix + base64.StdEncoding.EncodeToString(sum)
+}
+
+// Signatures returns one signature per key, space-separated, which is the
+// webhook-signature header value during a secret rotation: a receiver that
+// knows either the old or the new secret accepts the request. No keys gives
+// the empty string.
+func Signatures(keys [][]byte, id string, ts int64, body []byte) string {
+	var b strings.Builder
+	for i, key := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(Sign(key, id, ts, body))
+	}
+	return b.String()
+}
+
+// Verify checks a received webhook the way a subscriber should: all three
+// headers present, the timestamp within tolerance of now (DefaultTolerance
+// when tolerance is 0), and at least one "v1," signature in the
+// space-separated header matching at least one key. Signatures are compared
+// in constant time so that the comparison does not leak how much of a forged
+// signature was right. Errors wrap [ErrMissingHeaders], [ErrStaleTimestamp] or
+// [ErrBadSignature].
+func Verify(keys [][]byte, id, tsHeader, sigHeader string, body []byte, now time.Time, tolerance time.Duration) error {
+	if id == "" || tsHeader == "" || sigHeader == "" {
+		return fmt.Errorf("%w: webhook-id, webhook-timestamp and webhook-signature are all required", ErrMissingHeaders)
+	}
+	ts, err := strconv.ParseInt(tsHeader, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: webhook-timestamp %q is not unix seconds", ErrMissingHeaders, tsHeader)
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	// Compare in seconds against bounds computed from now: subtracting a
+	// hostile timestamp from now could overflow.
+	tol := int64(tolerance / time.Second)
+	if unix := now.Unix(); ts < unix-tol || ts > unix+tol {
+		return fmt.Errorf("%w: webhook-timestamp %d is more than %s from now (%d)",
+			ErrStaleTimestamp, ts, tolerance, unix)
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no key to verify with", ErrBadSignature)
+	}
+	expected := make([][]byte, len(keys))
+	for i, key := range keys {
+		expected[i] = mac(key, id, tsHeader, body)
+	}
+	for _, field := range strings.Fields(sigHeader) {
+		encoded, ok := strings.CutPrefix(field, signaturePrefix)
+		if !ok {
+			continue
+		}
+		got, err := base64.StdEncoding.DecodeString(encoded)
+		if err != nil {
+			continue
+		}
+		for _, want := range expected {
+			if hmac.Equal(got, want) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: no v1 signature matches any of %d key(s)", ErrBadSignature, len(keys))
+}

@@ -1,0 +1,121 @@
+package deliver
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The Standard Webhooks reference vector, shared by every official library.
+const (
+	refSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	refID        = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+	refTimestamp = int64(1614265330)
+	refBody      = `{"test": 2432232314}`
+	refSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+)
+
+func TestSignReferenceVector(t *testing.T) {
+	t.Parallel()
+
+	key, err := ParseSecret(refSecret)
+	require.NoError(t, err)
+	require.Equal(t, refSignature, Sign(key, refID, refTimestamp, []byte(refBody)))
+	require.NoError(t, Verify([][]byte{key}, refID, strconv.FormatInt(refTimestamp, 10), refSignature,
+		[]byte(refBody), time.Unix(refTimestamp, 0), 0))
+}
+
+func TestSignatures(t *testing.T) {
+	t.Parallel()
+
+	oldKey := []byte(strings.Repeat("o", 32))
+	newKey := []byte(strings.Repeat("n", 32))
+	body := []byte(`{"id":"evt_1"}`)
+
+	require.Empty(t, Signatures(nil, "evt_1", 1, body))
+	require.Equal(t, Sign(oldKey, "evt_1", 1, body), Signatures([][]byte{oldKey}, "evt_1", 1, body))
+
+	both := Signatures([][]byte{oldKey, newKey}, "evt_1", 1, body)
+	require.Equal(t, Sign(oldKey, "evt_1", 1, body)+" "+Sign(newKey, "evt_1", 1, body), both)
+	// During a rotation, a receiver that knows only one of the keys accepts.
+	for _, key := range [][]byte{oldKey, newKey} {
+		require.NoError(t, Verify([][]byte{key}, "evt_1", "1", both, body, time.Unix(1, 0), 0))
+	}
+}
+
+func TestVerify(t *testing.T) {
+	t.Parallel()
+
+	key, err := ParseSecret(refSecret)
+	require.NoError(t, err)
+	other := []byte(strings.Repeat("x", 32))
+	body := []byte(refBody)
+	ts := strconv.FormatInt(refTimestamp, 10)
+	now := time.Unix(refTimestamp, 0)
+	sig := Sign(key, refID, refTimestamp, body)
+
+	tests := []struct {
+		name      string
+		keys      [][]byte
+		id        string
+		ts        string
+		sig       string
+		body      []byte
+		now       time.Time
+		tolerance time.Duration
+		wantErr   error
+	}{
+		{name: "valid", keys: [][]byte{key}, id: refID, ts: ts, sig: sig, body: body, now: now},
+		{name: "second key matches", keys: [][]byte{other, key}, id: refID, ts: ts, sig: sig, body: body, now: now},
+		{name: "one of several signatures matches", keys: [][]byte{key}, id: refID, ts: ts,
+			sig: "v1,Zm9yZ2Vk v1a,c29tZXRoaW5n " + sig, body: body, now: now},
+		{name: "extra spaces", keys: [][]byte{key}, id: refID, ts: ts, sig: "  " + sig + "  ", body: body, now: now},
+		{name: "just inside default tolerance, old", keys: [][]byte{key}, id: refID, ts: ts, sig: sig, body: body,
+			now: now.Add(5 * time.Minute)},
+		{name: "just inside default tolerance, future", keys: [][]byte{key}, id: refID, ts: ts, sig: sig, body: body,
+			now: now.Add(-5 * time.Minute)},
+		{name: "too old for default tolerance", keys: [][]byte{key}, id: refID, ts: ts, sig: sig, body: body,
+			now: now.Add(5*time.Minute + time.Second), wantErr: ErrStaleTimestamp},
+		{name: "too far in the future", keys: [][]byte{key}, id: refID, ts: ts, sig: sig, body: body,
+			now: now.Add(-5*time.Minute - time.Second), wantErr: ErrStaleTimestamp},
+		{name: "custom tolerance", keys: [][]byte{key}, id: refID, ts: ts, sig: sig, body: body,
+			now: now.Add(2 * time.Second), tolerance: time.Second, wantErr: ErrStaleTimestamp},
+		{name: "extreme timestamp", keys: [][]byte{key}, id: refID, ts: "-9223372036854775808", sig: sig, body: body,
+			now: now, wantErr: ErrStaleTimestamp},
+		{name: "wrong key", keys: [][]byte{other}, id: refID, ts: ts, sig: sig, body: body, now: now, wantErr: ErrBadSignature},
+		{name: "no keys", id: refID, ts: ts, sig: sig, body: body, now: now, wantErr: ErrBadSignature},
+		{name: "body changed", keys: [][]byte{key}, id: refID, ts: ts, sig: sig, body: []byte(`{"test": 1}`), now: now,
+			wantErr: ErrBadSignature},
+		{name: "id changed", keys: [][]byte{key}, id: "msg_other", ts: ts, sig: sig, body: body, now: now,
+			wantErr: ErrBadSignature},
+		{name: "timestamp changed", keys: [][]byte{key}, id: refID, ts: strconv.FormatInt(refTimestamp+1, 10), sig: sig,
+			body: body, now: now, wantErr: ErrBadSignature},
+		{name: "no v1 prefix", keys: [][]byte{key}, id: refID, ts: ts, sig: strings.TrimPrefix(sig, "v1,"), body: body,
+			now: now, wantErr: ErrBadSignature},
+		{name: "other scheme only", keys: [][]byte{key}, id: refID, ts: ts, sig: "v2," + strings.TrimPrefix(sig, "v1,"),
+			body: body, now: now, wantErr: ErrBadSignature},
+		{name: "signature not base64", keys: [][]byte{key}, id: refID, ts: ts, sig: "v1,!!!", body: body, now: now,
+			wantErr: ErrBadSignature},
+		{name: "truncated signature", keys: [][]byte{key}, id: refID, ts: ts, sig: sig[:len(sig)-8], body: body, now: now,
+			wantErr: ErrBadSignature},
+		{name: "missing id", keys: [][]byte{key}, ts: ts, sig: sig, body: body, now: now, wantErr: ErrMissingHeaders},
+		{name: "missing timestamp", keys: [][]byte{key}, id: refID, sig: sig, body: body, now: now, wantErr: ErrMissingHeaders},
+		{name: "missing signature", keys: [][]byte{key}, id: refID, ts: ts, body: body, now: now, wantErr: ErrMissingHeaders},
+		{name: "timestamp not a number", keys: [][]byte{key}, id: refID, ts: "yesterday", sig: sig, body: body, now: now,
+			wantErr: ErrMissingHeaders},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := Verify(tt.keys, tt.id, tt.ts, tt.sig, tt.body, tt.now, tt.tolerance)
+			if tt.wantErr == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tt.wantErr)
+		})
+	}
+}

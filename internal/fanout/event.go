@@ -1,0 +1,90 @@
+package fanout
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// SubjectPrefix is what EVENTS subjects start with; the event type is the
+// rest of the subject.
+const SubjectPrefix = "events."
+
+// maxIDLen bounds an event id taken from a header or body, since it becomes
+// part of a Nats-Msg-Id and of every webhook-id header.
+const maxIDLen = 200
+
+// EventID returns the id of an event as DESIGN.md defines it: the
+// Nats-Msg-Id header; else a top-level JSON "id" (string or number); else
+// EVENTS-<stream sequence>. An id that is empty, too long or holds spaces or
+// control characters is not usable as a header value and is skipped.
+func EventID(h nats.Header, body []byte, seq uint64) string {
+	if id := h.Get(jetstream.MsgIDHeader); validID(id) {
+		return id
+	}
+	if id := jsonID(body); validID(id) {
+		return id
+	}
+	return "EVENTS-" + strconv.FormatUint(seq, 10)
+}
+
+func jsonID(body []byte) string {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return ""
+	}
+	var doc struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(body, &doc) != nil || len(doc.ID) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(doc.ID, &s) == nil {
+		return s
+	}
+	var n json.Number
+	if json.Unmarshal(doc.ID, &n) == nil {
+		return n.String()
+	}
+	return ""
+}
+
+func validID(id string) bool {
+	if id == "" || len(id) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// EventType is the subject after "events.".
+func EventType(subject string) string { return strings.TrimPrefix(subject, SubjectPrefix) }
+
+// CopyHeader returns the headers of a copy of an event: the original's,
+// less every Nats-* header (the copy's own dedupe id is set by the caller),
+// plus relay's identity headers.
+func CopyHeader(orig nats.Header, id, eventType string, published time.Time) nats.Header {
+	h := make(nats.Header, len(orig)+3)
+	for k, v := range orig {
+		if streams.IsNatsHeader(k) {
+			continue
+		}
+		h[k] = append([]string(nil), v...)
+	}
+	h.Set(streams.HeaderEventID, id)
+	h.Set(streams.HeaderEventType, eventType)
+	h.Set(streams.HeaderPublishedAt, published.UTC().Format(time.RFC3339Nano))
+	return h
+}

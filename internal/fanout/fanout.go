@@ -1,0 +1,191 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+
+	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// ConsumerName is the durable pull consumer on EVENTS that every relay
+// shares.
+const ConsumerName = "fanout"
+
+// DeliverySubject is where a subscriber's copies go.
+func DeliverySubject(lane, subscriber string) string {
+	return "deliveries." + lane + "." + subscriber
+}
+
+// Config wires a fan-out.
+type Config struct {
+	// JS is the JetStream context; required.
+	JS jetstream.JetStream
+	// Subscribers is the live subscriber view; required.
+	Subscribers *subscribers.Live
+	// SharedLanes is the number of shared lanes (--lanes); required.
+	SharedLanes int
+	// AckWait bounds how long an event may wait for its copies' PubAcks
+	// before JetStream redelivers it. Defaults to 30s.
+	AckWait time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
+}
+
+// ErrConfig is returned for a Config missing a required field.
+var ErrConfig = errors.New("fanout: invalid config")
+
+// retryDelay is how long an event whose copies could not all be published
+// (DELIVERIES full, no leader) waits before it is tried again.
+const retryDelay = 2 * time.Second
+
+// pending is an event whose copies are on their way.
+type pending struct {
+	msg     jetstream.Msg
+	futures []jetstream.PubAckFuture
+	err     error
+}
+
+// Run fans out events until ctx is cancelled, then stops pulling, waits for
+// the copies already published and acknowledges their events.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.JS == nil || cfg.Subscribers == nil || cfg.SharedLanes <= 0 {
+		return ErrConfig
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	// The copies are published with their own JetStream context so that its
+	// async-publish window is the fan-out's alone; the timeout makes a lost
+	// PubAck an error instead of a wait without end.
+	js, err := jetstream.New(cfg.JS.Conn(),
+		jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return fmt.Errorf("fanout: %w", err)
+	}
+	acks := make(chan pending, 2048)
+	var wg conc.WaitGroup
+	wg.Go(func() { ackInOrder(acks, log) })
+	defer wg.Wait()
+	defer close(acks)
+	for {
+		err := consume(ctx, js, cfg, acks)
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Error("fanout: consuming EVENTS, starting again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// consume reads EVENTS until ctx is cancelled (then it drains what the
+// client has buffered and returns nil) or the consumer fails.
+func consume(ctx context.Context, js jetstream.JetStream, cfg Config, acks chan<- pending) error {
+	cons, err := js.CreateOrUpdateConsumer(ctx, streams.Events, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "relay fan-out: copies each event to its subscribers",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 8192,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("creating consumer %s: %w", ConsumerName, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("pulling: %w", err)
+	}
+	stop := context.AfterFunc(ctx, iter.Drain)
+	defer stop()
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			iter.Stop()
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		p := publishCopies(js, cfg, msg)
+		cfg.Metrics.Event(len(p.futures))
+		acks <- p
+	}
+}
+
+// publishCopies starts the async publish of one copy per matching enabled
+// subscriber.
+func publishCopies(js jetstream.JetStream, cfg Config, msg jetstream.Msg) pending {
+	p := pending{msg: msg}
+	md, err := msg.Metadata()
+	if err != nil {
+		p.err = err
+		return p
+	}
+	orig := msg.Headers()
+	id := EventID(orig, msg.Data(), md.Sequence.Stream)
+	eventType := EventType(msg.Subject())
+	for _, sub := range cfg.Subscribers.Enabled() {
+		if !sub.Matches(eventType) {
+			continue
+		}
+		m := &nats.Msg{
+			Subject: DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID),
+			Header:  CopyHeader(orig, id, eventType, md.Timestamp),
+			Data:    msg.Data(),
+		}
+		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id+"."+sub.ID))
+		if err != nil {
+			p.err = err
+			return p
+		}
+		p.futures = append(p.futures, f)
+	}
+	return p
+}
+
+// ackInOrder waits for each event's PubAcks and then acknowledges the event,
+// or hands it back to be fanned out again; duplicates of copies already
+// stored are dropped by JetStream's Nats-Msg-Id dedupe.
+func ackInOrder(acks <-chan pending, log *slog.Logger) {
+	for p := range acks {
+		err := p.err
+		for _, f := range p.futures {
+			select {
+			case <-f.Ok():
+			case e := <-f.Err():
+				if err == nil {
+					err = e
+				}
+			}
+		}
+		if err != nil {
+			log.Warn("fanout: event not fanned out, will retry", "subject", p.msg.Subject(), "err", err)
+			_ = p.msg.NakWithDelay(retryDelay)
+			continue
+		}
+		if err := p.msg.Ack(); err != nil {
+			log.Warn("fanout: ack", "err", err)
+		}
+	}
+}

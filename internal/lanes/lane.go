@@ -1,0 +1,188 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// pullBatch is how many messages a lane asks for at once. Every message is
+// dispatched at once (held, handed back or sent), so the client buffer never
+// holds a message long enough for its ack wait to matter.
+const pullBatch = 256
+
+// disabledHold is how long a message of a disabled subscriber is handed back
+// for; `relay sub enable` resumes delivery within about that long.
+const disabledHold = 5 * time.Second
+
+// lane is one durable pull consumer and the schedulers of the subscribers
+// whose messages it carries.
+type lane struct {
+	cfg  Config
+	name string
+	log  *slog.Logger
+
+	stopping atomic.Bool
+	mu       sync.Mutex
+	scheds   map[string]*scheduler
+	// work owns every scheduler loop and every request goroutine.
+	work conc.WaitGroup
+}
+
+func newLane(ctx context.Context, cfg Config, name string) (*lane, error) {
+	l := &lane{
+		cfg:    cfg,
+		name:   name,
+		log:    cfg.Logger.With("lane", name),
+		scheds: make(map[string]*scheduler),
+	}
+	if _, err := l.consumer(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *lane) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := l.cfg.JS.CreateOrUpdateConsumer(ctx, streams.Deliveries, jetstream.ConsumerConfig{
+		Durable:       ConsumerName(l.name),
+		Description:   "relay lane " + l.name,
+		FilterSubject: "deliveries." + l.name + ".>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       l.cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: l.cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lanes: creating consumer %s: %w", ConsumerName(l.name), err)
+	}
+	return cons, nil
+}
+
+// run consumes until ctx is cancelled, then stops pulling, hands back what
+// it holds and waits for the requests in flight.
+func (l *lane) run(ctx context.Context) {
+	keepalive := time.NewTicker(l.cfg.AckWait / 4)
+	defer keepalive.Stop()
+	for ctx.Err() == nil {
+		cc, err := l.consume(ctx)
+		if err != nil {
+			l.log.Error("lanes: consuming, starting again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				l.stopping.Store(true)
+				cc.Drain()
+				<-cc.Closed()
+				break wait
+			case <-cc.Closed():
+				l.log.Warn("lanes: consumer closed, starting again")
+				break wait
+			case <-keepalive.C:
+				l.keepAlive()
+			}
+		}
+	}
+	l.stopping.Store(true)
+	l.handBackAll()
+	l.work.Wait()
+}
+
+func (l *lane) consume(ctx context.Context) (jetstream.ConsumeContext, error) {
+	cons, err := l.consumer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Consume(func(msg jetstream.Msg) { l.dispatch(ctx, msg) },
+		jetstream.PullMaxMessages(pullBatch),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			l.log.Debug("lanes: pull", "err", err)
+		}))
+}
+
+// dispatch places one message with its subscriber's scheduler. It never
+// blocks on a subscriber.
+func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
+	if l.stopping.Load() {
+		_ = msg.Nak()
+		return
+	}
+	id := subscriberOf(msg.Subject())
+	sub, ok := l.cfg.Subscribers.Get(id)
+	if !ok {
+		// `relay sub rm` purges a removed subscriber's queue; what arrives
+		// after is left over from a race with it and has nowhere to go.
+		l.log.Info("lanes: dropping delivery for removed subscriber", "subscriber", id)
+		_ = msg.Term()
+		return
+	}
+	if sub.Disabled {
+		l.cfg.Metrics.HandBack()
+		_ = msg.NakWithDelay(disabledHold)
+		return
+	}
+	l.scheduler(id).offer(ctx, msg, sub)
+}
+
+func (l *lane) scheduler(id string) *scheduler {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.scheds[id]
+	if !ok {
+		s = newScheduler(l, id)
+		l.scheds[id] = s
+	}
+	return s
+}
+
+func (l *lane) schedulers() []*scheduler {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*scheduler, 0, len(l.scheds))
+	for _, s := range l.scheds {
+		out = append(out, s)
+	}
+	return out
+}
+
+// keepAlive extends the ack wait of every held and in-flight message, so a
+// message waiting for its subscriber is not redelivered to another relay and
+// POSTed twice at once.
+func (l *lane) keepAlive() {
+	for _, s := range l.schedulers() {
+		for _, msg := range s.outstanding() {
+			_ = msg.InProgress()
+		}
+	}
+}
+
+// handBackAll returns every held message to JetStream for another relay (or
+// the next start) to deliver.
+func (l *lane) handBackAll() {
+	for _, s := range l.schedulers() {
+		for _, msg := range s.drain() {
+			_ = msg.Nak()
+		}
+	}
+}
+
+// subscriberOf returns the subscriber token of deliveries.<lane>.<subscriber>.
+func subscriberOf(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}

@@ -1,0 +1,223 @@
+package lanes_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// arrivals records when each subscriber's requests arrived.
+type arrivals struct {
+	mu  sync.Mutex
+	at  map[string][]time.Time
+	all int
+}
+
+func (a *arrivals) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strings.TrimPrefix(r.URL.Path, "/")
+		a.mu.Lock()
+		a.at[id] = append(a.at[id], time.Now())
+		a.all++
+		a.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func (a *arrivals) count(id string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at[id])
+}
+
+func (a *arrivals) total() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.all
+}
+
+type bundle struct {
+	n     *testutil.NATS
+	store *subscribers.Store
+	rcv   *httptest.Server
+	arr   *arrivals
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	n := testutil.StartRelayNATS(t)
+	store, err := subscribers.Open(testutil.Context(t), n.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr := &arrivals{at: map[string][]time.Time{}}
+	rcv := httptest.NewServer(arr.handler())
+	t.Cleanup(rcv.Close)
+	return &bundle{n: n, store: store, rcv: rcv, arr: arr}
+}
+
+func (b *bundle) addSubscriber(t *testing.T, id string, rate float64, burst int) subscribers.Subscriber {
+	t.Helper()
+	sub := subscribers.Subscriber{ID: id, URL: b.rcv.URL + "/" + id, Secrets: []string{secret}, Rate: rate, Burst: burst}
+	if err := b.store.Put(testutil.Context(t), sub); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// startLanes runs the lanes until the test ends.
+func (b *bundle) startLanes(t *testing.T, shared int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	live, err := b.store.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := deliver.NewClient(deliver.WithAllowPrivate(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- lanes.Run(ctx, lanes.Config{JS: b.n.JS, Subscribers: live, SharedLanes: shared, Client: client})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("lanes.Run: %v", err)
+		}
+		<-live.Done()
+	})
+}
+
+// enqueue publishes count deliveries for sub straight onto DELIVERIES, as
+// the fan-out would.
+func (b *bundle) enqueue(t *testing.T, sub subscribers.Subscriber, shared, count int) {
+	t.Helper()
+	for i := range count {
+		m := &nats.Msg{
+			Subject: "deliveries." + sub.Lane(shared) + "." + sub.ID,
+			Header:  nats.Header{streams.HeaderEventID: []string{fmt.Sprintf("%s-%d", sub.ID, i)}},
+			Data:    []byte(`{}`),
+		}
+		if _, err := b.n.JS.PublishMsgAsync(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (b *bundle) flush(t *testing.T) {
+	t.Helper()
+	select {
+	case <-b.n.JS.PublishAsyncComplete():
+	case <-testutil.Context(t).Done():
+		t.Fatal("publish did not complete")
+	}
+}
+
+// TestThrottledSubscriberNeverDelaysItsLaneMates is DESIGN.md's isolation
+// rule at the scale it was designed for: 1,000 subscribers on 16 shared
+// lanes, one of them limited to 1 request/s with a backlog of a minute. Every
+// other subscriber's deliveries complete while the throttled one still has
+// most of its backlog, and the throttled one is never sent more than
+// burst + rate × T.
+func TestThrottledSubscriberNeverDelaysItsLaneMates(t *testing.T) {
+	t.Parallel()
+	const (
+		shared  = 16
+		others  = 999
+		each    = 3
+		backlog = 60
+	)
+	b := setup(t)
+	slow := b.addSubscriber(t, "slow", 1, 1)
+	var subs []subscribers.Subscriber
+	for i := range others {
+		subs = append(subs, b.addSubscriber(t, fmt.Sprintf("sub%04d", i), 0, 0))
+	}
+	// The throttled subscriber's backlog goes first, so its lane-mates'
+	// messages arrive behind it.
+	b.enqueue(t, slow, shared, backlog)
+	for _, s := range subs {
+		b.enqueue(t, s, shared, each)
+	}
+	b.flush(t)
+	start := time.Now()
+	b.startLanes(t, shared)
+
+	testutil.Eventually(t, func() bool { return b.arr.total()-b.arr.count("slow") == others*each },
+		"lane-mates not drained: %d of %d", b.arr.total()-b.arr.count("slow"), others*each)
+	elapsed := time.Since(start)
+	got := b.arr.count("slow")
+	t.Logf("%d deliveries to %d subscribers in %v while the 1 req/s subscriber got %d of %d",
+		others*each, others, elapsed.Round(time.Millisecond), got, backlog)
+	if got >= backlog {
+		t.Fatalf("the throttled subscriber finished its backlog (%d) before its lane-mates", got)
+	}
+	checkCap(t, b.arr, "slow", 1, 1)
+}
+
+// checkCap checks that in every window between two arrivals, at most
+// burst + rate × T requests arrived (plus one for the arrival that closes
+// the window, measured at the receiver).
+func checkCap(t *testing.T, arr *arrivals, id string, rate float64, burst int) {
+	t.Helper()
+	arr.mu.Lock()
+	at := append([]time.Time(nil), arr.at[id]...)
+	arr.mu.Unlock()
+	for i := range at {
+		for j := i; j < len(at); j++ {
+			window := at[j].Sub(at[i]).Seconds()
+			allowed := float64(burst) + rate*window + 1
+			if n := float64(j - i + 1); n > allowed {
+				t.Fatalf("%s: %v requests within %.3fs, cap %v", id, n, window, allowed)
+			}
+		}
+	}
+}
+
+func TestHoldLimitAndHandBackDelay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		sub       subscribers.Subscriber
+		held      int
+		jitter    float64
+		wantHold  int
+		wantDelay time.Duration
+	}{
+		{"unlimited", subscribers.Subscriber{MaxInFlight: 16}, 128, 0.5, 128, 500 * time.Millisecond},
+		{"1 per second holds max-in-flight", subscribers.Subscriber{Rate: 1, MaxInFlight: 16}, 16, 0.5, 16, 16 * time.Second},
+		{"1000 per second holds two seconds", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 2000, 0.5, 2000, 2 * time.Second},
+		{"capped hold", subscribers.Subscriber{Rate: 100000, MaxInFlight: 16}, 4096, 0.5, 4096, 500 * time.Millisecond},
+		{"jitter low", subscribers.Subscriber{Rate: 1, MaxInFlight: 10}, 10, 0, 10, 8 * time.Second},
+		{"jitter high", subscribers.Subscriber{Rate: 1, MaxInFlight: 10}, 10, 1, 10, 12 * time.Second},
+		{"capped delay", subscribers.Subscriber{Rate: 0.1, MaxInFlight: 16}, 16, 0.5, 16, 30 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := lanes.HoldLimit(tt.sub); got != tt.wantHold {
+				t.Errorf("HoldLimit = %d, want %d", got, tt.wantHold)
+			}
+			if got := lanes.HandBackDelay(tt.sub, tt.held, tt.jitter); got != tt.wantDelay {
+				t.Errorf("HandBackDelay = %v, want %v", got, tt.wantDelay)
+			}
+		})
+	}
+}
+

@@ -1,0 +1,223 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+
+	"github.com/relay-dev/relay/internal/clock"
+	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// ErrConfig is returned for a Config missing a required field.
+var ErrConfig = errors.New("lanes: invalid config")
+
+// Config wires the lanes of one relay.
+type Config struct {
+	// JS is the JetStream context; required.
+	JS jetstream.JetStream
+	// Subscribers is the live subscriber view; required.
+	Subscribers *subscribers.Live
+	// SharedLanes is --lanes; required.
+	SharedLanes int
+	// Client sends the HTTP requests; required.
+	Client *deliver.Client
+	// Limiter hands out tokens. Defaults to an in-process ratelimit.Local.
+	Limiter ratelimit.Limiter
+	// Clock defaults to clock.Real.
+	Clock clock.Clock
+	// AckWait of the lane consumers; held and in-flight messages are kept
+	// alive with InProgress well within it. Defaults to 60s.
+	AckWait time.Duration
+	// MaxAckPending of each lane consumer: the most messages a lane can
+	// have out, held, in flight or handed back with a delay. Defaults to
+	// 20,000.
+	MaxAckPending int
+	// RetryDelay is how long a failed delivery waits before it is tried
+	// again. Defaults to 5s.
+	RetryDelay time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
+}
+
+func (c *Config) setDefaults() error {
+	if c.JS == nil || c.Subscribers == nil || c.SharedLanes <= 0 || c.Client == nil {
+		return ErrConfig
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
+	}
+	if c.Limiter == nil {
+		c.Limiter = ratelimit.NewLocal(c.Clock)
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 60 * time.Second
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 20_000
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// SharedLane is the name of shared lane i.
+func SharedLane(i int) string { return fmt.Sprintf("s%02d", i) }
+
+// ConsumerName is the durable consumer of a lane.
+func ConsumerName(lane string) string { return "lane_" + lane }
+
+// Run starts every shared lane, and a dedicated lane for each subscriber
+// that has one, follows subscriber changes (dedicated lanes start and stop
+// within a second of `relay sub add/rm`), and returns once ctx is cancelled
+// and every lane has finished or handed back its messages.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	m := &manager{cfg: cfg, lanes: make(map[string]*runningLane)}
+	defer m.stopAll()
+
+	for i := range cfg.SharedLanes {
+		if err := m.start(ctx, SharedLane(i)); err != nil {
+			return err
+		}
+	}
+	// Lanes left by an earlier run (a larger --lanes, a dedicated subscriber
+	// since moved to a shared lane) still hold messages: keep draining them.
+	for _, name := range m.existingLanes(ctx) {
+		if err := m.start(ctx, name); err != nil {
+			return err
+		}
+	}
+	for {
+		changed := cfg.Subscribers.Changed()
+		m.syncDedicated(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+type runningLane struct {
+	lane   *lane
+	cancel context.CancelFunc
+	wg     conc.WaitGroup
+}
+
+type manager struct {
+	cfg   Config
+	mu    sync.Mutex
+	lanes map[string]*runningLane
+}
+
+// existingLanes lists lane consumers already on DELIVERIES.
+func (m *manager) existingLanes(ctx context.Context) []string {
+	stream, err := m.cfg.JS.Stream(ctx, streams.Deliveries)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	lister := stream.ConsumerNames(ctx)
+	for name := range lister.Name() {
+		if lane, ok := strings.CutPrefix(name, "lane_"); ok {
+			if strings.HasPrefix(lane, "d_") {
+				if _, exists := m.cfg.Subscribers.Get(strings.TrimPrefix(lane, "d_")); !exists {
+					continue
+				}
+			}
+			names = append(names, lane)
+		}
+	}
+	return names
+}
+
+// syncDedicated starts the dedicated lanes of new dedicated subscribers and
+// removes those of deleted ones (their messages were purged by `relay sub
+// rm`).
+func (m *manager) syncDedicated(ctx context.Context) {
+	for _, sub := range m.cfg.Subscribers.All() {
+		if sub.Dedicated {
+			if err := m.start(ctx, sub.Lane(m.cfg.SharedLanes)); err != nil {
+				m.cfg.Logger.Error("lanes: starting dedicated lane", "subscriber", sub.ID, "err", err)
+			}
+		}
+	}
+	m.mu.Lock()
+	var gone []string
+	for name := range m.lanes {
+		if id, ok := strings.CutPrefix(name, "d_"); ok {
+			if _, exists := m.cfg.Subscribers.Get(id); !exists {
+				gone = append(gone, name)
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, name := range gone {
+		m.stop(name)
+		err := m.cfg.JS.DeleteConsumer(context.WithoutCancel(ctx), streams.Deliveries, ConsumerName(name))
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			m.cfg.Logger.Warn("lanes: deleting dedicated lane", "lane", name, "err", err)
+		}
+	}
+}
+
+func (m *manager) start(ctx context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.lanes[name]; ok {
+		return nil
+	}
+	l, err := newLane(ctx, m.cfg, name)
+	if err != nil {
+		return err
+	}
+	laneCtx, cancel := context.WithCancel(ctx)
+	rl := &runningLane{lane: l, cancel: cancel}
+	rl.wg.Go(func() { l.run(laneCtx) })
+	m.lanes[name] = rl
+	return nil
+}
+
+func (m *manager) stop(name string) {
+	m.mu.Lock()
+	rl, ok := m.lanes[name]
+	delete(m.lanes, name)
+	m.mu.Unlock()
+	if ok {
+		rl.cancel()
+		rl.wg.Wait()
+	}
+}
+
+func (m *manager) stopAll() {
+	m.mu.Lock()
+	all := m.lanes
+	m.lanes = make(map[string]*runningLane)
+	m.mu.Unlock()
+	for _, rl := range all {
+		rl.cancel()
+	}
+	for _, rl := range all {
+		rl.wg.Wait()
+	}
+}

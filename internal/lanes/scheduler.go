@@ -1,0 +1,201 @@
+package lanes
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/subscribers"
+)
+
+// Bounds of what one subscriber may hold in its lane. A subscriber holds
+// about holdWindow of work at its rate, at least max-in-flight messages and
+// at most maxHold, so a throttled subscriber holds few of the lane's
+// MaxAckPending slots and a fast one is never starved of messages.
+const (
+	holdWindow       = 2 * time.Second
+	unlimitedHoldMul = 8
+	maxHold          = 4096
+	minHandBack      = 500 * time.Millisecond
+	maxHandBack      = 30 * time.Second
+)
+
+// HoldLimit is how many messages a subscriber may hold in its lane before
+// more are handed back.
+func HoldLimit(sub subscribers.Subscriber) int {
+	if sub.Rate <= 0 {
+		return min(maxHold, sub.MaxInFlight*unlimitedHoldMul)
+	}
+	return max(sub.MaxInFlight, min(maxHold, int(math.Ceil(sub.Rate*holdWindow.Seconds()))))
+}
+
+// HandBackDelay is how long a message handed back over the hold limit stays
+// away: about the time the subscriber needs to send what it already holds,
+// jittered by ±20% so handed-back messages do not return together.
+func HandBackDelay(sub subscribers.Subscriber, held int, jitter float64) time.Duration {
+	d := minHandBack
+	if sub.Rate > 0 {
+		d = time.Duration(float64(held) / sub.Rate * float64(time.Second))
+	}
+	d = time.Duration(float64(d) * (0.8 + 0.4*jitter))
+	return min(maxHandBack, max(minHandBack, d))
+}
+
+// scheduler is one subscriber's share of a lane: its held messages, its
+// requests in flight, and the loop that sends them when the subscriber may
+// take them.
+type scheduler struct {
+	lane *lane
+	id   string
+
+	mu       sync.Mutex
+	queue    []jetstream.Msg
+	inFlight map[jetstream.Msg]struct{}
+	running  bool
+	stopped  bool
+	wake     chan struct{}
+}
+
+func newScheduler(l *lane, id string) *scheduler {
+	return &scheduler{
+		lane:     l,
+		id:       id,
+		inFlight: make(map[jetstream.Msg]struct{}),
+		wake:     make(chan struct{}, 1),
+	}
+}
+
+// offer holds msg, or hands it back when the subscriber already holds its
+// limit.
+func (s *scheduler) offer(ctx context.Context, msg jetstream.Msg, sub subscribers.Subscriber) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		_ = msg.Nak()
+		return
+	}
+	if n := len(s.queue); n >= HoldLimit(sub) {
+		s.mu.Unlock()
+		s.lane.cfg.Metrics.HandBack()
+		_ = msg.NakWithDelay(HandBackDelay(sub, n, rand.Float64()))
+		return
+	}
+	s.queue = append(s.queue, msg)
+	start := !s.running
+	s.running = true
+	s.mu.Unlock()
+	if start {
+		s.lane.work.Go(func() { s.loop(ctx) })
+	}
+}
+
+// loop sends held messages while there are any, each after a token and a
+// free in-flight slot, and exits when the queue is empty.
+func (s *scheduler) loop(ctx context.Context) {
+	for {
+		sub, ok := s.lane.cfg.Subscribers.Get(s.id)
+		s.mu.Lock()
+		if len(s.queue) == 0 || s.stopped || ctx.Err() != nil {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		if !ok || sub.Disabled {
+			held := s.queue
+			s.queue = nil
+			s.running = false
+			s.mu.Unlock()
+			for _, msg := range held {
+				if ok {
+					_ = msg.NakWithDelay(disabledHold)
+				} else {
+					_ = msg.Term()
+				}
+			}
+			return
+		}
+		if len(s.inFlight) >= sub.MaxInFlight {
+			s.mu.Unlock()
+			s.sleep(ctx, -1)
+			continue
+		}
+		s.mu.Unlock()
+
+		wait, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst})
+		if err != nil {
+			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
+			wait = 100 * time.Millisecond
+		}
+		if wait > 0 {
+			s.sleep(ctx, wait)
+			continue
+		}
+
+		s.mu.Lock()
+		if len(s.queue) == 0 || s.stopped {
+			s.mu.Unlock()
+			continue
+		}
+		msg := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.inFlight[msg] = struct{}{}
+		s.mu.Unlock()
+
+		s.lane.work.Go(func() {
+			// An in-flight request finishes even when the relay is stopping:
+			// its outcome is then acked or handed back, never lost.
+			s.lane.send(context.WithoutCancel(ctx), msg, sub)
+			s.mu.Lock()
+			delete(s.inFlight, msg)
+			s.mu.Unlock()
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		})
+	}
+}
+
+// sleep waits for d (or, with d < 0, for a request to finish) or for the
+// lane to stop.
+func (s *scheduler) sleep(ctx context.Context, d time.Duration) {
+	var timer <-chan time.Time
+	if d >= 0 {
+		timer = s.lane.cfg.Clock.After(d)
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.wake:
+	case <-timer:
+	}
+}
+
+// outstanding lists the messages held or in flight.
+func (s *scheduler) outstanding() []jetstream.Msg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]jetstream.Msg, 0, len(s.queue)+len(s.inFlight))
+	out = append(out, s.queue...)
+	for msg := range s.inFlight {
+		out = append(out, msg)
+	}
+	return out
+}
+
+// drain stops the scheduler and returns the messages it held but had not
+// started sending.
+func (s *scheduler) drain() []jetstream.Msg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	held := s.queue
+	s.queue = nil
+	return held
+}

@@ -1,0 +1,89 @@
+package subscribers
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Wildcards of NATS subjects, which event filters share: [singleWildcard]
+// matches exactly one token, [fullWildcard] one or more trailing tokens.
+const (
+	singleWildcard = "*"
+	fullWildcard   = ">"
+)
+
+// ValidateFilter reports whether f is a valid event filter: a NATS subject
+// pattern over the event type (the subject after "events."), such as
+// "video.*", "order.shipped" or "video.>". Tokens are separated by dots and
+// must not be empty, "*" and ">" must be whole tokens, ">" may only be the
+// last token, and no whitespace is allowed. The error is a
+// [*ValidationError] for --events, wrapping [ErrInvalid].
+func ValidateFilter(f string) error {
+	if f == "" {
+		return invalid("--events", "a filter must not be empty (give event types or patterns separated by commas, such as video.*,order.shipped)")
+	}
+	if strings.ContainsFunc(f, isSpaceOrControl) {
+		return invalid("--events", fmt.Sprintf("a filter must not contain spaces or control characters, got %q", f))
+	}
+	toks := strings.Split(f, ".")
+	for i, tok := range toks {
+		switch {
+		case tok == "":
+			return invalid("--events", fmt.Sprintf("a filter must not have empty tokens (a leading, trailing or doubled dot), got %q", f))
+		case tok != singleWildcard && tok != fullWildcard && strings.ContainsAny(tok, "*>"):
+			return invalid("--events", fmt.Sprintf("* and > must be whole tokens between dots, got %q", f))
+		case tok == fullWildcard && i != len(toks)-1:
+			return invalid("--events", fmt.Sprintf("> must be the last token, got %q", f))
+		}
+	}
+	return nil
+}
+
+// isSpaceOrControl reports runes that a NATS subject token cannot hold.
+func isSpaceOrControl(r rune) bool {
+	return r == ' ' || r == '\t' || r == '\r' || r == '\n' || r < 0x20 || r == 0x7f
+}
+
+// Matches reports whether the subscriber wants events of eventType, the
+// subject of the event after "events.". A subscriber without filters wants
+// every event; otherwise one matching filter is enough. In a filter, "*"
+// matches exactly one token and ">" one or more trailing tokens, as in NATS,
+// so "video.*" matches "video.trending" but neither "video" nor "video.a.b",
+// and "video.>" matches "video.a.b" but not "video".
+//
+// The fan-out calls Matches for every enabled subscriber on every event, so
+// it does not allocate.
+func (s Subscriber) Matches(eventType string) bool {
+	if len(s.Events) == 0 {
+		return true
+	}
+	for _, f := range s.Events {
+		if matchFilter(f, eventType) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchFilter matches one filter against an event type token by token,
+// without splitting either into a slice.
+func matchFilter(filter, subject string) bool {
+	for {
+		if filter == "" || subject == "" {
+			return false
+		}
+		ftok, frest, fmore := strings.Cut(filter, ".")
+		stok, srest, smore := strings.Cut(subject, ".")
+		if ftok == fullWildcard {
+			// ">" needs at least one token, and subject is not empty here.
+			return true
+		}
+		if stok == "" || (ftok != singleWildcard && ftok != stok) {
+			return false
+		}
+		if !fmore || !smore {
+			return fmore == smore
+		}
+		filter, subject = frest, srest
+	}
+}

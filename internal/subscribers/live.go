@@ -1,0 +1,245 @@
+package subscribers
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// errWatchEnded means the KV watch stopped delivering without being asked
+// to, which happens when its connection is closed.
+var errWatchEnded = errors.New("subscribers: KV watch ended (connection closed)")
+
+// maxBatch bounds how many queued changes are folded into one snapshot, so
+// that a stream of writes still publishes snapshots as it goes.
+const maxBatch = 1024
+
+// Live is a continuously updated view of the relay_subscribers bucket, fed
+// by a KV watch. The fan-out and the lanes read it on every message, so
+// reads take no lock: they load an atomic pointer to an immutable snapshot,
+// which the watch replaces as a whole on every change. Values returned by
+// its methods belong to the snapshot and must not be modified.
+//
+// A value in the bucket that is not a valid subscriber (see [ErrCorrupt]),
+// such as junk written with `nats kv put`, does not stop the watch: it is
+// skipped, the last valid value of its key (if any) stays in effect, and the
+// problem is reported by [Live.Invalid] until the key is written with a
+// valid value or deleted.
+type Live struct {
+	snap atomic.Pointer[snapshot]
+	done chan struct{}
+	err  error // written before done is closed
+}
+
+// snapshot is one immutable state of the bucket.
+type snapshot struct {
+	all     []Subscriber
+	enabled []Subscriber
+	index   map[string]int // id -> position in all
+	invalid map[string]error
+	changed chan struct{} // closed when a newer snapshot replaces this one
+}
+
+// Watch starts a [Live] view of the bucket and returns once it holds every
+// subscriber stored when it was called. It then follows every change until
+// ctx is cancelled or the connection is closed, after which [Live.Done] is
+// closed and the view keeps its last state.
+func (s *Store) Watch(ctx context.Context) (*Live, error) {
+	w, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, err)
+	}
+	st := &liveState{subs: map[string]Subscriber{}, invalid: map[string]error{}}
+	for loaded := false; !loaded; {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				stopWatcher(w)
+				return nil, fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
+			case e == nil: // all values stored at the start have arrived
+				loaded = true
+			default:
+				st.apply(e)
+			}
+		case <-ctx.Done():
+			stopWatcher(w)
+			return nil, ctx.Err()
+		}
+	}
+	l := &Live{done: make(chan struct{})}
+	l.snap.Store(st.snapshot())
+	go l.run(ctx, w, st)
+	return l, nil
+}
+
+// run applies changes until ctx is cancelled or the watch ends.
+func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, st *liveState) {
+	defer close(l.done)
+	defer stopWatcher(w)
+	for {
+		select {
+		case <-ctx.Done():
+			l.err = ctx.Err()
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				l.err = cmp.Or(ctx.Err(), errWatchEnded)
+				return
+			}
+			st.apply(e)
+			// Fold what is already queued into the same snapshot, so that a
+			// burst of writes does not rebuild the view once per write.
+		batch:
+			for range maxBatch {
+				select {
+				case e, ok = <-w.Updates():
+					if !ok {
+						break batch
+					}
+					st.apply(e)
+				default:
+					break batch
+				}
+			}
+			l.publish(st.snapshot())
+			if !ok {
+				l.err = cmp.Or(ctx.Err(), errWatchEnded)
+				return
+			}
+		}
+	}
+}
+
+// publish makes next the current snapshot, then wakes those waiting on the
+// previous one's Changed channel, so that they read next or newer.
+func (l *Live) publish(next *snapshot) {
+	prev := l.snap.Swap(next)
+	close(prev.changed)
+}
+
+// Get returns the subscriber with the given id, and whether there is one.
+// Its slices and map are shared with the view and must not be modified.
+func (l *Live) Get(id string) (Subscriber, bool) {
+	snap := l.snap.Load()
+	i, ok := snap.index[id]
+	if !ok {
+		return Subscriber{}, false
+	}
+	return snap.all[i], true
+}
+
+// All returns every subscriber, disabled ones included, sorted by ID. The
+// slice is shared with the view and must not be modified.
+func (l *Live) All() []Subscriber {
+	return l.snap.Load().all
+}
+
+// Enabled returns the subscribers that are not disabled, sorted by ID: the
+// ones the fan-out delivers to. The slice is shared with the view and must
+// not be modified.
+func (l *Live) Enabled() []Subscriber {
+	return l.snap.Load().enabled
+}
+
+// Invalid returns, by key, why values in the bucket were skipped; each error
+// wraps [ErrCorrupt]. It is empty, not nil, when every value is valid. The
+// map is shared with the view and must not be modified.
+func (l *Live) Invalid() map[string]error {
+	return l.snap.Load().invalid
+}
+
+// Changed returns a channel that is closed at the next change of the view.
+// To follow changes without missing one, take the channel first, then read
+// the view, then wait on the channel, and start again. The channel is not
+// closed when the watch stops, so wait on [Live.Done] as well.
+func (l *Live) Changed() <-chan struct{} {
+	return l.snap.Load().changed
+}
+
+// Done returns a channel that is closed when the watch has stopped, because
+// its context was cancelled or its connection was closed. The view then
+// keeps its last state.
+func (l *Live) Done() <-chan struct{} {
+	return l.done
+}
+
+// Err returns nil while the watch runs and, once [Live.Done] is closed, why
+// it stopped: the context's error, or an error saying that the watch ended
+// because its connection was closed.
+func (l *Live) Err() error {
+	select {
+	case <-l.done:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// liveState is the mutable state the watch goroutine folds changes into,
+// and from which it builds snapshots.
+type liveState struct {
+	subs    map[string]Subscriber
+	invalid map[string]error
+}
+
+// apply folds one change of the bucket into the state.
+func (st *liveState) apply(e jetstream.KeyValueEntry) {
+	if e == nil {
+		return
+	}
+	key := e.Key()
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		sub, err := decode(key, e.Value())
+		if err != nil {
+			st.invalid[key] = err
+			return
+		}
+		st.subs[key] = sub
+		delete(st.invalid, key)
+	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+		delete(st.subs, key)
+		delete(st.invalid, key)
+	}
+}
+
+// snapshot builds an immutable copy of the state.
+func (st *liveState) snapshot() *snapshot {
+	all := slices.SortedFunc(maps.Values(st.subs), func(a, b Subscriber) int { return cmp.Compare(a.ID, b.ID) })
+	if all == nil {
+		all = []Subscriber{}
+	}
+	snap := &snapshot{
+		all:     all,
+		enabled: make([]Subscriber, 0, len(all)),
+		index:   make(map[string]int, len(all)),
+		invalid: maps.Clone(st.invalid),
+		changed: make(chan struct{}),
+	}
+	for i, sub := range all {
+		snap.index[sub.ID] = i
+		if !sub.Disabled {
+			snap.enabled = append(snap.enabled, sub)
+		}
+	}
+	return snap
+}
+
+// stopWatcher stops a KV watch and drains its channel until the client
+// closes it. The client delivers into the channel from its own goroutine and
+// blocks when it is full; draining lets that goroutine finish instead of
+// leaking.
+func stopWatcher(w jetstream.KeyWatcher) {
+	_ = w.Stop() // fails only when the subscription is already closed
+	for range w.Updates() {
+	}
+}

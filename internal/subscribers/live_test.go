@@ -1,0 +1,237 @@
+package subscribers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// waitFor waits on the view's Changed channel until cond holds, the way the
+// fan-out and the lanes follow changes.
+func waitFor(t *testing.T, l *Live, msg string, cond func() bool) {
+	t.Helper()
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for {
+		changed := l.Changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-l.Done():
+			t.Fatalf("watch stopped (%v) before: %s", l.Err(), msg)
+		case <-timeout.C:
+			t.Fatalf("view did not change: %s", msg)
+		}
+	}
+}
+
+// ids returns the ids of subs in order.
+func ids(subs []Subscriber) []string {
+	out := make([]string, len(subs))
+	for i, s := range subs {
+		out[i] = s.ID
+	}
+	return out
+}
+
+func TestWatchLoadsInitialValues(t *testing.T) {
+	t.Parallel()
+	st, n := newStore(t)
+	ctx := testutil.Context(t)
+	for _, id := range []string{"c", "a", "b"} {
+		require.NoError(t, st.Put(ctx, valid(id)))
+	}
+	require.NoError(t, st.SetDisabled(ctx, "b", true, "gone"))
+	require.NoError(t, st.Put(ctx, valid("deleted")))
+	require.NoError(t, st.Delete(ctx, "deleted"))
+	_, err := rawKV(t, n).PutString(ctx, "junk", "not json")
+	require.NoError(t, err)
+
+	l, err := st.Watch(ctx)
+	require.NoError(t, err)
+
+	require.Equal(t, []string{"a", "b", "c"}, ids(l.All()), "loaded before Watch returns, sorted")
+	require.Equal(t, []string{"a", "c"}, ids(l.Enabled()))
+	b, ok := l.Get("b")
+	require.True(t, ok)
+	require.True(t, b.Disabled)
+	require.Equal(t, "gone", b.DisabledReason)
+	_, ok = l.Get("deleted")
+	require.False(t, ok)
+	require.Len(t, l.Invalid(), 1)
+	require.ErrorIs(t, l.Invalid()["junk"], ErrCorrupt)
+	require.NoError(t, l.Err())
+}
+
+func TestWatchEmptyBucket(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	l, err := st.Watch(testutil.Context(t))
+	require.NoError(t, err)
+	require.NotNil(t, l.All())
+	require.Empty(t, l.All())
+	require.NotNil(t, l.Enabled())
+	require.Empty(t, l.Enabled())
+	require.NotNil(t, l.Invalid())
+	require.Empty(t, l.Invalid())
+}
+
+func TestWatchFollowsChanges(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	l, err := st.Watch(ctx)
+	require.NoError(t, err)
+
+	require.NoError(t, st.Put(ctx, valid("a")))
+	waitFor(t, l, "a added", func() bool { _, ok := l.Get("a"); return ok })
+	require.Equal(t, []string{"a"}, ids(l.Enabled()))
+
+	s := valid("a")
+	s.URL = "https://moved.example/hook"
+	require.NoError(t, st.Put(ctx, s))
+	waitFor(t, l, "a updated", func() bool { got, _ := l.Get("a"); return got.URL == s.URL })
+
+	require.NoError(t, st.SetDisabled(ctx, "a", true, "gone"))
+	waitFor(t, l, "a disabled", func() bool { return len(l.Enabled()) == 0 })
+	require.Equal(t, []string{"a"}, ids(l.All()), "disabled subscribers stay in All")
+
+	require.NoError(t, st.Put(ctx, valid("b")))
+	waitFor(t, l, "b added", func() bool { return len(l.All()) == 2 })
+	require.Equal(t, []string{"b"}, ids(l.Enabled()))
+
+	require.NoError(t, st.Delete(ctx, "a"))
+	waitFor(t, l, "a deleted", func() bool { _, ok := l.Get("a"); return !ok })
+	require.Equal(t, []string{"b"}, ids(l.All()))
+}
+
+func TestWatchSkipsJunk(t *testing.T) {
+	t.Parallel()
+	st, n := newStore(t)
+	ctx := testutil.Context(t)
+	kv := rawKV(t, n)
+	require.NoError(t, st.Put(ctx, valid("a")))
+	l, err := st.Watch(ctx)
+	require.NoError(t, err)
+
+	_, err = kv.PutString(ctx, "junk", `{"id": 42}`)
+	require.NoError(t, err)
+	waitFor(t, l, "junk reported", func() bool { return l.Invalid()["junk"] != nil })
+	require.ErrorIs(t, l.Invalid()["junk"], ErrCorrupt)
+	_, ok := l.Get("junk")
+	require.False(t, ok)
+	require.Equal(t, []string{"a"}, ids(l.All()))
+
+	// Junk over a valid value leaves the last valid value in effect.
+	_, err = kv.PutString(ctx, "a", "]]]")
+	require.NoError(t, err)
+	waitFor(t, l, "a reported", func() bool { return l.Invalid()["a"] != nil })
+	got, ok := l.Get("a")
+	require.True(t, ok)
+	require.Equal(t, valid("a").URL, got.URL)
+
+	// A valid write clears the report, and so does a delete.
+	require.NoError(t, st.Put(ctx, valid("a")))
+	waitFor(t, l, "a fixed", func() bool { return l.Invalid()["a"] == nil })
+	require.NoError(t, st.Delete(ctx, "junk"))
+	waitFor(t, l, "junk deleted", func() bool { return len(l.Invalid()) == 0 })
+	require.Equal(t, []string{"a"}, ids(l.All()))
+}
+
+func TestWatchStopsWithContext(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	require.NoError(t, st.Put(testutil.Context(t), valid("a")))
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	l, err := st.Watch(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Err())
+
+	cancel()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not stop")
+	}
+	require.ErrorIs(t, l.Err(), context.Canceled)
+	require.Equal(t, []string{"a"}, ids(l.All()), "the last state stays readable")
+}
+
+func TestWatchStopsWhenConnectionCloses(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	nc := testutil.Connect(t, n.URL)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := Open(testutil.Context(t), js)
+	require.NoError(t, err)
+	l, err := st.Watch(testutil.Context(t))
+	require.NoError(t, err)
+
+	nc.Close()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not stop")
+	}
+	require.ErrorIs(t, l.Err(), errWatchEnded)
+}
+
+func TestWatchWithCancelledContext(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	cancel()
+	_, err := st.Watch(ctx)
+	require.Error(t, err)
+}
+
+// TestWatchConcurrentReads reads the view from several goroutines, each
+// following Changed as the fan-out does, while it changes, for the race
+// detector.
+func TestWatchConcurrentReads(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	l, err := st.Watch(ctx)
+	require.NoError(t, err)
+
+	const writes = 30
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 4 {
+		readers.Go(func() {
+			for {
+				changed := l.Changed()
+				for _, s := range l.Enabled() {
+					if got, ok := l.Get(s.ID); !ok || got.ID != s.ID {
+						t.Errorf("Get(%q) disagrees with Enabled", s.ID)
+						return
+					}
+					_ = s.Matches("video.trending")
+				}
+				_ = l.Invalid()
+				select {
+				case <-changed:
+				case <-stop:
+					return
+				}
+			}
+		})
+	}
+	for i := range writes {
+		require.NoError(t, st.Put(ctx, valid(fmt.Sprintf("s%02d", i))))
+	}
+	waitFor(t, l, "every write seen", func() bool { return len(l.All()) == writes })
+	close(stop)
+	readers.Wait()
+}

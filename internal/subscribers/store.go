@@ -1,0 +1,360 @@
+package subscribers
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// maxReasonLen bounds DisabledReason, like Relay-Last-Error, so that a long
+// error text from a receiver cannot bloat every value read by every relay.
+const maxReasonLen = 1024
+
+// Store reads and writes subscribers in the relay_subscribers KV bucket,
+// key = subscriber id, value = JSON. Writes that depend on what is stored
+// are compare-and-set on the key's revision, so that the CLI and several
+// relays may write at once without one silently undoing another. A Store is
+// safe for concurrent use.
+type Store struct {
+	kv jetstream.KeyValue
+
+	// now is the clock for CreatedAt and UpdatedAt.
+	now func() time.Time
+	// beforeWrite, when set, runs between reading a key and writing it back.
+	// Tests use it to put a concurrent write exactly where a lost update
+	// would happen.
+	beforeWrite func()
+}
+
+// Open returns a Store on the relay_subscribers bucket. The bucket must
+// exist: `relay run` creates it with the streams, and the CLI should not
+// create a bucket with settings of its own. When it is missing the error
+// says so and wraps [jetstream.ErrBucketNotFound].
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	if js == nil {
+		return nil, errors.New("subscribers: Open needs a JetStream context, got nil")
+	}
+	kv, err := js.KeyValue(ctx, streams.SubscribersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("subscribers: KV bucket %s does not exist (`relay run` creates it: start relay once against this NATS): %w", streams.SubscribersBucket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("subscribers: opening KV bucket %s: %w", streams.SubscribersBucket, err)
+	}
+	return &Store{kv: kv, now: time.Now}, nil
+}
+
+// Put creates the subscriber or replaces the one with the same ID, as `relay
+// sub add` does. It applies [Subscriber.SetDefaults], then
+// [Subscriber.Validate], and stores nothing when the subscriber is invalid.
+//
+// Replacing keeps what belongs to the stored subscriber rather than to the
+// command line: its CreatedAt, and its Disabled state and reason, which only
+// [Store.SetDisabled] changes once a subscriber exists (a subscriber that
+// answered 410 Gone stays disabled until `relay sub enable`, even when it is
+// added again). A new subscriber takes CreatedAt (now, unless given) and
+// Disabled as given. UpdatedAt is set to now.
+//
+// A subscriber that asks for a dedicated lane and does not have one yet is
+// refused with [ErrTooManyDedicated] when [MaxDedicated] others have one;
+// the check reads the bucket, so two such Puts racing each other may both
+// pass it.
+//
+// A value in the bucket that is not a valid subscriber (see [ErrCorrupt]) is
+// replaced as if there were none.
+func (s *Store) Put(ctx context.Context, sub Subscriber) error {
+	sub = sub.clone()
+	sub.SetDefaults()
+	if err := sub.Validate(); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		cur, rev, err := s.read(ctx, sub.ID)
+		exists := err == nil
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
+			return err
+		}
+		now := s.now().UTC()
+		next := sub
+		if exists {
+			next.CreatedAt = cur.CreatedAt
+			next.Disabled = cur.Disabled
+			next.DisabledReason = cur.DisabledReason
+		}
+		if next.CreatedAt.IsZero() {
+			next.CreatedAt = now
+		}
+		next.CreatedAt = next.CreatedAt.UTC()
+		if !next.Disabled {
+			next.DisabledReason = ""
+		}
+		next.DisabledReason = truncate(next.DisabledReason, maxReasonLen)
+		next.UpdatedAt = now
+		if next.Dedicated && !(exists && cur.Dedicated) {
+			if err := s.checkDedicated(ctx, next.ID); err != nil {
+				return err
+			}
+		}
+		retry, err := s.write(ctx, next, rev)
+		if retry {
+			continue
+		}
+		return err
+	}
+}
+
+// checkDedicated refuses one more dedicated lane when [MaxDedicated]
+// subscribers other than id have one.
+func (s *Store) checkDedicated(ctx context.Context, id string) error {
+	all, err := s.list(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, other := range all {
+		if other.Dedicated && other.ID != id {
+			n++
+		}
+	}
+	if n >= MaxDedicated {
+		return &ValidationError{
+			Flag: "--lane",
+			Msg: fmt.Sprintf("%d subscribers already have a dedicated lane, the most relay allows (each is a JetStream consumer, and every ack scans them all); use a shared lane: leave out --lane dedicated",
+				n),
+			Err: ErrTooManyDedicated,
+		}
+	}
+	return nil
+}
+
+// Get returns the subscriber with the given id. It returns an error wrapping
+// [ErrNotFound] when there is none, [ErrInvalid] when id cannot be a
+// subscriber id, and [ErrCorrupt] when the stored value is not a valid
+// subscriber.
+func (s *Store) Get(ctx context.Context, id string) (Subscriber, error) {
+	sub, _, err := s.read(ctx, id)
+	if err != nil {
+		return Subscriber{}, err
+	}
+	return sub, nil
+}
+
+// List returns every subscriber, sorted by ID; an empty slice, not nil, when
+// there are none, so that `relay sub ls --json` prints []. Values that are
+// not valid subscribers are left out, and then List also returns an error
+// wrapping [ErrCorrupt] that names each of their keys: the list is still
+// good, and the CLI can print it and warn.
+func (s *Store) List(ctx context.Context) ([]Subscriber, error) {
+	entries, err := s.entries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	subs := make([]Subscriber, 0, len(entries))
+	var bad []error
+	for _, e := range entries {
+		sub, err := decode(e.Key(), e.Value())
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		subs = append(subs, sub)
+	}
+	slices.SortFunc(subs, func(a, b Subscriber) int { return cmp.Compare(a.ID, b.ID) })
+	return subs, errors.Join(bad...)
+}
+
+// list is List without the errors for corrupt values, for decisions that
+// must not be blocked by someone else's junk.
+func (s *Store) list(ctx context.Context) ([]Subscriber, error) {
+	subs, err := s.List(ctx)
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return nil, err
+	}
+	return subs, nil
+}
+
+// entries reads the latest value of every key that is not deleted.
+func (s *Store) entries(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("subscribers: reading KV bucket %s: %w", streams.SubscribersBucket, err)
+	}
+	defer stopWatcher(w)
+	var entries []jetstream.KeyValueEntry
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("subscribers: reading KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
+			}
+			if e == nil {
+				return entries, nil
+			}
+			entries = append(entries, e)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Delete removes the subscriber with the given id, with its history, since
+// older values hold its secrets. It returns an error wrapping [ErrNotFound]
+// when there is none. Its queued deliveries stay in DELIVERIES; the lanes
+// decide what becomes of them.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	for {
+		entry, err := s.kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		if err != nil {
+			return fmt.Errorf("subscribers: reading %s: %w", id, err)
+		}
+		if s.beforeWrite != nil {
+			s.beforeWrite()
+		}
+		err = s.kv.Purge(ctx, id, jetstream.LastRevision(entry.Revision()))
+		if isConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("subscribers: deleting %s: %w", id, err)
+		}
+		return nil
+	}
+}
+
+// SetDisabled disables the subscriber with the given id, saying why, or
+// enables it again (the reason is then cleared). The relay disables a
+// subscriber that answers 410 Gone; `relay sub enable|disable` call it too.
+// It reads the stored value and writes it back only if the key has not
+// changed in between, retrying otherwise, so a concurrent [Store.Put] is
+// neither overwritten with stale data nor able to undo this change. Setting
+// the state a subscriber already has is a no-op. It returns an error wrapping
+// [ErrNotFound] when there is no such subscriber.
+func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool, reason string) error {
+	if !disabled {
+		reason = ""
+	}
+	reason = truncate(reason, maxReasonLen)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		cur, rev, err := s.read(ctx, id)
+		if err != nil {
+			return err
+		}
+		if cur.Disabled == disabled && cur.DisabledReason == reason {
+			return nil
+		}
+		cur.Disabled = disabled
+		cur.DisabledReason = reason
+		cur.UpdatedAt = s.now().UTC()
+		retry, err := s.write(ctx, cur, rev)
+		if retry {
+			continue
+		}
+		return err
+	}
+}
+
+// read returns the stored subscriber with its revision. A value that is not
+// a valid subscriber is reported with [ErrCorrupt] and its revision, so that
+// Put can replace it.
+func (s *Store) read(ctx context.Context, id string) (Subscriber, uint64, error) {
+	if err := ValidateID(id); err != nil {
+		return Subscriber{}, 0, err
+	}
+	entry, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Subscriber{}, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Subscriber{}, 0, fmt.Errorf("subscribers: reading %s: %w", id, err)
+	}
+	sub, err := decode(id, entry.Value())
+	if err != nil {
+		return Subscriber{}, entry.Revision(), err
+	}
+	return sub, entry.Revision(), nil
+}
+
+// write stores sub if its key is still at revision rev (0: if it does not
+// exist). It reports retry when another write got there first.
+func (s *Store) write(ctx context.Context, sub Subscriber, rev uint64) (retry bool, err error) {
+	data, err := json.Marshal(sub)
+	if err != nil {
+		return false, fmt.Errorf("subscribers: encoding %s: %w", sub.ID, err)
+	}
+	if s.beforeWrite != nil {
+		s.beforeWrite()
+	}
+	if rev == 0 {
+		_, err = s.kv.Create(ctx, sub.ID, data)
+	} else {
+		_, err = s.kv.Update(ctx, sub.ID, data, rev)
+	}
+	if isConflict(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("subscribers: writing %s: %w", sub.ID, err)
+	}
+	return false, nil
+}
+
+// isConflict reports whether a compare-and-set write lost a race.
+// Create reports ErrKeyExists, Update and Delete ErrKeyRevisionMismatch.
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+// decode reads a value of the bucket. A value without an id takes its key's;
+// one whose id differs from its key is refused, because relay would route
+// its deliveries under the wrong name. Missing settings get their defaults,
+// and the result must pass Validate: a value written around relay gets no
+// more latitude than `relay sub add` gives.
+func decode(key string, value []byte) (Subscriber, error) {
+	var sub Subscriber
+	if err := json.Unmarshal(value, &sub); err != nil {
+		return Subscriber{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+	}
+	if sub.ID == "" {
+		sub.ID = key
+	}
+	if sub.ID != key {
+		return Subscriber{}, fmt.Errorf("%w: key %q holds subscriber id %s", ErrCorrupt, key, quote(sub.ID))
+	}
+	sub.SetDefaults()
+	if err := sub.Validate(); err != nil {
+		return Subscriber{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+	}
+	return sub, nil
+}
+
+// truncate shortens s to at most n bytes without splitting a character.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,322 @@
+package subscribers
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/relay-dev/relay/internal/deliver"
+)
+
+// Defaults that [Subscriber.SetDefaults] fills in, the defaults of the
+// `relay sub add` flags. With them a failing subscriber has about two hours
+// to recover before an event is dead-lettered (DESIGN.md, "Delivery rules").
+const (
+	DefaultMaxAttempts = 12
+	DefaultTimeout     = 10 * time.Second
+	DefaultRetryBase   = 5 * time.Second
+	DefaultRetryMax    = time.Hour
+	DefaultMaxInFlight = 16
+)
+
+// Limits that [Subscriber.Validate] enforces. They keep a single subscriber
+// from holding a lane's messages beyond the consumer's ack wait, or from
+// asking for more concurrency than one relay can give it.
+const (
+	maxIDLen       = 64
+	maxRate        = 1_000_000
+	maxMaxAttempts = 1000
+	maxTimeout     = 5 * time.Minute
+	maxMaxInFlight = 1024
+)
+
+// Subscriber is one webhook endpoint and how to deliver to it, as stored in
+// the relay_subscribers bucket under its ID. Zero numeric and duration
+// fields mean "the default" until [Subscriber.SetDefaults] fills them, which
+// [Store.Put] does before storing.
+type Subscriber struct {
+	// ID names the subscriber in commands, subjects (deliveries.<lane>.<id>,
+	// dlq.<id>.<reason>) and the bucket key, so it is limited to
+	// [A-Za-z0-9_-]{1,64}.
+	ID string `json:"id"`
+	// URL is where events are POSTed: an http or https URL with a host.
+	URL string `json:"url"`
+	// Secrets are the "whsec_" signing secrets. During a rotation there are
+	// several, newest first, and every request carries a signature for each,
+	// so the receiver may verify with the old or the new one.
+	Secrets []string `json:"secrets"`
+	// Events are NATS-style filters on the event type, such as "video.*" or
+	// "order.>"; an event is delivered when one matches. Empty means every
+	// event.
+	Events []string `json:"events,omitempty"`
+	// Rate is the most requests per second relay sends to the subscriber,
+	// summed over all relay instances; 0 means unlimited.
+	Rate float64 `json:"rate"`
+	// Burst is how many requests may go at once after a quiet spell. It
+	// defaults to the rate rounded up, and is at least 1 when Rate is set.
+	Burst int `json:"burst"`
+	// MaxAttempts is how many HTTP requests one event gets before it is
+	// dead-lettered with reason max_attempts.
+	MaxAttempts int `json:"max_attempts"`
+	// Timeout bounds one HTTP request, from dial to the end of the response.
+	Timeout Duration `json:"timeout"`
+	// RetryBase is the delay after the first failed attempt; each further
+	// failure doubles it, up to RetryMax, with jitter.
+	RetryBase Duration `json:"retry_base"`
+	// RetryMax caps the delay between two attempts.
+	RetryMax Duration `json:"retry_max"`
+	// MaxInFlight is the most requests to the subscriber on the wire at once
+	// from one relay instance.
+	MaxInFlight int `json:"max_in_flight"`
+	// Headers are sent with every request, such as an Authorization header
+	// the receiver checks. Headers relay or HTTP set themselves cannot be
+	// configured.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Dedicated gives the subscriber a lane of its own instead of a shared
+	// one; at most [MaxDedicated] subscribers may have one.
+	Dedicated bool `json:"dedicated,omitempty"`
+	// Disabled stops deliveries to the subscriber: the fan-out skips it
+	// until it is enabled again. Relay disables a subscriber that answers
+	// 410 Gone.
+	Disabled bool `json:"disabled,omitempty"`
+	// DisabledReason says why the subscriber was disabled, for `relay sub
+	// get`; it is empty while the subscriber is enabled.
+	DisabledReason string `json:"disabled_reason,omitempty"`
+	// CreatedAt is when the subscriber was first stored, in UTC.
+	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is when the subscriber was last stored, in UTC.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SetDefaults fills the zero fields of s with the defaults of `relay sub
+// add`: [DefaultMaxAttempts], [DefaultTimeout], [DefaultRetryBase],
+// [DefaultRetryMax], [DefaultMaxInFlight], and a Burst of the rate rounded
+// up (at least 1) when a rate is set. Fields already set, including invalid
+// ones, are left for [Subscriber.Validate] to judge.
+func (s *Subscriber) SetDefaults() {
+	if s.Burst == 0 && s.Rate > 0 && s.Rate <= maxRate {
+		s.Burst = max(1, int(math.Ceil(s.Rate)))
+	}
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = DefaultMaxAttempts
+	}
+	if s.Timeout == 0 {
+		s.Timeout = Duration(DefaultTimeout)
+	}
+	if s.RetryBase == 0 {
+		s.RetryBase = Duration(DefaultRetryBase)
+	}
+	if s.RetryMax == 0 {
+		s.RetryMax = Duration(DefaultRetryMax)
+	}
+	if s.MaxInFlight == 0 {
+		s.MaxInFlight = DefaultMaxInFlight
+	}
+}
+
+// ValidateID reports whether id can name a subscriber: 1 to 64 characters
+// from A-Z, a-z, 0-9, "_" and "-". Ids become subject tokens and KV keys, so
+// dots, wildcards and spaces are out. The error is a [*ValidationError] for
+// "ID", wrapping [ErrInvalid].
+func ValidateID(id string) error {
+	ok := id != "" && len(id) <= maxIDLen
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+	}
+	if !ok {
+		return invalid("ID", fmt.Sprintf("must be 1 to %d characters from A-Z a-z 0-9 _ -, got %s", maxIDLen, quote(id)))
+	}
+	return nil
+}
+
+// Validate reports the first rule of DESIGN.md that s breaks, as a
+// [*ValidationError] wrapping [ErrInvalid] whose one-line message names the
+// `relay sub add` flag at fault and what it expects. It judges s as given:
+// call [Subscriber.SetDefaults] first to accept the defaults. It checks the
+// id; that the URL is http or https with a host and without credentials; that
+// there is at least one secret and each is valid; every event filter; that
+// the rate is finite and from 0 to 1,000,000 and the burst at least 1 when
+// there is a rate; max attempts from 1 to 1000; a timeout above 0 and at most
+// 5m; a retry base above 0 and a retry max no lower; max in flight from 1 to
+// 1024; and that every header is valid and not reserved.
+func (s Subscriber) Validate() error {
+	if err := ValidateID(s.ID); err != nil {
+		return err
+	}
+	if err := validateURL(s.URL); err != nil {
+		return err
+	}
+	if err := validateSecrets(s.Secrets); err != nil {
+		return err
+	}
+	for _, f := range s.Events {
+		if err := ValidateFilter(f); err != nil {
+			return err
+		}
+	}
+	if math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) || s.Rate < 0 || s.Rate > maxRate {
+		return invalid("--rate", fmt.Sprintf("must be a number of requests per second from 0 (unlimited) to %d, got %v", maxRate, s.Rate))
+	}
+	if s.Burst < 0 {
+		return invalid("--burst", fmt.Sprintf("must be 0 or more, got %d", s.Burst))
+	}
+	if s.Rate > 0 && s.Burst < 1 {
+		return invalid("--burst", fmt.Sprintf("must be at least 1 when --rate is above 0, got %d", s.Burst))
+	}
+	if s.MaxAttempts < 1 || s.MaxAttempts > maxMaxAttempts {
+		return invalid("--max-attempts", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxAttempts, s.MaxAttempts))
+	}
+	if s.Timeout <= 0 || s.Timeout.Std() > maxTimeout {
+		return invalid("--timeout", fmt.Sprintf("must be above 0 and at most %v, got %v", maxTimeout, s.Timeout))
+	}
+	if s.RetryBase <= 0 {
+		return invalid("--retry-base", fmt.Sprintf("must be above 0, got %v", s.RetryBase))
+	}
+	if s.RetryMax < s.RetryBase {
+		return invalid("--retry-max", fmt.Sprintf("must be at least --retry-base (%v), got %v", s.RetryBase, s.RetryMax))
+	}
+	if s.MaxInFlight < 1 || s.MaxInFlight > maxMaxInFlight {
+		return invalid("--max-in-flight", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxInFlight, s.MaxInFlight))
+	}
+	// Sorted, so that the error reported for several bad headers is always
+	// the same one.
+	seen := make(map[string]string, len(s.Headers))
+	for _, name := range slices.Sorted(maps.Keys(s.Headers)) {
+		if err := validateHeader(name, s.Headers[name]); err != nil {
+			return err
+		}
+		lower := strings.ToLower(name)
+		if other, dup := seen[lower]; dup {
+			return invalid("--header", fmt.Sprintf("%q and %q are the same header; give it once", other, name))
+		}
+		seen[lower] = name
+	}
+	return nil
+}
+
+// validateURL checks the subscriber URL. Whether its address is private is
+// not judged here: the relay that dials decides, by its own flag.
+func validateURL(raw string) error {
+	const expect = "must be an http or https URL with a host"
+	u, err := url.Parse(raw)
+	if err != nil {
+		return &ValidationError{Flag: "--url", Msg: fmt.Sprintf("%s, got %s", expect, quote(raw)), Err: err}
+	}
+	if u.User != nil {
+		return invalid("--url", fmt.Sprintf("must not contain a user or password (send credentials with --header, such as \"Authorization: Basic ...\"), got %s", quote(u.Redacted())))
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "" {
+		return invalid("--url", fmt.Sprintf("%s, got %s", expect, quote(raw)))
+	}
+	return nil
+}
+
+// validateSecrets checks that there is at least one secret and that each
+// parses, without ever quoting a secret.
+func validateSecrets(secrets []string) error {
+	if len(secrets) == 0 {
+		return invalid("--secret", `at least one secret is required: "whsec_" followed by base64 of 24–64 bytes`)
+	}
+	for i, sec := range secrets {
+		if _, err := deliver.ParseSecret(sec); err != nil {
+			return secretError(i, len(secrets), err)
+		}
+	}
+	return nil
+}
+
+// secretError turns an error of [deliver.ParseSecret] into a validation
+// error for --secret, keeping its explanation of what is wrong.
+func secretError(i, n int, err error) error {
+	msg := strings.TrimPrefix(err.Error(), deliver.ErrInvalidSecret.Error()+": ")
+	if n > 1 {
+		msg = fmt.Sprintf("secret %d of %d: %s", i+1, n, msg)
+	}
+	return &ValidationError{Flag: "--secret", Msg: msg, Err: err}
+}
+
+// Keys returns the decoded signing keys of the subscriber's secrets, newest
+// first, for signing each request once per key during a rotation. The error
+// is a [*ValidationError] for --secret.
+func (s Subscriber) Keys() ([][]byte, error) {
+	keys := make([][]byte, 0, len(s.Secrets))
+	for i, sec := range s.Secrets {
+		key, err := deliver.ParseSecret(sec)
+		if err != nil {
+			return nil, secretError(i, len(s.Secrets), err)
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
+}
+
+// sensitiveHeaderWords mark header names whose values are credentials more
+// often than not; [Subscriber.Redacted] hides their values.
+var sensitiveHeaderWords = []string{"auth", "token", "secret", "key", "password", "cookie", "session", "signature", "credential"}
+
+// maskedValue replaces a hidden header value.
+const maskedValue = "…"
+
+// Redacted returns a copy of s that is safe to print or log: every secret is
+// masked as [deliver.MaskSecret] masks it (enough to tell two apart, not
+// enough to sign), and so is the value of every header whose name suggests a
+// credential (Authorization, X-Api-Key, Cookie and the like). The copy shares
+// no slice or map with s.
+func (s Subscriber) Redacted() Subscriber {
+	r := s
+	r.Secrets = make([]string, len(s.Secrets))
+	for i, sec := range s.Secrets {
+		r.Secrets[i] = deliver.MaskSecret(sec)
+	}
+	r.Events = slices.Clone(s.Events)
+	if s.Headers != nil {
+		r.Headers = make(map[string]string, len(s.Headers))
+		for name, value := range s.Headers {
+			if sensitiveHeader(name) {
+				value = maskedValue
+			}
+			r.Headers[name] = value
+		}
+	}
+	return r
+}
+
+// sensitiveHeader reports whether a header's value should not be printed.
+func sensitiveHeader(name string) bool {
+	lower := strings.ToLower(name)
+	for _, w := range sensitiveHeaderWords {
+		if strings.Contains(lower, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// clone returns a copy of s that shares no slice or map with it.
+func (s Subscriber) clone() Subscriber {
+	c := s
+	c.Secrets = slices.Clone(s.Secrets)
+	c.Events = slices.Clone(s.Events)
+	c.Headers = maps.Clone(s.Headers)
+	return c
+}
+
+// quote quotes a user-given value for an error message, shortened so that
+// the message stays one readable line.
+func quote(s string) string {
+	const limit = 100
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return fmt.Sprintf("%q…", s[:cut])
+	}
+	return fmt.Sprintf("%q", s)
+}

@@ -1,0 +1,49 @@
+package streams
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Headers relay sets on the copies it keeps in DELIVERIES and DLQ (DESIGN.md
+// "Names that are part of the contract"). The fan-out writes them and the
+// lanes and dead-letter tools read them, so they live beside the streams
+// they describe.
+const (
+	HeaderEventID          = "Relay-Event-Id"
+	HeaderEventType        = "Relay-Event-Type"
+	HeaderPublishedAt      = "Relay-Published-At"
+	HeaderDeadline         = "Relay-Deadline"
+	HeaderAttempt          = "Relay-Attempt"
+	HeaderFirstAttemptAt   = "Relay-First-Attempt-At"
+	HeaderReason           = "Relay-Reason"
+	HeaderAttempts         = "Relay-Attempts"
+	HeaderLastStatus       = "Relay-Last-Status"
+	HeaderLastError        = "Relay-Last-Error"
+	HeaderDeadAt           = "Relay-Dead-At"
+	HeaderOriginSeq        = "Relay-Origin-Seq"
+	HeaderContentType      = "Content-Type"
+	headerNatsPrefixLength = len("nats-")
+)
+
+// HeaderValue returns the first value of a header whatever the case of its
+// name: NATS headers are case-sensitive, but publishers write Content-Type
+// and content-type alike.
+func HeaderValue(h nats.Header, name string) string {
+	if v := h.Get(name); v != "" {
+		return v
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, name) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// IsNatsHeader reports whether a header is one of JetStream's own (Nats-*),
+// which are stripped when relay copies a message.
+func IsNatsHeader(name string) bool {
+	return len(name) >= headerNatsPrefixLength && strings.EqualFold(name[:headerNatsPrefixLength], "nats-")
+}
