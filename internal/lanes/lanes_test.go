@@ -220,4 +220,3 @@ func TestHoldLimitAndHandBackDelay(t *testing.T) {
 		})
 	}
 }
-

@@ -17,10 +17,22 @@ import (
 // `relay sub add` flags. With them a failing subscriber has about two hours
 // to recover before an event is dead-lettered (DESIGN.md, "Delivery rules").
 const (
+	// DefaultMaxAttempts is how many requests an event gets by default
+	// before it is dead-lettered: enough, with the default delays, to ride
+	// out an outage of about two hours.
 	DefaultMaxAttempts = 12
-	DefaultTimeout     = 10 * time.Second
-	DefaultRetryBase   = 5 * time.Second
-	DefaultRetryMax    = time.Hour
+	// DefaultTimeout bounds a request by default: long enough for a slow
+	// receiver, short enough that a hung one does not hold in-flight slots.
+	DefaultTimeout = 10 * time.Second
+	// DefaultRetryBase is the default delay after a first failure, short
+	// enough that a blip costs seconds.
+	DefaultRetryBase = 5 * time.Second
+	// DefaultRetryMax caps the default backoff, so that a recovered
+	// subscriber is tried again within the hour.
+	DefaultRetryMax = time.Hour
+	// DefaultMaxInFlight is how many requests one relay keeps on the wire to
+	// a subscriber by default, enough for a fast receiver at a high rate
+	// without opening hundreds of connections to a slow one.
 	DefaultMaxInFlight = 16
 )
 
