@@ -21,6 +21,7 @@ const (
 	Events            = "EVENTS"
 	Deliveries        = "DELIVERIES"
 	DLQ               = "DLQ"
+	Retries           = "RETRIES"
 	SubscribersBucket = "relay_subscribers"
 	RateLimitBucket   = "relay_ratelimit"
 )
@@ -61,7 +62,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if replicas != 1 && replicas != 3 && replicas != 5 {
 		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, replicas)
 	}
-	for _, name := range []string{Events, Deliveries, DLQ} {
+	for _, name := range []string{Events, Deliveries, DLQ, Retries} {
 		cfg, err := Config(name)
 		if err != nil {
 			return err

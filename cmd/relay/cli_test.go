@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
@@ -130,12 +131,18 @@ func TestSSRFGuardRefusesLoopbackByDefault(t *testing.T) {
 	// 10.255.255.1 would never be dialled: the guard refuses it first.
 	mustRelay(t, "sub", "add", "private", "--nats", n.URL, "--url", "http://10.255.255.1:9/", "--secret", testSecret)
 	mustRelay(t, "sub", "add", "mapped", "--nats", n.URL, "--url", "http://[::ffff:127.0.0.1]:"+portOf(private.URL)+"/", "--secret", testSecret)
-	r := startRelay(t, n.URL, "--log-level", "debug")
+	startRelay(t, n.URL)
 	publish(t, n.JS, "x", "e1", []byte(`{}`))
+	var dead []deadletter.Entry
 	testutil.Eventually(t, func() bool {
-		s := r.stderr.String()
-		return strings.Count(s, "outcome=refused") >= 3
-	}, "no refused attempts logged: %s", r.stderr)
+		dead, _ = deadletter.List(testutil.Context(t), n.JS, deadletter.Filter{Reason: deadletter.Refused}, 0)
+		return len(dead) == 3
+	}, "refused deliveries not dead-lettered: %+v", dead)
+	for _, d := range dead {
+		if d.Attempts != 1 || d.LastStatus != 0 || !strings.Contains(d.LastError, "refused") {
+			t.Errorf("dead letter %+v", d)
+		}
+	}
 	if rcv.count() != 0 || private.count() != 0 {
 		t.Fatalf("a loopback receiver was hit despite the guard")
 	}

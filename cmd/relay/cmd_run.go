@@ -20,6 +20,7 @@ import (
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -35,6 +36,8 @@ type runFlags struct {
 	lanes        int
 	allowPrivate bool
 	logLevel     string
+	maxPause     time.Duration
+	ackWait      time.Duration
 	logFormat    string
 	// ready, when set (by tests), is called once the relay consumes, with
 	// the client URL of the NATS server and the metrics address.
@@ -65,6 +68,8 @@ back to JetStream, nothing is lost.`,
 	fl.StringVar(&f.metricsAddr, "metrics", "127.0.0.1:9469", "HOST:PORT serving /metrics, /healthz and /readyz (empty to turn off)")
 	fl.IntVar(&f.lanes, "lanes", 16, fmt.Sprintf("number of shared lanes (1-%d); every relay on one cluster must use the same", maxSharedLanes))
 	fl.BoolVar(&f.allowPrivate, "allow-private-targets", false, "allow subscriber URLs on loopback and private addresses (for local testing)")
+	fl.DurationVar(&f.maxPause, "max-pause", retry.DefaultMaxPause, "longest Retry-After relay obeys")
+	fl.DurationVar(&f.ackWait, "ack-wait", 60*time.Second, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -88,6 +93,12 @@ func (f *runFlags) validate() (slog.Level, error) {
 		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
 			return level, usagef("--metrics: must be HOST:PORT or empty, got %q", f.metricsAddr)
 		}
+	}
+	if f.maxPause < time.Second {
+		return level, usagef("--max-pause: must be at least 1s, got %s", f.maxPause)
+	}
+	if f.ackWait < time.Second {
+		return level, usagef("--ack-wait: must be at least 1s, got %s", f.ackWait)
 	}
 	if strings.TrimSpace(f.data) == "" {
 		return level, usagef("--data: must name a directory")
@@ -180,7 +191,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 
 	var metricsAddr net.Addr
 	var wg conc.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	if f.metricsAddr != "" {
 		ln, err := net.Listen("tcp", f.metricsAddr)
 		if err != nil {
@@ -191,12 +202,21 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	wg.Go(func() {
 		errs <- fanout.Run(runCtx, fanout.Config{
-			JS: js, Subscribers: live, SharedLanes: f.lanes, Logger: log, Metrics: m,
+			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log, Metrics: m,
+		})
+	})
+	wg.Go(func() {
+		errs <- retry.Move(runCtx, retry.MoverConfig{
+			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log,
 		})
 	})
 	wg.Go(func() {
 		errs <- lanes.Run(runCtx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Logger: log, Metrics: m,
+			AckWait: f.ackWait, MaxPause: f.maxPause,
+			Disable: func(ctx context.Context, id, reason string) error {
+				return store.SetDisabled(ctx, id, true, reason)
+			},
 		})
 	})
 	m.SetReady(true)

@@ -92,6 +92,7 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 	root.AddCommand(
 		newRunCmd(conn),
 		newSubCmd(conn),
+		newDLQCmd(conn),
 		newListenCmd(),
 		newVersionCmd(),
 	)

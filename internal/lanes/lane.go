@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -20,9 +22,11 @@ import (
 // holds a message long enough for its ack wait to matter.
 const pullBatch = 256
 
-// disabledHold is how long a message of a disabled subscriber is handed back
-// for; `relay sub enable` resumes delivery within about that long.
-const disabledHold = 5 * time.Second
+// disabledHold is how long a message of a disabled subscriber is parked in
+// RETRIES for; `relay sub enable` resumes delivery within about that long.
+// Parked, it holds none of the lane's MaxAckPending slots however long the
+// subscriber stays disabled.
+const disabledHold = 30 * time.Second
 
 // lane is one durable pull consumer and the schedulers of the subscribers
 // whose messages it carries.
@@ -132,12 +136,25 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	d := newDelivery(msg)
 	if sub.Disabled {
-		l.cfg.Metrics.HandBack()
-		_ = msg.NakWithDelay(disabledHold)
+		l.work.Go(func() { l.holdDisabled(context.WithoutCancel(ctx), d, sub) })
 		return
 	}
-	l.scheduler(id).offer(ctx, msg, sub)
+	if !d.dueBy(l.cfg.Clock.Now()) {
+		l.work.Go(func() {
+			l.deadLetter(context.WithoutCancel(ctx), d, sub, deadletter.Death{Reason: d.lateReason()})
+		})
+		return
+	}
+	l.scheduler(id).offer(ctx, d, sub)
+}
+
+// holdDisabled parks a disabled subscriber's delivery for disabledHold,
+// without counting an attempt.
+func (l *lane) holdDisabled(ctx context.Context, d delivery, sub subscribers.Subscriber) {
+	l.cfg.Metrics.HandBack()
+	l.park(ctx, d, sub, copyHeader(d.msg.Headers()), l.cfg.Clock.Now().Add(disabledHold))
 }
 
 func (l *lane) scheduler(id string) *scheduler {

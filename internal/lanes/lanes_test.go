@@ -14,6 +14,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
@@ -21,11 +22,14 @@ import (
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// arrivals records when each subscriber's requests arrived.
+// arrivals records when each subscriber's requests arrived and answers
+// them as the test says.
 type arrivals struct {
-	mu  sync.Mutex
-	at  map[string][]time.Time
-	all int
+	mu      sync.Mutex
+	at      map[string][]time.Time
+	ids     map[string][]string
+	all     int
+	respond map[string]func(n int, w http.ResponseWriter)
 }
 
 func (a *arrivals) handler() http.Handler {
@@ -33,10 +37,36 @@ func (a *arrivals) handler() http.Handler {
 		id := strings.TrimPrefix(r.URL.Path, "/")
 		a.mu.Lock()
 		a.at[id] = append(a.at[id], time.Now())
+		a.ids[id] = append(a.ids[id], r.Header.Get("webhook-id"))
 		a.all++
+		n := len(a.at[id])
+		respond := a.respond[id]
 		a.mu.Unlock()
+		if respond != nil {
+			respond(n, w)
+			return
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// answer sets how a subscriber's n-th request (from 1) is answered.
+func (a *arrivals) answer(id string, f func(n int, w http.ResponseWriter)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.respond[id] = f
+}
+
+func (a *arrivals) webhookIDs(id string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.ids[id]...)
+}
+
+func (a *arrivals) times(id string) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.at[id]...)
 }
 
 func (a *arrivals) count(id string) int {
@@ -65,7 +95,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arr := &arrivals{at: map[string][]time.Time{}}
+	arr := &arrivals{at: map[string][]time.Time{}, ids: map[string][]string{}, respond: map[string]func(int, http.ResponseWriter){}}
 	rcv := httptest.NewServer(arr.handler())
 	t.Cleanup(rcv.Close)
 	return &bundle{n: n, store: store, rcv: rcv, arr: arr}
@@ -73,11 +103,22 @@ func setup(t *testing.T) *bundle {
 
 func (b *bundle) addSubscriber(t *testing.T, id string, rate float64, burst int) subscribers.Subscriber {
 	t.Helper()
-	sub := subscribers.Subscriber{ID: id, URL: b.rcv.URL + "/" + id, Secrets: []string{secret}, Rate: rate, Burst: burst}
+	return b.put(t, subscribers.Subscriber{ID: id, Rate: rate, Burst: burst})
+}
+
+// put stores a subscriber delivering to the bundle's receiver.
+func (b *bundle) put(t *testing.T, sub subscribers.Subscriber) subscribers.Subscriber {
+	t.Helper()
+	sub.URL = b.rcv.URL + "/" + sub.ID
+	sub.Secrets = []string{secret}
 	if err := b.store.Put(testutil.Context(t), sub); err != nil {
 		t.Fatal(err)
 	}
-	return sub
+	got, err := b.store.Get(testutil.Context(t), sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // startLanes runs the lanes until the test ends.
@@ -92,28 +133,41 @@ func (b *bundle) startLanes(t *testing.T, shared int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() {
-		done <- lanes.Run(ctx, lanes.Config{JS: b.n.JS, Subscribers: live, SharedLanes: shared, Client: client})
+		done <- lanes.Run(ctx, lanes.Config{
+			JS: b.n.JS, Subscribers: live, SharedLanes: shared, Client: client,
+			Disable: func(ctx context.Context, id, reason string) error {
+				return b.store.SetDisabled(ctx, id, true, reason)
+			},
+		})
+	}()
+	go func() {
+		done <- retry.Move(ctx, retry.MoverConfig{JS: b.n.JS, Subscribers: live, SharedLanes: shared})
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("lanes.Run: %v", err)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("lanes: %v", err)
+			}
 		}
 		<-live.Done()
 	})
 }
 
 // enqueue publishes count deliveries for sub straight onto DELIVERIES, as
-// the fan-out would.
-func (b *bundle) enqueue(t *testing.T, sub subscribers.Subscriber, shared, count int) {
+// the fan-out would, with the given extra headers.
+func (b *bundle) enqueue(t *testing.T, sub subscribers.Subscriber, shared, count int, hdr ...string) {
 	t.Helper()
 	for i := range count {
 		m := &nats.Msg{
 			Subject: "deliveries." + sub.Lane(shared) + "." + sub.ID,
 			Header:  nats.Header{streams.HeaderEventID: []string{fmt.Sprintf("%s-%d", sub.ID, i)}},
 			Data:    []byte(`{}`),
+		}
+		for j := 0; j+1 < len(hdr); j += 2 {
+			m.Header.Set(hdr[j], hdr[j+1])
 		}
 		if _, err := b.n.JS.PublishMsgAsync(m); err != nil {
 			t.Fatal(err)

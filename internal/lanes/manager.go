@@ -16,6 +16,7 @@ import (
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -44,9 +45,15 @@ type Config struct {
 	// have out, held, in flight or handed back with a delay. Defaults to
 	// 20,000.
 	MaxAckPending int
-	// RetryDelay is how long a failed delivery waits before it is tried
-	// again. Defaults to 5s.
-	RetryDelay time.Duration
+	// RetryPolicy gives a subscriber's retry schedule. Defaults to
+	// retry.Exponential with the subscriber's --retry-base and --retry-max
+	// and MaxPause.
+	RetryPolicy func(sub subscribers.Subscriber) retry.Policy
+	// MaxPause bounds a Retry-After (--max-pause). Defaults to 1h.
+	MaxPause time.Duration
+	// Disable turns a subscriber off after a 410 Gone (DESIGN.md: "the
+	// subscriber is disabled until relay sub enable"). Nil leaves it on.
+	Disable func(ctx context.Context, id, reason string) error
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.
@@ -69,8 +76,14 @@ func (c *Config) setDefaults() error {
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = 20_000
 	}
-	if c.RetryDelay == 0 {
-		c.RetryDelay = 5 * time.Second
+	if c.MaxPause == 0 {
+		c.MaxPause = retry.DefaultMaxPause
+	}
+	if c.RetryPolicy == nil {
+		maxPause := c.MaxPause
+		c.RetryPolicy = func(sub subscribers.Subscriber) retry.Policy {
+			return retry.Exponential{Base: sub.RetryBase.Std(), Max: sub.RetryMax.Std(), MaxPause: maxPause}
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -55,7 +55,7 @@ type scheduler struct {
 	id   string
 
 	mu       sync.Mutex
-	queue    []jetstream.Msg
+	queue    []delivery
 	inFlight map[jetstream.Msg]struct{}
 	running  bool
 	stopped  bool
@@ -73,20 +73,20 @@ func newScheduler(l *lane, id string) *scheduler {
 
 // offer holds msg, or hands it back when the subscriber already holds its
 // limit.
-func (s *scheduler) offer(ctx context.Context, msg jetstream.Msg, sub subscribers.Subscriber) {
+func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subscriber) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		_ = msg.Nak()
+		_ = d.msg.Nak()
 		return
 	}
 	if n := len(s.queue); n >= HoldLimit(sub) {
 		s.mu.Unlock()
 		s.lane.cfg.Metrics.HandBack()
-		_ = msg.NakWithDelay(HandBackDelay(sub, n, rand.Float64()))
+		_ = d.msg.NakWithDelay(HandBackDelay(sub, n, rand.Float64()))
 		return
 	}
-	s.queue = append(s.queue, msg)
+	s.queue = append(s.queue, d)
 	start := !s.running
 	s.running = true
 	s.mu.Unlock()
@@ -111,11 +111,11 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.queue = nil
 			s.running = false
 			s.mu.Unlock()
-			for _, msg := range held {
+			for _, d := range held {
 				if ok {
-					_ = msg.NakWithDelay(disabledHold)
+					s.lane.holdDisabled(ctx, d, sub)
 				} else {
-					_ = msg.Term()
+					_ = d.msg.Term()
 				}
 			}
 			return
@@ -142,18 +142,18 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.mu.Unlock()
 			continue
 		}
-		msg := s.queue[0]
-		s.queue[0] = nil
+		d := s.queue[0]
+		s.queue[0] = delivery{}
 		s.queue = s.queue[1:]
-		s.inFlight[msg] = struct{}{}
+		s.inFlight[d.msg] = struct{}{}
 		s.mu.Unlock()
 
 		s.lane.work.Go(func() {
 			// An in-flight request finishes even when the relay is stopping:
-			// its outcome is then acked or handed back, never lost.
-			s.lane.send(context.WithoutCancel(ctx), msg, sub)
+			// its outcome is then acked, parked or dead-lettered, never lost.
+			s.lane.send(context.WithoutCancel(ctx), d, sub)
 			s.mu.Lock()
-			delete(s.inFlight, msg)
+			delete(s.inFlight, d.msg)
 			s.mu.Unlock()
 			select {
 			case s.wake <- struct{}{}:
@@ -182,7 +182,9 @@ func (s *scheduler) outstanding() []jetstream.Msg {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]jetstream.Msg, 0, len(s.queue)+len(s.inFlight))
-	out = append(out, s.queue...)
+	for _, d := range s.queue {
+		out = append(out, d.msg)
+	}
 	for msg := range s.inFlight {
 		out = append(out, msg)
 	}
@@ -195,7 +197,10 @@ func (s *scheduler) drain() []jetstream.Msg {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
-	held := s.queue
+	held := make([]jetstream.Msg, 0, len(s.queue))
+	for _, d := range s.queue {
+		held = append(held, d.msg)
+	}
 	s.queue = nil
 	return held
 }

@@ -2,19 +2,67 @@ package lanes
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
-// request builds the HTTP delivery of one DELIVERIES message.
-func request(msg jetstream.Msg, sub subscribers.Subscriber) (deliver.Request, error) {
+// settleRetry is how long a message whose outcome could not be recorded
+// (NATS unavailable for the DLQ copy or the parked retry) waits before it
+// is taken up again.
+const settleRetry = 5 * time.Second
+
+// delivery is what the lane knows of one DELIVERIES message.
+type delivery struct {
+	msg      jetstream.Msg
+	seq      uint64
+	attempts int       // attempts made before this one (Relay-Attempt)
+	firstAt  time.Time // Relay-First-Attempt-At, zero before the first attempt
+	deadline time.Time // Relay-Deadline, zero when none
+}
+
+func newDelivery(msg jetstream.Msg) delivery {
+	d := delivery{msg: msg}
+	if md, err := msg.Metadata(); err == nil {
+		d.seq = md.Sequence.Stream
+	}
 	h := msg.Headers()
+	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
+		d.attempts = n
+	}
+	d.firstAt, _ = time.Parse(time.RFC3339Nano, h.Get(streams.HeaderFirstAttemptAt))
+	d.deadline, _ = time.Parse(time.RFC3339Nano, streams.HeaderValue(h, streams.HeaderDeadline))
+	return d
+}
+
+// dueBy reports whether a delivery may still be sent at now: not past its
+// deadline. Nothing is sent late.
+func (d delivery) dueBy(now time.Time) bool {
+	return d.deadline.IsZero() || now.Before(d.deadline)
+}
+
+// lateReason is why a delivery past its deadline dies: expired when it was
+// never attempted, deadline when its retries ran out of time.
+func (d delivery) lateReason() deadletter.Reason {
+	if d.attempts == 0 {
+		return deadletter.Expired
+	}
+	return deadletter.Deadline
+}
+
+// request builds the HTTP delivery of one DELIVERIES message.
+func request(d delivery, sub subscribers.Subscriber) (deliver.Request, error) {
+	h := d.msg.Headers()
 	keys, err := sub.Keys()
 	if err != nil {
 		return deliver.Request{}, err
@@ -23,9 +71,7 @@ func request(msg jetstream.Msg, sub subscribers.Subscriber) (deliver.Request, er
 	if id == "" {
 		// A message published on DELIVERIES by hand: its stream sequence is
 		// the most stable id it has.
-		if md, err := msg.Metadata(); err == nil {
-			id = "DELIVERIES-" + strconv.FormatUint(md.Sequence.Stream, 10)
-		}
+		id = "DELIVERIES-" + strconv.FormatUint(d.seq, 10)
 	}
 	var header http.Header
 	if len(sub.Headers) > 0 {
@@ -37,7 +83,7 @@ func request(msg jetstream.Msg, sub subscribers.Subscriber) (deliver.Request, er
 	return deliver.Request{
 		URL:         sub.URL,
 		ID:          id,
-		Body:        msg.Data(),
+		Body:        d.msg.Data(),
 		ContentType: streams.HeaderValue(h, streams.HeaderContentType),
 		Header:      header,
 		Keys:        keys,
@@ -45,23 +91,146 @@ func request(msg jetstream.Msg, sub subscribers.Subscriber) (deliver.Request, er
 	}, nil
 }
 
-// send makes one attempt and settles the message by its outcome.
-func (l *lane) send(ctx context.Context, msg jetstream.Msg, sub subscribers.Subscriber) {
-	req, err := request(msg, sub)
-	if err != nil {
-		l.log.Error("lanes: building request", "subscriber", sub.ID, "err", err)
-		_ = msg.NakWithDelay(l.cfg.RetryDelay)
+// send makes one attempt and settles the message by its outcome: ack,
+// park for a retry, or dead-letter.
+func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber) {
+	now := l.cfg.Clock.Now()
+	if !d.dueBy(now) {
+		l.deadLetter(ctx, d, sub, deadletter.Death{Reason: d.lateReason()})
 		return
 	}
+	if d.attempts >= sub.MaxAttempts {
+		// --max-attempts was lowered while this one waited.
+		l.deadLetter(ctx, d, sub, deadletter.Death{Reason: deadletter.MaxAttempts})
+		return
+	}
+	req, err := request(d, sub)
+	if err != nil {
+		l.log.Error("lanes: building request", "subscriber", sub.ID, "err", err)
+		_ = d.msg.NakWithDelay(settleRetry)
+		return
+	}
+	if d.firstAt.IsZero() {
+		d.firstAt = now
+	}
 	out := l.cfg.Client.Send(ctx, req)
+	d.attempts++
 	l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
-	if out.Class == deliver.Delivered {
-		if err := msg.Ack(); err != nil {
+	death := deadletter.Death{LastStatus: out.Status, LastError: errorText(out)}
+
+	switch out.Class {
+	case deliver.Delivered:
+		if err := d.msg.Ack(); err != nil {
 			l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
 		}
 		return
+	case deliver.Gone:
+		death.Reason = deadletter.Gone
+		if l.deadLetter(ctx, d, sub, death) && l.cfg.Disable != nil {
+			reason := fmt.Sprintf("410 Gone from %s at %s", sub.URL, now.UTC().Format(time.RFC3339))
+			if err := l.cfg.Disable(ctx, sub.ID, reason); err != nil {
+				l.log.Error("lanes: disabling a gone subscriber", "subscriber", sub.ID, "err", err)
+			}
+		}
+		return
+	case deliver.Rejected:
+		death.Reason = deadletter.Rejected
+		l.deadLetter(ctx, d, sub, death)
+		return
+	case deliver.Refused:
+		death.Reason = deadletter.Refused
+		l.deadLetter(ctx, d, sub, death)
+		return
 	}
-	l.log.Info("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", req.ID,
-		"outcome", out.Class.String(), "status", out.Status, "err", out.Err)
-	_ = msg.NakWithDelay(l.cfg.RetryDelay)
+
+	// Retryable.
+	if d.attempts >= sub.MaxAttempts {
+		death.Reason = deadletter.MaxAttempts
+		l.deadLetter(ctx, d, sub, death)
+		return
+	}
+	at := l.cfg.Clock.Now().Add(l.cfg.RetryPolicy(sub).NextRetry(d.attempts, out))
+	if !d.dueBy(at) {
+		death.Reason = deadletter.Deadline
+		l.deadLetter(ctx, d, sub, death)
+		return
+	}
+	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", req.ID,
+		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
+	h := copyHeader(d.msg.Headers())
+	h.Set(streams.HeaderAttempt, strconv.Itoa(d.attempts))
+	h.Set(streams.HeaderFirstAttemptAt, d.firstAt.UTC().Format(time.RFC3339Nano))
+	setOrDel(h, streams.HeaderLastStatus, death.LastStatus)
+	h.Set(streams.HeaderLastError, death.LastError)
+	l.park(ctx, d, sub, h, at)
+}
+
+// park moves a delivery into RETRIES until at and acks the original once
+// the parked copy is stored. If it cannot be parked, the original is handed
+// back with a delay instead, losing nothing (but the attempt just made is
+// not counted).
+func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber, h nats.Header, at time.Time) {
+	err := retry.Park(ctx, l.cfg.JS, sub.ID, d.msg.Data(), h, at, "park."+strconv.FormatUint(d.seq, 10)+"."+strconv.Itoa(d.attempts))
+	if err != nil {
+		l.log.Warn("lanes: parking a delivery", "subscriber", sub.ID, "err", err)
+		_ = d.msg.NakWithDelay(max(settleRetry, at.Sub(l.cfg.Clock.Now())))
+		return
+	}
+	if err := d.msg.Ack(); err != nil {
+		l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
+	}
+}
+
+// deadLetter stores the DLQ copy, then terminates the original; a Term'ed
+// message is deleted at once, so the copy must be safe first. It reports
+// whether the delivery was dead-lettered.
+func (l *lane) deadLetter(ctx context.Context, d delivery, sub subscribers.Subscriber, death deadletter.Death) bool {
+	h := d.msg.Headers()
+	death.Subscriber = sub.ID
+	death.Attempts = d.attempts
+	death.FirstAttemptAt = d.firstAt
+	death.DeadAt = l.cfg.Clock.Now()
+	death.OriginSeq = d.seq
+	if death.LastStatus == 0 && death.LastError == "" {
+		// Died without an attempt of its own (expired, or max-attempts
+		// lowered): keep what the last attempt saw.
+		death.LastStatus, _ = strconv.Atoi(h.Get(streams.HeaderLastStatus))
+		death.LastError = h.Get(streams.HeaderLastError)
+	}
+	if err := deadletter.Publish(ctx, l.cfg.JS, d.msg.Data(), h, death); err != nil {
+		l.log.Error("lanes: dead-lettering", "subscriber", sub.ID, "reason", death.Reason, "err", err)
+		_ = d.msg.NakWithDelay(settleRetry)
+		return false
+	}
+	l.log.Info("lanes: dead-lettered", "subscriber", sub.ID, "event", h.Get(streams.HeaderEventID),
+		"reason", death.Reason, "attempts", death.Attempts, "last_status", death.LastStatus)
+	if err := d.msg.TermWithReason(string(death.Reason)); err != nil {
+		l.log.Warn("lanes: term", "subscriber", sub.ID, "err", err)
+	}
+	return true
+}
+
+func errorText(out deliver.Outcome) string {
+	if out.Err == nil {
+		return ""
+	}
+	return out.Err.Error()
+}
+
+func copyHeader(h nats.Header) nats.Header {
+	out := make(nats.Header, len(h)+4)
+	for k, v := range h {
+		if !streams.IsNatsHeader(k) {
+			out[k] = append([]string(nil), v...)
+		}
+	}
+	return out
+}
+
+func setOrDel(h nats.Header, key string, status int) {
+	if status == 0 {
+		h.Del(key)
+		return
+	}
+	h.Set(key, strconv.Itoa(status))
 }

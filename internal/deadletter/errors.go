@@ -1,0 +1,33 @@
+package deadletter
+
+import "errors"
+
+var (
+	// ErrInvalidReason means a string is not one of the dead-letter reasons
+	// of DESIGN.md. The wrapping error quotes the string and lists the valid
+	// reasons, so that `relay dlq ls --reason` can print it as is.
+	ErrInvalidReason = errors.New("deadletter: invalid reason")
+
+	// ErrInvalidDeath means a [Death] given to [Publish] cannot be stored: its
+	// subscriber is not a valid subject token, its OriginSeq is zero (the
+	// Nats-Msg-Id would then collide with every other such copy), or a count
+	// is negative. Nothing is published.
+	ErrInvalidDeath = errors.New("deadletter: invalid death")
+
+	// ErrInvalidFilter means a [Filter] names a subscriber that is not a valid
+	// id or a reason that is not valid; either would change the meaning of
+	// the filter subject instead of narrowing it.
+	ErrInvalidFilter = errors.New("deadletter: invalid filter")
+
+	// ErrMalformedEntry means a message in the DLQ stream is not a DLQ copy
+	// relay could have written: its subject is not dlq.<subscriber>.<reason>
+	// or one of relay's headers does not parse. Such a message was written
+	// around relay (with `nats pub`, say). The wrapping error names the DLQ
+	// sequence, so that an operator can inspect or remove it.
+	ErrMalformedEntry = errors.New("deadletter: malformed DLQ message")
+
+	// ErrTruncated means [List] stopped at its limit while more entries
+	// matched. The entries returned with it are valid: the oldest ones. The
+	// wrapping error says how many more matched.
+	ErrTruncated = errors.New("deadletter: more entries match than the limit")
+)

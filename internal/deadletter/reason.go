@@ -1,0 +1,84 @@
+package deadletter
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Reason says why a delivery was dead-lettered. It is the last token of the
+// DLQ subject dlq.<subscriber>.<reason>, so that an operator can select, count
+// or purge one kind of failure with plain subject filters.
+type Reason string
+
+// The reasons of DESIGN.md "Delivery rules". Each is final: retrying the same
+// request could not have succeeded, or the subscriber ran out of attempts or
+// time.
+const (
+	// Gone means the subscriber answered 410 Gone; the lane also disables
+	// the subscriber until `relay sub enable`.
+	Gone Reason = "gone"
+	// Rejected means the subscriber answered any other 4xx, or a 3xx:
+	// redirects are not followed, since one could point anywhere.
+	Rejected Reason = "rejected"
+	// Refused means the SSRF guard refused the address that was about to be
+	// dialled; no request was sent.
+	Refused Reason = "refused"
+	// MaxAttempts means the subscriber's --max-attempts attempts all failed.
+	MaxAttempts Reason = "max_attempts"
+	// Deadline means the next retry would have landed after the event's
+	// Relay-Deadline, so it was not made: nothing is sent late.
+	Deadline Reason = "deadline"
+	// Expired means the delivery reached its lane after its Relay-Deadline
+	// and was never attempted.
+	Expired Reason = "expired"
+)
+
+// reasons lists every valid reason in the order of DESIGN.md, for messages
+// and help texts.
+var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired}
+
+// Reasons returns every valid reason, in the order DESIGN.md lists them, so
+// that a command can list them in its help and in its errors. The slice is a
+// copy the caller may keep.
+func Reasons() []Reason {
+	return append([]Reason(nil), reasons...)
+}
+
+// reasonList is the valid reasons joined with ", ", for error messages.
+func reasonList() string {
+	s := make([]string, len(reasons))
+	for i, r := range reasons {
+		s[i] = string(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Valid reports whether r is one of the reasons of DESIGN.md. Relay never
+// writes any other, so only these may appear in a subject it publishes.
+func (r Reason) Valid() bool {
+	for _, v := range reasons {
+		if r == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseReason turns the value of a --reason flag into a [Reason]. It is exact:
+// reasons are subject tokens, and a near miss such as "Gone" would silently
+// match nothing. The error wraps [ErrInvalidReason] and lists the valid
+// reasons, so that the user can fix the command line without the docs.
+func ParseReason(s string) (Reason, error) {
+	r := Reason(s)
+	if !r.Valid() {
+		return "", fmt.Errorf("%w %q: valid reasons are %s", ErrInvalidReason, s, reasonList())
+	}
+	return r, nil
+}
+
+// Subject returns the DLQ subject of a delivery to subscriber that died for
+// reason r: dlq.<subscriber>.<reason>. It does not validate its arguments;
+// [Publish] does, before it publishes.
+func Subject(subscriber string, r Reason) string {
+	return "dlq." + subscriber + "." + string(r)
+}

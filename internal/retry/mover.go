@@ -1,0 +1,130 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// MoverName is the durable consumer on RETRIES that every relay shares.
+const MoverName = "retries"
+
+// ErrConfig is returned for a MoverConfig missing a required field.
+var ErrConfig = errors.New("retry: invalid mover config")
+
+// MoverConfig wires a Mover.
+type MoverConfig struct {
+	// JS is the JetStream context; required.
+	JS jetstream.JetStream
+	// Subscribers is the live subscriber view; required. A due delivery goes
+	// to its subscriber's lane as it is now, so a subscriber moved to a
+	// dedicated lane while a retry waited is found there.
+	Subscribers *subscribers.Live
+	// SharedLanes is --lanes; required.
+	SharedLanes int
+	// AckWait of the consumer. Defaults to 30s.
+	AckWait time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Move puts due deliveries back on DELIVERIES until ctx is cancelled.
+func Move(ctx context.Context, cfg MoverConfig) error {
+	if cfg.JS == nil || cfg.Subscribers == nil || cfg.SharedLanes <= 0 {
+		return ErrConfig
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for {
+		err := move(ctx, cfg)
+		if ctx.Err() != nil {
+			return nil
+		}
+		cfg.Logger.Error("retry: moving due deliveries, starting again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func move(ctx context.Context, cfg MoverConfig) error {
+	cons, err := cfg.JS.CreateOrUpdateConsumer(ctx, streams.Retries, jetstream.ConsumerConfig{
+		Durable:       MoverName,
+		Description:   "relay: moves due retries back to DELIVERIES",
+		FilterSubject: DuePrefix + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 4096,
+	})
+	if err != nil {
+		return fmt.Errorf("creating consumer %s: %w", MoverName, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(256))
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, iter.Drain)
+	defer stop()
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			iter.Stop()
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		moveOne(context.WithoutCancel(ctx), cfg, msg)
+	}
+}
+
+// moveOne republishes one due delivery on its subscriber's lane and acks it
+// once the copy is stored.
+func moveOne(ctx context.Context, cfg MoverConfig, msg jetstream.Msg) {
+	id := strings.TrimPrefix(msg.Subject(), DuePrefix)
+	sub, ok := cfg.Subscribers.Get(id)
+	if !ok {
+		cfg.Logger.Info("retry: dropping a due delivery of a removed subscriber", "subscriber", id)
+		_ = msg.Term()
+		return
+	}
+	var seq uint64
+	if md, err := msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	h := make(nats.Header, len(msg.Headers()))
+	for k, v := range msg.Headers() {
+		if !streams.IsNatsHeader(k) {
+			h[k] = v
+		}
+	}
+	out := &nats.Msg{Subject: "deliveries." + sub.Lane(cfg.SharedLanes) + "." + id, Header: h, Data: msg.Data()}
+	pubCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cfg.JS.PublishMsg(pubCtx, out, jetstream.WithMsgID(movedID(msg.Headers(), seq))); err != nil {
+		// DELIVERIES full (discard-new) or no leader: leave it due and try
+		// again shortly; nothing is lost.
+		cfg.Logger.Warn("retry: moving a due delivery", "subscriber", id, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		cfg.Logger.Warn("retry: ack", "err", err)
+	}
+}
