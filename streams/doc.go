@@ -1,5 +1,6 @@
 // Package streams owns the JetStream layout of DESIGN.md "Names that are part
-// of the contract": the EVENTS, DELIVERIES and DLQ streams, the KV buckets,
+// of the contract": the EVENTS, DELIVERIES and DLQ streams, the RETRIES
+// stream where deliveries wait for a retry, the KV buckets,
 // and the embedded nats-server that `relay run` starts when no cluster is
 // given.
 //

@@ -140,7 +140,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	if d.LastStatus != 0 {
 		h.Set(streams.HeaderLastStatus, strconv.Itoa(d.LastStatus))
 	}
-	if e := cleanError(d.LastError); e != "" {
+	if e := CleanError(d.LastError); e != "" {
 		h.Set(streams.HeaderLastError, e)
 	}
 	h.Set(streams.HeaderDeadAt, deadAt.UTC().Format(time.RFC3339Nano))
@@ -160,11 +160,11 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	return nil
 }
 
-// cleanError makes an error text fit for a header and a terminal: valid
+// CleanError makes an error text fit for a header and a terminal: valid
 // UTF-8, every control character (CR and LF included) replaced by a space,
 // trimmed, and cut on a character boundary to at most [MaxLastError] bytes,
 // the cut marked with an ellipsis.
-func cleanError(s string) string {
+func CleanError(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {

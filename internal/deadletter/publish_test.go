@@ -246,13 +246,13 @@ func TestCleanError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, cleanError(tt.in))
+			require.Equal(t, tt.want, CleanError(tt.in))
 		})
 	}
 	t.Run("multi-byte characters at the cut", func(t *testing.T) {
 		t.Parallel()
 		for _, s := range []string{strings.Repeat("é", 700), strings.Repeat("日本", 400), "a" + strings.Repeat("😀", 400)} {
-			got := cleanError(s)
+			got := CleanError(s)
 			require.LessOrEqual(t, len(got), MaxLastError)
 			require.True(t, utf8.ValidString(got), "cut inside a character: %q", got[len(got)-8:])
 			require.True(t, strings.HasSuffix(got, ellipsis))

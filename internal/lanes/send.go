@@ -116,7 +116,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber)
 	out := l.cfg.Client.Send(ctx, req)
 	d.attempts++
 	l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
-	death := deadletter.Death{LastStatus: out.Status, LastError: errorText(out)}
+	death := deadletter.Death{LastStatus: out.Status, LastError: deadletter.CleanError(errorText(out))}
 
 	switch out.Class {
 	case deliver.Delivered:
@@ -160,8 +160,8 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber)
 	h := copyHeader(d.msg.Headers())
 	h.Set(streams.HeaderAttempt, strconv.Itoa(d.attempts))
 	h.Set(streams.HeaderFirstAttemptAt, d.firstAt.UTC().Format(time.RFC3339Nano))
-	setOrDel(h, streams.HeaderLastStatus, death.LastStatus)
-	h.Set(streams.HeaderLastError, death.LastError)
+	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
+	setOrDel(h, streams.HeaderLastError, death.LastError, death.LastError != "")
 	l.park(ctx, d, sub, h, at)
 }
 
@@ -227,10 +227,10 @@ func copyHeader(h nats.Header) nats.Header {
 	return out
 }
 
-func setOrDel(h nats.Header, key string, status int) {
-	if status == 0 {
+func setOrDel(h nats.Header, key, value string, set bool) {
+	if !set {
 		h.Del(key)
 		return
 	}
-	h.Set(key, strconv.Itoa(status))
+	h.Set(key, value)
 }
