@@ -20,6 +20,7 @@ import (
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
@@ -182,6 +183,10 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err != nil {
 		return err
 	}
+	limiter, err := ratelimit.NewShared(setupCtx, js, ratelimit.Options{MaxPause: f.maxPause})
+	if err != nil {
+		return err
+	}
 	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate))
 	if err != nil {
 		return err
@@ -212,7 +217,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	})
 	wg.Go(func() {
 		errs <- lanes.Run(runCtx, lanes.Config{
-			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Logger: log, Metrics: m,
+			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
 			AckWait: f.ackWait, MaxPause: f.maxPause,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)

@@ -265,6 +265,7 @@ func (c *Client) send(parent context.Context, r Request) Outcome {
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		o.RetryAfter, o.RetryAfterSet = ParseRetryAfter(resp.Header.Get("Retry-After"), c.now())
 	}
+	o.QuotaReset, o.QuotaExhausted = ParseRateLimitReset(resp.Header, c.now())
 	return o
 }
 

@@ -74,6 +74,13 @@ type Outcome struct {
 	// Duration is how long the attempt took by the client's clock, from
 	// sending the request to finishing with the reply.
 	Duration time.Duration
+
+	// QuotaExhausted reports RateLimit-Remaining: 0 (or X-RateLimit-Remaining:
+	// 0) with a readable reset, on any response: the subscriber has said it
+	// takes no more requests for QuotaReset, success or not.
+	QuotaExhausted bool
+	// QuotaReset is how long until the subscriber's quota resets.
+	QuotaReset time.Duration
 }
 
 // classify maps a status code to its class under the delivery rules.

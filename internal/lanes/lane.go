@@ -150,6 +150,19 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	l.scheduler(id).offer(ctx, d, sub)
 }
 
+// handBack returns a message its subscriber cannot take yet: a short wait
+// with NakWithDelay, a longer one parked in RETRIES so that it holds none of
+// the lane's MaxAckPending slots meanwhile.
+func (l *lane) handBack(ctx context.Context, d delivery, sub subscribers.Subscriber, wait time.Duration) {
+	l.cfg.Metrics.HandBack()
+	if wait < parkAfter {
+		_ = d.msg.NakWithDelay(wait)
+		return
+	}
+	at := l.cfg.Clock.Now().Add(wait)
+	l.work.Go(func() { l.park(context.WithoutCancel(ctx), d, sub, copyHeader(d.msg.Headers()), at) })
+}
+
 // holdDisabled parks a disabled subscriber's delivery for disabledHold,
 // without counting an attempt.
 func (l *lane) holdDisabled(ctx context.Context, d delivery, sub subscribers.Subscriber) {

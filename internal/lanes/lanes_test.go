@@ -14,6 +14,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
@@ -82,10 +83,12 @@ func (a *arrivals) total() int {
 }
 
 type bundle struct {
-	n     *testutil.NATS
-	store *subscribers.Store
-	rcv   *httptest.Server
-	arr   *arrivals
+	// limits tune the relay's rate limiter; set before startLanes.
+	limits ratelimit.Options
+	n      *testutil.NATS
+	store  *subscribers.Store
+	rcv    *httptest.Server
+	arr    *arrivals
 }
 
 func setup(t *testing.T) *bundle {
@@ -133,10 +136,14 @@ func (b *bundle) startLanes(t *testing.T, shared int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	limiter, err := ratelimit.NewShared(ctx, b.n.JS, b.limits)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 2)
 	go func() {
 		done <- lanes.Run(ctx, lanes.Config{
-			JS: b.n.JS, Subscribers: live, SharedLanes: shared, Client: client,
+			JS: b.n.JS, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return b.store.SetDisabled(ctx, id, true, reason)
 			},

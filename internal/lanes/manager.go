@@ -34,7 +34,8 @@ type Config struct {
 	SharedLanes int
 	// Client sends the HTTP requests; required.
 	Client *deliver.Client
-	// Limiter hands out tokens. Defaults to an in-process ratelimit.Local.
+	// Limiter hands out tokens and keeps the pause and the breaker;
+	// required (ratelimit.Shared on a cluster).
 	Limiter ratelimit.Limiter
 	// Clock defaults to clock.Real.
 	Clock clock.Clock
@@ -61,14 +62,11 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
-	if c.JS == nil || c.Subscribers == nil || c.SharedLanes <= 0 || c.Client == nil {
+	if c.JS == nil || c.Subscribers == nil || c.SharedLanes <= 0 || c.Client == nil || c.Limiter == nil {
 		return ErrConfig
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
-	}
-	if c.Limiter == nil {
-		c.Limiter = ratelimit.NewLocal(c.Clock)
 	}
 	if c.AckWait == 0 {
 		c.AckWait = 60 * time.Second

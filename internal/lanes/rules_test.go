@@ -3,10 +3,12 @@ package lanes_test
 import (
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
@@ -204,9 +206,12 @@ func TestFailingSubscriberThatRecoversDrainsItsBacklog(t *testing.T) {
 	t.Parallel()
 	const backlog = 40
 	b := setup(t)
+	b.limits = ratelimit.Options{Cooldown: 100 * ms, MaxCooldown: 400 * ms}
 	sub := b.put(t, subscribers.Subscriber{ID: "down", RetryBase: subscribers.Duration(20 * ms), RetryMax: subscribers.Duration(100 * ms), MaxAttempts: 100})
+	var down atomic.Bool
+	down.Store(true)
 	b.arr.answer("down", func(n int, w http.ResponseWriter) {
-		if n <= 3*backlog {
+		if down.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
@@ -215,10 +220,12 @@ func TestFailingSubscriberThatRecoversDrainsItsBacklog(t *testing.T) {
 	b.enqueue(t, sub, 4, backlog)
 	b.flush(t)
 	b.startLanes(t, 4)
+	testutil.Eventually(t, func() bool { return b.arr.count("down") >= 10 }, "no retries")
+	failed := b.arr.count("down")
+	down.Store(false)
 	b.waitSettled(t)
-	ids := b.arr.webhookIDs("down")
 	delivered := map[string]bool{}
-	for _, id := range ids[3*backlog:] {
+	for _, id := range b.arr.webhookIDs("down")[failed:] {
 		delivered[id] = true
 	}
 	if len(delivered) != backlog {

@@ -24,7 +24,15 @@ const (
 	maxHold          = 4096
 	minHandBack      = 500 * time.Millisecond
 	maxHandBack      = 30 * time.Second
+	// parkAfter is the shortest wait for which a message leaves its lane
+	// (parked in RETRIES) instead of waiting in it: shorter waits are not
+	// worth a publish, longer ones must not hold the lane's MaxAckPending.
+	parkAfter = time.Second
 )
+
+func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
+	return ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
+}
 
 // HoldLimit is how many messages a subscriber may hold in its lane before
 // more are handed back.
@@ -82,8 +90,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	}
 	if n := len(s.queue); n >= HoldLimit(sub) {
 		s.mu.Unlock()
-		s.lane.cfg.Metrics.HandBack()
-		_ = d.msg.NakWithDelay(HandBackDelay(sub, n, rand.Float64()))
+		s.lane.handBack(ctx, d, sub, HandBackDelay(sub, n, rand.Float64()))
 		return
 	}
 	s.queue = append(s.queue, d)
@@ -127,13 +134,19 @@ func (s *scheduler) loop(ctx context.Context) {
 		}
 		s.mu.Unlock()
 
-		wait, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst})
+		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(sub))
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
-			wait = 100 * time.Millisecond
+			dec = ratelimit.Decision{Hold: ratelimit.Token, Wait: 100 * time.Millisecond}
 		}
-		if wait > 0 {
-			s.sleep(ctx, wait)
+		if dec.Hold != ratelimit.Go {
+			if dec.Hold != ratelimit.Token && dec.Wait >= parkAfter {
+				// Paused or open for a while: the held messages leave the
+				// lane until then, holding no slot and burning no attempt.
+				s.parkAll(ctx, sub, s.lane.cfg.Clock.Now().Add(dec.Wait))
+				continue
+			}
+			s.sleep(ctx, dec.Wait)
 			continue
 		}
 
@@ -151,7 +164,7 @@ func (s *scheduler) loop(ctx context.Context) {
 		s.lane.work.Go(func() {
 			// An in-flight request finishes even when the relay is stopping:
 			// its outcome is then acked, parked or dead-lettered, never lost.
-			s.lane.send(context.WithoutCancel(ctx), d, sub)
+			s.lane.send(context.WithoutCancel(ctx), d, sub, dec.Probe)
 			s.mu.Lock()
 			delete(s.inFlight, d.msg)
 			s.mu.Unlock()
@@ -160,6 +173,20 @@ func (s *scheduler) loop(ctx context.Context) {
 			default:
 			}
 		})
+	}
+}
+
+// parkAll parks every held message until about at (spread over a second,
+// so they do not all come back at once).
+func (s *scheduler) parkAll(ctx context.Context, sub subscribers.Subscriber, at time.Time) {
+	s.mu.Lock()
+	held := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	for _, d := range held {
+		s.lane.cfg.Metrics.HandBack()
+		jitter := time.Duration(rand.Int64N(int64(time.Second)))
+		s.lane.park(context.WithoutCancel(ctx), d, sub, copyHeader(d.msg.Headers()), at.Add(jitter))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
@@ -93,7 +94,7 @@ func request(d delivery, sub subscribers.Subscriber) (deliver.Request, error) {
 
 // send makes one attempt and settles the message by its outcome: ack,
 // park for a retry, or dead-letter.
-func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber) {
+func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber, probe bool) {
 	now := l.cfg.Clock.Now()
 	if !d.dueBy(now) {
 		l.deadLetter(ctx, d, sub, deadletter.Death{Reason: d.lateReason()})
@@ -116,6 +117,9 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber)
 	out := l.cfg.Client.Send(ctx, req)
 	d.attempts++
 	l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
+	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(sub), resultOf(out, probe)); err != nil {
+		l.log.Warn("lanes: recording the outcome for the rate limiter", "subscriber", sub.ID, "err", err)
+	}
 	death := deadletter.Death{LastStatus: out.Status, LastError: deadletter.CleanError(errorText(out))}
 
 	switch out.Class {
@@ -208,6 +212,30 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, sub subscribers.Subsc
 		l.log.Warn("lanes: term", "subscriber", sub.ID, "err", err)
 	}
 	return true
+}
+
+// resultOf is what an attempt's outcome tells the rate limiter: a
+// Retry-After on a 429 or 503, or an exhausted quota on any reply, pauses the
+// whole subscriber; a 429 without a usable Retry-After halves its rate; a
+// connection failure, a timeout or another 5xx counts toward the breaker.
+func resultOf(out deliver.Outcome, probe bool) ratelimit.Result {
+	r := ratelimit.Result{Probe: probe, Success: out.Class == deliver.Delivered}
+	switch {
+	case out.RetryAfterSet && out.RetryAfter > 0:
+		r.PauseFor = out.RetryAfter
+	case out.QuotaExhausted && out.QuotaReset > 0:
+		r.PauseFor = out.QuotaReset
+	}
+	if out.Class == deliver.Retryable {
+		switch {
+		case out.Status == http.StatusTooManyRequests:
+			r.Throttled = r.PauseFor == 0
+		case out.Status == http.StatusServiceUnavailable && out.RetryAfterSet:
+		default:
+			r.Failure = true
+		}
+	}
+	return r
 }
 
 func errorText(out deliver.Outcome) string {

@@ -1,0 +1,463 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/clock"
+	"github.com/relay-dev/relay/streams"
+)
+
+// Options tune a Shared limiter. Zero fields take the defaults.
+type Options struct {
+	// Clock defaults to clock.Real.
+	Clock clock.Clock
+	// MaxPause bounds a pause (--max-pause). Defaults to 1h.
+	MaxPause time.Duration
+	// FailureThreshold is how many failures in a row open the breaker.
+	// Defaults to DefaultFailureThreshold.
+	FailureThreshold int
+	// Cooldown is the first cool-down of an open breaker; each one in a row
+	// doubles, up to MaxCooldown. Default DefaultCooldown and
+	// DefaultMaxCooldown.
+	Cooldown, MaxCooldown time.Duration
+	// ProbeTimeout is how long a claimed probe keeps other relays from
+	// probing; past it the probing relay is taken for dead. Defaults to 1m.
+	ProbeTimeout time.Duration
+}
+
+// calibrateEvery is how often a relay re-reads the server's clock.
+const calibrateEvery = 30 * time.Second
+
+// maxCAS bounds the compare-and-set retries of one call; past it the call
+// reports a short wait (Reserve) or gives up quietly (Observe), never an
+// error, since another relay's write is what beat it.
+const maxCAS = 8
+
+// Shared is the Limiter every relay on a cluster shares through the
+// relay_ratelimit KV bucket.
+type Shared struct {
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	opts   Options
+
+	mu   sync.Mutex
+	subs map[string]*subscriber
+
+	calMu      sync.Mutex
+	offset     time.Duration // server time − local time, a lower bound
+	calibrated time.Time     // local time of the last calibration
+
+	writes, conflicts, reads atomic.Int64
+}
+
+// subscriber is what one relay remembers of one subscriber.
+type subscriber struct {
+	mu        sync.Mutex
+	lease     int       // tokens left in the lease; math.MaxInt when unlimited
+	leaseEnds time.Time // local time
+	// Known blocks, in local time, from the last entry read or written.
+	pausedUntil time.Time
+	openUntil   time.Time
+	probing     bool // this relay holds the probe
+	successes   int  // successes in the current AIMD window
+	// The last entry seen, for compare-and-set without a read.
+	state   State
+	rev     uint64
+	written time.Time // server time of that entry
+}
+
+// NewShared opens the relay_ratelimit bucket, which `relay run` creates.
+func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shared, error) {
+	kv, err := js.KeyValue(ctx, streams.RateLimitBucket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBucket, err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+streams.RateLimitBucket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBucket, err)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
+	}
+	if opts.MaxPause <= 0 {
+		opts.MaxPause = time.Hour
+	}
+	if opts.FailureThreshold <= 0 {
+		opts.FailureThreshold = DefaultFailureThreshold
+	}
+	if opts.Cooldown <= 0 {
+		opts.Cooldown = DefaultCooldown
+	}
+	if opts.MaxCooldown <= 0 {
+		opts.MaxCooldown = DefaultMaxCooldown
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = time.Minute
+	}
+	s := &Shared{kv: kv, stream: stream, opts: opts, subs: make(map[string]*subscriber)}
+	if err := s.calibrate(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stats counts the KV operations, for benchmarks and `relay status`.
+type Stats struct {
+	Reads, Writes, Conflicts int64
+}
+
+// Stats returns the KV operations made so far.
+func (s *Shared) Stats() Stats {
+	return Stats{Reads: s.reads.Load(), Writes: s.writes.Load(), Conflicts: s.conflicts.Load()}
+}
+
+// calibrate reads the server's clock from a stream info response. The
+// offset is a lower bound (the server stamped the response before it
+// arrived), so the server time relay estimates is never ahead of the real
+// one.
+func (s *Shared) calibrate(ctx context.Context) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: reading the server's time: %w", ErrBucket, err)
+	}
+	now := s.opts.Clock.Now()
+	s.calMu.Lock()
+	defer s.calMu.Unlock()
+	s.offset = info.TimeStamp.Sub(now)
+	s.calibrated = now
+	return nil
+}
+
+// serverNow estimates the server's time, recalibrating when it is due.
+func (s *Shared) serverNow(ctx context.Context) time.Time {
+	s.calMu.Lock()
+	due := s.opts.Clock.Now().Sub(s.calibrated) > calibrateEvery
+	s.calMu.Unlock()
+	if due {
+		_ = s.calibrate(ctx) // on failure the old offset stays
+	}
+	s.calMu.Lock()
+	defer s.calMu.Unlock()
+	return s.opts.Clock.Now().Add(s.offset)
+}
+
+// learn tightens the offset from an entry's timestamp: it was written
+// before it was read, so written − local now is a lower bound too.
+func (s *Shared) learn(written time.Time) {
+	s.calMu.Lock()
+	defer s.calMu.Unlock()
+	if off := written.Sub(s.opts.Clock.Now()); off > s.offset {
+		s.offset = off
+	}
+}
+
+// local converts a server time to this relay's clock.
+func (s *Shared) local(server time.Time) time.Time {
+	if server.IsZero() {
+		return server
+	}
+	s.calMu.Lock()
+	defer s.calMu.Unlock()
+	return server.Add(-s.offset)
+}
+
+func (s *Shared) subscriber(id string) *subscriber {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.subs[id]
+	if !ok {
+		sub = &subscriber{}
+		s.subs[id] = sub
+	}
+	return sub
+}
+
+// read loads a subscriber's entry into sub; a missing key is a full bucket.
+func (s *Shared) read(ctx context.Context, id string, sub *subscriber, l Limit) error {
+	s.reads.Add(1)
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		sub.state, sub.rev, sub.written = State{Tokens: l.capacity()}, 0, s.serverNow(ctx)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: reading %s: %w", ErrBucket, id, err)
+	}
+	var st State
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		// A value written by hand that is not ours: start over from a full
+		// bucket rather than stall the subscriber.
+		st = State{Tokens: l.capacity()}
+	}
+	s.learn(e.Created())
+	sub.state, sub.rev, sub.written = st, e.Revision(), e.Created()
+	return nil
+}
+
+// write stores st at the revision sub last saw; false on a lost race.
+func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State) (bool, error) {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return false, err
+	}
+	s.writes.Add(1)
+	var rev uint64
+	if sub.rev == 0 {
+		rev, err = s.kv.Create(ctx, id, raw)
+	} else {
+		rev, err = s.kv.Update(ctx, id, raw, sub.rev)
+	}
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) || isRevisionMismatch(err) {
+			s.conflicts.Add(1)
+			return false, nil
+		}
+		return false, fmt.Errorf("%w: writing %s: %w", ErrBucket, id, err)
+	}
+	sub.state, sub.rev = st, rev
+	sub.written = s.serverNow(ctx)
+	return true, nil
+}
+
+func isRevisionMismatch(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
+}
+
+// backoff sleeps a few milliseconds of jitter after a lost race, so that
+// contending relays do not retry in lockstep.
+func (s *Shared) backoff(ctx context.Context, try int) {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(try, 4)))
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// blocked reports a pause or an open circuit known locally.
+func (sub *subscriber) blocked(now time.Time) (Decision, bool) {
+	if now.Before(sub.pausedUntil) {
+		return Decision{Hold: Paused, Wait: sub.pausedUntil.Sub(now)}, true
+	}
+	if now.Before(sub.openUntil) {
+		return Decision{Hold: CircuitOpen, Wait: sub.openUntil.Sub(now)}, true
+	}
+	return Decision{}, false
+}
+
+// Reserve implements Limiter.
+func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, error) {
+	sub := s.subscriber(id)
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	now := s.opts.Clock.Now()
+	if d, ok := sub.blocked(now); ok {
+		return d, nil
+	}
+	if sub.probing {
+		// This relay's probe is on the wire; nothing else goes until its
+		// outcome is known.
+		return Decision{Hold: CircuitOpen, Wait: LeaseTTL}, nil
+	}
+	if sub.lease > 0 && now.Before(sub.leaseEnds) {
+		sub.lease--
+		return Decision{}, nil
+	}
+	for try := range maxCAS {
+		if err := s.read(ctx, id, sub, l); err != nil {
+			return Decision{}, err
+		}
+		d, st, write := s.decide(ctx, sub, l)
+		if d.Hold != Go {
+			return d, nil
+		}
+		if !write {
+			return s.grant(sub, l, d), nil
+		}
+		ok, err := s.write(ctx, id, sub, st)
+		if err != nil {
+			return Decision{}, err
+		}
+		if ok {
+			return s.grant(sub, l, d), nil
+		}
+		s.backoff(ctx, try)
+	}
+	return Decision{Hold: Token, Wait: time.Duration(rand.Int64N(int64(10 * time.Millisecond)))}, nil
+}
+
+// decide looks at the entry just read and says whether a request may go,
+// and what to write if so.
+func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision, State, bool) {
+	st := sub.state
+	server := s.serverNow(ctx)
+	sub.pausedUntil = s.local(st.PausedUntil)
+	sub.openUntil = time.Time{}
+	if server.Before(st.PausedUntil) {
+		return Decision{Hold: Paused, Wait: st.PausedUntil.Sub(server)}, st, false
+	}
+	probe := false
+	switch st.CircuitAt(server) {
+	case Open:
+		sub.openUntil = s.local(st.OpenUntil)
+		return Decision{Hold: CircuitOpen, Wait: st.OpenUntil.Sub(server)}, st, false
+	case HalfOpen:
+		if server.Before(st.ProbeUntil) {
+			return Decision{Hold: CircuitOpen, Wait: st.ProbeUntil.Sub(server)}, st, false
+		}
+		st.ProbeUntil = server.Add(s.opts.ProbeTimeout)
+		probe = true
+	}
+	if l.Unlimited() {
+		return Decision{Probe: probe}, st, probe
+	}
+	rate := EffectiveRate(st, l)
+	tokens := Refill(st.Tokens, sub.written, server, rate, l)
+	n := LeaseSize(rate, l)
+	if probe {
+		n = 1
+	}
+	if tokens < float64(n)-epsilon {
+		return Decision{Hold: Token, Wait: WaitFor(tokens, n, rate)}, st, false
+	}
+	st.Tokens = tokens - float64(n)
+	return Decision{Probe: probe}, st, true
+}
+
+// grant turns a successful write into a lease: one token is spent now, the
+// rest within LeaseTTL.
+func (s *Shared) grant(sub *subscriber, l Limit, d Decision) Decision {
+	sub.leaseEnds = s.opts.Clock.Now().Add(LeaseTTL)
+	switch {
+	case d.Probe:
+		sub.lease = 0
+		sub.probing = true
+	case l.Unlimited():
+		sub.lease = math.MaxInt
+	default:
+		sub.lease = LeaseSize(EffectiveRate(sub.state, l), l) - 1
+	}
+	return d
+}
+
+// Observe implements Limiter. Successes of a healthy subscriber cost no KV
+// operation; a pause, a throttle, a failure, and the first success after
+// failures or a throttle each cost one compare-and-set.
+func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) error {
+	sub := s.subscriber(id)
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if r.Probe {
+		sub.probing = false
+	}
+	now := s.opts.Clock.Now()
+	if r.PauseFor > 0 {
+		// Stop spending at once; the other relays learn of it from the
+		// entry within a lease.
+		until := now.Add(min(r.PauseFor, s.opts.MaxPause))
+		if until.After(sub.pausedUntil) {
+			sub.pausedUntil = until
+		}
+		sub.lease = 0
+	}
+	if r.Throttled {
+		sub.lease = 0
+	}
+	if r.Success {
+		sub.successes++
+		if !s.successChanges(sub, l) && !r.Probe {
+			return nil
+		}
+	} else if !r.Failure && !r.Throttled && r.PauseFor <= 0 {
+		return nil
+	}
+	for try := range maxCAS {
+		if try > 0 || sub.rev == 0 {
+			if err := s.read(ctx, id, sub, l); err != nil {
+				return err
+			}
+		}
+		st, changed := s.apply(ctx, sub, l, r)
+		if !changed {
+			return nil
+		}
+		ok, err := s.write(ctx, id, sub, st)
+		if err != nil {
+			return err
+		}
+		if ok {
+			sub.pausedUntil = s.local(st.PausedUntil)
+			if st.CircuitAt(s.serverNow(ctx)) == Open {
+				sub.openUntil = s.local(st.OpenUntil)
+				sub.lease = 0
+			}
+			return nil
+		}
+		s.backoff(ctx, try)
+	}
+	return nil
+}
+
+// successChanges reports whether a success must be written: it closes a
+// breaker that saw failures, or ends a window of successes while the
+// adaptive rate is below the configured one.
+func (s *Shared) successChanges(sub *subscriber, l Limit) bool {
+	st := sub.state
+	if st.Failures > 0 || !st.OpenUntil.IsZero() {
+		return true
+	}
+	rate := EffectiveRate(st, l)
+	return !l.Unlimited() && rate < l.Rate && sub.successes >= SuccessWindow(rate)
+}
+
+// apply computes the entry after an outcome, on the state last read.
+func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) (State, bool) {
+	st := sub.state
+	server := s.serverNow(ctx)
+	before := st
+	if !l.Unlimited() {
+		// Keep the bucket's content as of now, since the write moves the
+		// entry's timestamp.
+		st.Tokens = Refill(st.Tokens, sub.written, server, EffectiveRate(st, l), l)
+	}
+	if r.PauseFor > 0 {
+		if until := server.Add(min(r.PauseFor, s.opts.MaxPause)); until.After(st.PausedUntil) {
+			st.PausedUntil = until
+		}
+	}
+	if r.Throttled && !l.Unlimited() {
+		st.Rate = Decrease(EffectiveRate(st, l), l)
+		sub.successes = 0
+	}
+	switch {
+	case r.Success:
+		st.Failures, st.Opens, st.OpenUntil, st.ProbeUntil = 0, 0, time.Time{}, time.Time{}
+		if rate := EffectiveRate(st, l); !l.Unlimited() && rate < l.Rate && sub.successes >= SuccessWindow(rate) {
+			st.Rate = Increase(rate, l)
+			if st.Rate >= l.Rate {
+				st.Rate = 0
+			}
+			sub.successes = 0
+		}
+	case r.Failure:
+		st.Failures++
+		reopen := r.Probe && st.CircuitAt(server) == HalfOpen
+		if reopen || (st.Failures >= s.opts.FailureThreshold && st.CircuitAt(server) == Closed) {
+			st.OpenUntil = server.Add(Cooldown(st.Opens, s.opts.Cooldown, s.opts.MaxCooldown))
+			st.Opens++
+			st.ProbeUntil = time.Time{}
+		}
+	}
+	return st, st != before
+}

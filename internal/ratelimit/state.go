@@ -1,0 +1,157 @@
+package ratelimit
+
+import (
+	"math"
+	"time"
+)
+
+// Limit is a subscriber's configured rate: Burst tokens of capacity,
+// refilled at Rate tokens per second. A Rate of zero or less means
+// unlimited (pause and breaker still apply).
+type Limit struct {
+	Rate  float64
+	Burst int
+}
+
+// Unlimited reports whether the limit lets every request through.
+func (l Limit) Unlimited() bool { return l.Rate <= 0 || math.IsInf(l.Rate, 1) }
+
+func (l Limit) capacity() float64 { return math.Max(1, float64(l.Burst)) }
+
+// State is one subscriber's shared flow-control state, the JSON value of its
+// key in relay_ratelimit. Times are the server's.
+type State struct {
+	// Tokens left in the bucket when the entry was written.
+	Tokens float64 `json:"tokens"`
+	// Rate is the adaptive rate in force; 0 means the configured rate.
+	Rate float64 `json:"rate,omitempty"`
+	// PausedUntil: no request before this time (Retry-After).
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// Failures counts consecutive failed attempts, for the breaker.
+	Failures int `json:"failures,omitempty"`
+	// OpenUntil is the end of the breaker's cool-down; zero when closed.
+	// Past it the breaker is half-open: one probe may go.
+	OpenUntil time.Time `json:"open_until,omitzero"`
+	// Opens counts the cool-downs in a row, which makes each one longer.
+	Opens int `json:"opens,omitempty"`
+	// ProbeUntil is when a half-open breaker's probe, claimed by one relay,
+	// is given up for lost (that relay died) and another may probe.
+	ProbeUntil time.Time `json:"probe_until,omitzero"`
+}
+
+// epsilon absorbs the rounding of many small refills (ten refills of 0.1
+// must make a whole token).
+const epsilon = 1e-9
+
+// Refill returns the tokens a bucket holds at now, given that it held tokens
+// at written. Time running backwards adds nothing.
+func Refill(tokens float64, written, now time.Time, rate float64, l Limit) float64 {
+	if now.After(written) && rate > 0 {
+		tokens += now.Sub(written).Seconds() * rate
+	}
+	return math.Min(tokens, l.capacity())
+}
+
+// LeaseWindow is how much of a subscriber's rate one lease holds.
+const LeaseWindow = 100 * time.Millisecond
+
+// LeaseTTL is how long a relay may spend a lease before the rest of it is
+// forgotten; it also bounds how stale a relay's view of a pause or an open
+// circuit can be.
+const LeaseTTL = LeaseWindow
+
+// LeaseSize is how many tokens one lease takes: what the subscriber may
+// spend in LeaseWindow at rate, at least one, never more than the bucket
+// holds.
+func LeaseSize(rate float64, l Limit) int {
+	n := int(math.Ceil(rate*LeaseWindow.Seconds() - epsilon))
+	return max(1, min(n, int(l.capacity())))
+}
+
+// WaitFor is how long a bucket holding tokens needs to hold want.
+func WaitFor(tokens float64, want int, rate float64) time.Duration {
+	missing := float64(want) - tokens
+	if missing <= epsilon || rate <= 0 {
+		return 0
+	}
+	d := time.Duration(math.Ceil(missing / rate * float64(time.Second)))
+	return max(d, time.Millisecond)
+}
+
+// AIMD tuning: a 429 without a usable Retry-After halves the rate in force,
+// down to MinRateFraction of the configured one; each window of successes
+// (as many as the rate in force allows in AIMDWindow) raises it by
+// AIMDStep of the configured rate.
+const (
+	MinRateFraction = 1.0 / 64
+	AIMDStep        = 0.1
+	AIMDWindow      = time.Second
+)
+
+// EffectiveRate is the rate in force for a state and a configured limit.
+func EffectiveRate(s State, l Limit) float64 {
+	if l.Unlimited() {
+		return 0
+	}
+	if s.Rate <= 0 || s.Rate > l.Rate {
+		return l.Rate
+	}
+	return s.Rate
+}
+
+// Decrease is the rate in force after a 429 without a usable Retry-After.
+func Decrease(current float64, l Limit) float64 {
+	return math.Max(current/2, l.Rate*MinRateFraction)
+}
+
+// Increase is the rate in force after a window of successes.
+func Increase(current float64, l Limit) float64 {
+	return math.Min(l.Rate, current+l.Rate*AIMDStep)
+}
+
+// SuccessWindow is how many successes in a row raise the rate in force.
+func SuccessWindow(current float64) int {
+	return max(1, int(math.Ceil(current*AIMDWindow.Seconds())))
+}
+
+// Breaker tuning. Defaults of Options.
+const (
+	DefaultFailureThreshold = 5
+	DefaultCooldown         = 5 * time.Second
+	DefaultMaxCooldown      = 15 * time.Minute
+)
+
+// Cooldown is the length of the opens-th cool-down in a row (from 0):
+// base × 2^opens, at most ceiling. With 5 s and 15 min, an endpoint down
+// for an hour is probed about eleven times.
+func Cooldown(opens int, base, ceiling time.Duration) time.Duration {
+	if opens < 0 {
+		opens = 0
+	}
+	if opens >= 62 || base > ceiling>>opens {
+		return ceiling
+	}
+	return base << opens
+}
+
+// Circuit is a breaker state, as `relay status` shows it.
+type Circuit string
+
+// The breaker states.
+const (
+	Closed   Circuit = "closed"
+	Open     Circuit = "open"
+	HalfOpen Circuit = "half-open"
+)
+
+// CircuitAt is the breaker state at now.
+func (s State) CircuitAt(now time.Time) Circuit {
+	switch {
+	case s.OpenUntil.IsZero():
+		return Closed
+	case now.Before(s.OpenUntil):
+		return Open
+	default:
+		return HalfOpen
+	}
+}
