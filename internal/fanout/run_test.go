@@ -581,6 +581,8 @@ func TestRunConfigErrors(t *testing.T) {
 		{"negative shared lanes", fanout.Config{JS: e.n.JS, Subscribers: e.live, SharedLanes: -3}},
 		{"empty", fanout.Config{}},
 	}
+	// The cases run one after the other so that the check below follows
+	// all of them.
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := fanout.Run(testutil.Context(t), tc.cfg)

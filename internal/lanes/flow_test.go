@@ -1,0 +1,132 @@
+package lanes_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// TestCapHoldsAcrossRelays runs one and then three relays against one
+// subscriber with a backlog: in every window of length T, the requests that
+// reach the subscriber from all relays together stay within
+// burst + rate × T + one lease (plus one for the arrival that closes a
+// window, measured at the receiver), and the backlog drains near the rate.
+func TestCapHoldsAcrossRelays(t *testing.T) {
+	t.Parallel()
+	for _, relays := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d relays", relays), func(t *testing.T) {
+			t.Parallel()
+			const rate, burst, backlog = 50, 5, 150
+			b := setup(t)
+			sub := b.put(t, subscribers.Subscriber{ID: "capped", Rate: rate, Burst: burst})
+			b.enqueue(t, sub, 4, backlog)
+			b.flush(t)
+			for range relays {
+				b.startLanes(t, 4)
+			}
+			b.waitSettled(t)
+			if n := b.arr.count("capped"); n != backlog {
+				t.Fatalf("%d requests, want %d", n, backlog)
+			}
+			lease := ratelimit.LeaseSize(rate, ratelimit.Limit{Rate: rate, Burst: burst})
+			checkCapWithSlack(t, b.arr, "capped", rate, burst, lease)
+			at := b.arr.times("capped")
+			span := at[len(at)-1].Sub(at[0]).Seconds()
+			achieved := float64(backlog-burst) / span
+			t.Logf("%d relays: %d requests in %.2fs after the burst: %.1f/s of %d/s (%.0f%%)",
+				relays, backlog-burst, span, achieved, rate, 100*achieved/rate)
+		})
+	}
+}
+
+// checkCapWithSlack is checkCap with a lease of slack, as DESIGN.md allows.
+func checkCapWithSlack(t *testing.T, arr *arrivals, id string, rate float64, burst, lease int) {
+	t.Helper()
+	at := arr.times(id)
+	worst := 0.0
+	for i := range at {
+		for j := i; j < len(at); j++ {
+			window := at[j].Sub(at[i]).Seconds()
+			allowed := float64(burst+lease) + rate*window + 1
+			if over := float64(j-i+1) - allowed; over > worst {
+				worst = over
+			}
+		}
+	}
+	if worst > 0 {
+		t.Fatalf("%s: a window held %.1f requests more than burst + rate × T + a lease", id, worst)
+	}
+}
+
+// TestRetryAfterPausesTheSubscriberOnEveryRelay: one 429 with Retry-After: 2
+// stops every relay's traffic to that subscriber for 2 s (requests already on
+// the wire, and what relays send before they learn of it within a lease,
+// excepted), while another subscriber on the same relays goes on at full
+// speed. The held messages are neither sent twice nor charged an attempt.
+func TestRetryAfterPausesTheSubscriberOnEveryRelay(t *testing.T) {
+	t.Parallel()
+	const backlog = 150
+	b := setup(t)
+	paused := b.put(t, subscribers.Subscriber{ID: "paused", Rate: 100, Burst: 10, MaxAttempts: 2, MaxInFlight: 4})
+	other := b.put(t, subscribers.Subscriber{ID: "other", MaxInFlight: 4})
+	var pausedAt atomic.Int64
+	b.arr.answer("paused", func(n int, w http.ResponseWriter) {
+		if n == 30 {
+			pausedAt.Store(time.Now().UnixNano())
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	// The other subscriber is slowed by its receiver, so that it is still
+	// busy during the whole pause.
+	b.arr.answer("other", func(n int, w http.ResponseWriter) {
+		time.Sleep(20 * time.Millisecond)
+		w.WriteHeader(http.StatusOK)
+	})
+	b.enqueue(t, paused, 4, backlog)
+	b.enqueue(t, other, 4, 400)
+	b.flush(t)
+	for range 3 {
+		b.startLanes(t, 4)
+	}
+	b.waitSettled(t)
+
+	start := time.Unix(0, pausedAt.Load())
+	end := start.Add(2 * time.Second)
+	// Requests that were on the wire or sent before the relays re-read the
+	// entry: within one lease of the 429.
+	learned := start.Add(ratelimit.LeaseTTL + 50*time.Millisecond)
+	var during, otherDuring int
+	for _, at := range b.arr.times("paused") {
+		if at.After(learned) && at.Before(end) {
+			during++
+		}
+	}
+	for _, at := range b.arr.times("other") {
+		if at.After(start) && at.Before(end) {
+			otherDuring++
+		}
+	}
+	t.Logf("during the 2 s pause: %d requests to the paused subscriber, %d to the other", during, otherDuring)
+	if during != 0 {
+		t.Fatalf("%d requests reached the paused subscriber during its pause", during)
+	}
+	if otherDuring == 0 {
+		t.Fatal("the other subscriber got nothing while its neighbour was paused")
+	}
+	if n := b.arr.count("paused"); n != backlog+1 {
+		t.Fatalf("%d requests for %d events and one 429: held messages were sent twice", n, backlog)
+	}
+	if dead, _ := deadletter.List(testutil.Context(t), b.n.JS, deadletter.Filter{}, 0); len(dead) != 0 {
+		t.Fatalf("held messages were charged attempts: %+v", dead)
+	}
+}
