@@ -37,22 +37,37 @@ func EventID(h nats.Header, body []byte, seq uint64) string {
 
 func jsonID(body []byte) string {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' {
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		return ""
 	}
-	var doc struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(body, &doc) != nil || len(doc.ID) == 0 {
+	// Walk the top-level keys: decoding into a struct would match "ID" or
+	// "Id" too (encoding/json ignores case), and two events sharing a user
+	// "ID" would then share an event id and be deduplicated into one.
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if _, err := dec.Token(); err != nil {
 		return ""
 	}
-	var s string
-	if json.Unmarshal(doc.ID, &s) == nil {
-		return s
-	}
-	var n json.Number
-	if json.Unmarshal(doc.ID, &n) == nil {
-		return n.String()
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return ""
+		}
+		if key != "id" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+		var n json.Number
+		if json.Unmarshal(raw, &n) == nil {
+			return n.String()
+		}
+		return ""
 	}
 	return ""
 }
@@ -78,7 +93,7 @@ func EventType(subject string) string { return strings.TrimPrefix(subject, Subje
 func CopyHeader(orig nats.Header, id, eventType string, published time.Time) nats.Header {
 	h := make(nats.Header, len(orig)+3)
 	for k, v := range orig {
-		if streams.IsNatsHeader(k) {
+		if streams.IsNatsHeader(k) || ownedByRelay(k) {
 			continue
 		}
 		h[k] = append([]string(nil), v...)
@@ -87,4 +102,24 @@ func CopyHeader(orig nats.Header, id, eventType string, published time.Time) nat
 	h.Set(streams.HeaderEventType, eventType)
 	h.Set(streams.HeaderPublishedAt, published.UTC().Format(time.RFC3339Nano))
 	return h
+}
+
+// ownedByRelay reports a header that only relay may set: a publisher's
+// Relay-Attempt would otherwise make a fresh event look as if it had failed
+// a dozen times. Relay-Deadline is the publisher's to set, and other
+// Relay-* names are not relay's.
+func ownedByRelay(name string) bool {
+	for _, own := range relayOwned {
+		if strings.EqualFold(name, own) {
+			return true
+		}
+	}
+	return false
+}
+
+var relayOwned = []string{
+	streams.HeaderEventID, streams.HeaderEventType, streams.HeaderPublishedAt,
+	streams.HeaderAttempt, streams.HeaderFirstAttemptAt, streams.HeaderReason,
+	streams.HeaderAttempts, streams.HeaderLastStatus, streams.HeaderLastError,
+	streams.HeaderDeadAt, streams.HeaderOriginSeq,
 }

@@ -91,7 +91,6 @@ func TestEventIDSequence(t *testing.T) {
 // the second would be dropped as a duplicate by DELIVERIES.
 func TestEventIDOnlyLowercaseIDKey(t *testing.T) {
 	t.Parallel()
-	t.Skip(`bug: internal/fanout/event.go jsonID decodes into a struct field tagged "id", and encoding/json matches keys case-insensitively, so {"ID":"u1"} yields event id "u1" (want EVENTS-<seq>) and {"id":"a","ID":"b"} yields "b" (want "a")`)
 	tests := []struct {
 		body string
 		want string
@@ -240,4 +239,26 @@ func cloneHeader(h nats.Header) nats.Header {
 		out[k] = slices.Clone(v)
 	}
 	return out
+}
+
+// TestCopyHeaderDropsRelayHeadersOfThePublisher proves that a publisher
+// cannot set the headers relay owns: an event published with
+// Relay-Attempt: 12 must not reach its lane as if it had failed twelve
+// times. Relay-Deadline is the publisher's and is kept.
+func TestCopyHeaderDropsRelayHeadersOfThePublisher(t *testing.T) {
+	t.Parallel()
+	orig := nats.Header{}
+	orig.Set("Relay-Attempt", "12")
+	orig.Set("relay-first-attempt-at", "2020-01-01T00:00:00Z")
+	orig.Set("Relay-Reason", "gone")
+	orig.Set("Relay-Deadline", "2030-01-01T00:00:00Z")
+	got := fanout.CopyHeader(orig, "e1", "t", time.Now())
+	for _, k := range []string{"Relay-Attempt", "relay-first-attempt-at", "Relay-Reason"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s kept on the copy", k)
+		}
+	}
+	if got.Get("Relay-Deadline") != "2030-01-01T00:00:00Z" {
+		t.Errorf("Relay-Deadline not kept: %v", got)
+	}
 }

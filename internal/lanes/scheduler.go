@@ -153,6 +153,10 @@ func (s *scheduler) loop(ctx context.Context) {
 		s.mu.Lock()
 		if len(s.queue) == 0 || s.stopped {
 			s.mu.Unlock()
+			if dec.Probe {
+				// Nothing to probe with after all: let the probe go.
+				_ = s.lane.cfg.Limiter.Observe(ctx, s.id, limitOf(sub), ratelimit.Result{Probe: true})
+			}
 			continue
 		}
 		d := s.queue[0]

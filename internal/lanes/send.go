@@ -219,7 +219,9 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, sub subscribers.Subsc
 // whole subscriber; a 429 without a usable Retry-After halves its rate; a
 // connection failure, a timeout or another 5xx counts toward the breaker.
 func resultOf(out deliver.Outcome, probe bool) ratelimit.Result {
-	r := ratelimit.Result{Probe: probe, Success: out.Class == deliver.Delivered}
+	// Any answer but a 408, 425, 429 or 5xx shows the endpoint up: for the
+	// breaker a 404 is as good as a 200.
+	r := ratelimit.Result{Probe: probe, Success: out.Class == deliver.Delivered || out.Class == deliver.Rejected || out.Class == deliver.Gone}
 	switch {
 	case out.RetryAfterSet && out.RetryAfter > 0:
 		r.PauseFor = out.RetryAfter

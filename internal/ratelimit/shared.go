@@ -35,6 +35,10 @@ type Options struct {
 	ProbeTimeout time.Duration
 }
 
+// probeRecheck is how often a relay looks whether another relay's probe
+// closed the breaker.
+const probeRecheck = 500 * time.Millisecond
+
 // calibrateEvery is how often a relay re-reads the server's clock.
 const calibrateEvery = 30 * time.Second
 
@@ -314,7 +318,10 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 		return Decision{Hold: CircuitOpen, Wait: st.OpenUntil.Sub(server)}, st, false
 	case HalfOpen:
 		if server.Before(st.ProbeUntil) {
-			return Decision{Hold: CircuitOpen, Wait: st.ProbeUntil.Sub(server)}, st, false
+			// Another relay's probe is on the wire; its answer usually comes
+			// within a request timeout, so look again soon rather than at
+			// ProbeUntil, which only covers a prober that died.
+			return Decision{Hold: CircuitOpen, Wait: min(st.ProbeUntil.Sub(server), probeRecheck)}, st, false
 		}
 		st.ProbeUntil = server.Add(s.opts.ProbeTimeout)
 		probe = true
