@@ -44,10 +44,12 @@ func Config(name string) (jetstream.StreamConfig, error) {
 	return cfg, nil
 }
 
-// Options tune what Ensure creates. The zero value gives single-replica
-// streams, which is what an embedded server can hold.
+// Options tune what Ensure creates.
 type Options struct {
-	// Replicas for every stream and bucket. Defaults to 1.
+	// Replicas of every stream and bucket. Zero keeps the replicas of a
+	// stream that exists already (an operator who made it R3 with
+	// `nats stream add` is not overruled) and creates new ones with 1,
+	// which is what an embedded server can hold.
 	Replicas int
 }
 
@@ -55,19 +57,24 @@ type Options struct {
 // embedded definitions, so that every `relay run` starts on the same layout.
 // It is idempotent and safe to run from several relays at once.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
-	replicas := opts.Replicas
-	if replicas == 0 {
-		replicas = 1
+	if r := opts.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
+		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, r)
 	}
-	if replicas != 1 && replicas != 3 && replicas != 5 {
-		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, replicas)
+	replicas := func(stream string) int {
+		if opts.Replicas != 0 {
+			return opts.Replicas
+		}
+		if s, err := js.Stream(ctx, stream); err == nil {
+			return s.CachedInfo().Config.Replicas
+		}
+		return 1
 	}
 	for _, name := range []string{Events, Deliveries, DLQ, Retries} {
 		cfg, err := Config(name)
 		if err != nil {
 			return err
 		}
-		cfg.Replicas = replicas
+		cfg.Replicas = replicas(name)
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("streams: creating or updating %s: %w", name, err)
 		}
@@ -77,16 +84,15 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			Bucket:      SubscribersBucket,
 			Description: "relay subscribers: key = subscriber id, value = JSON",
 			History:     5,
-			Replicas:    replicas,
 		},
 		{
 			Bucket:      RateLimitBucket,
 			Description: "relay shared rate-limit state: key = subscriber id",
 			History:     1,
-			Replicas:    replicas,
 			TTL:         24 * time.Hour,
 		},
 	} {
+		kv.Replicas = replicas("KV_" + kv.Bucket)
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 			return fmt.Errorf("streams: creating or updating bucket %s: %w", kv.Bucket, err)
 		}

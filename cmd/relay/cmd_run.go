@@ -38,6 +38,7 @@ type runFlags struct {
 	allowPrivate bool
 	logLevel     string
 	maxPause     time.Duration
+	replicas     int
 	ackWait      time.Duration
 	logFormat    string
 	// ready, when set (by tests), is called once the relay consumes, with
@@ -69,6 +70,7 @@ back to JetStream, nothing is lost.`,
 	fl.StringVar(&f.metricsAddr, "metrics", "127.0.0.1:9469", "HOST:PORT serving /metrics, /healthz and /readyz (empty to turn off)")
 	fl.IntVar(&f.lanes, "lanes", 16, fmt.Sprintf("number of shared lanes (1-%d); every relay on one cluster must use the same", maxSharedLanes))
 	fl.BoolVar(&f.allowPrivate, "allow-private-targets", false, "allow subscriber URLs on loopback and private addresses (for local testing)")
+	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and buckets relay creates: 1, 3 or 5 (default: keep those of existing streams, 1 for new ones)")
 	fl.DurationVar(&f.maxPause, "max-pause", retry.DefaultMaxPause, "longest Retry-After relay obeys")
 	fl.DurationVar(&f.ackWait, "ack-wait", 60*time.Second, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -94,6 +96,9 @@ func (f *runFlags) validate() (slog.Level, error) {
 		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
 			return level, usagef("--metrics: must be HOST:PORT or empty, got %q", f.metricsAddr)
 		}
+	}
+	if r := f.replicas; r != 0 && r != 1 && r != 3 && r != 5 {
+		return level, usagef("--replicas: must be 1, 3 or 5, got %d", r)
 	}
 	if f.maxPause < time.Second {
 		return level, usagef("--max-pause: must be at least 1s, got %s", f.maxPause)
@@ -170,7 +175,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(setupCtx, js, streams.Options{}); err != nil {
+	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas}); err != nil {
 		return err
 	}
 	store, err := subscribers.Open(setupCtx, js)

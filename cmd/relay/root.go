@@ -93,6 +93,7 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 		newRunCmd(conn),
 		newSubCmd(conn),
 		newDLQCmd(conn),
+		newStatusCmd(conn),
 		newListenCmd(),
 		newVersionCmd(),
 	)

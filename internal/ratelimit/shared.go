@@ -222,7 +222,7 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 		rev, err = s.kv.Update(ctx, id, raw, sub.rev)
 	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) || isRevisionMismatch(err) {
+		if isRevisionMismatch(err) {
 			s.conflicts.Add(1)
 			return false, nil
 		}
@@ -233,10 +233,11 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 	return true, nil
 }
 
+// isRevisionMismatch recognises a lost compare-and-set: Create reports
+// ErrKeyExists, Update ErrKeyRevisionMismatch (code 10071 on a
+// single-replica bucket, 10164 on a replicated one).
 func isRevisionMismatch(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) ||
-		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // backoff sleeps a few milliseconds of jitter after a lost race, so that

@@ -33,3 +33,16 @@ func TestStartRelayNATSCreatesTheStreams(t *testing.T) {
 		t.Fatalf("second ensure: %v", err)
 	}
 }
+
+func TestStartRelayClusterReplicatesTheStreams(t *testing.T) {
+	t.Parallel()
+	c := testutil.StartRelayCluster(t)
+	_, js := c.ConnectJS(t, 2)
+	s, err := js.Stream(testutil.Context(t), streams.Deliveries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.CachedInfo().Config.Replicas; r != 3 {
+		t.Fatalf("DELIVERIES has %d replicas, want 3", r)
+	}
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// statusRow is the part of a relay status --json element the tests read.
+type statusRow struct {
+	Subscriber       string     `json:"subscriber"`
+	State            string     `json:"state"`
+	Lane             string     `json:"lane"`
+	Pending          uint64     `json:"pending"`
+	Parked           uint64     `json:"parked"`
+	LaneInFlight     int        `json:"lane_in_flight"`
+	Dead             uint64     `json:"dead"`
+	Rate             float64    `json:"rate"`
+	EffectiveRate    float64    `json:"effective_rate"`
+	Tokens           *float64   `json:"tokens"`
+	PausedUntil      *time.Time `json:"paused_until"`
+	Circuit          string     `json:"circuit"`
+	Failures         int        `json:"failures"`
+	OldestPendingAge string     `json:"oldest_pending_age"`
+	Hint             string     `json:"hint"`
+}
+
+// statusJSON runs relay status --json and decodes it by subscriber, failing
+// unless the rows come sorted by id.
+func statusJSON(t *testing.T, url string) map[string]statusRow {
+	t.Helper()
+	out := mustRelay(t, "status", "--nats", url, "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("status --json is not a JSON array: %v\n%s", err, out)
+	}
+	byID := map[string]statusRow{}
+	for i, r := range rows {
+		if i > 0 && rows[i-1].Subscriber >= r.Subscriber {
+			t.Fatalf("rows not sorted by id: %s before %s", rows[i-1].Subscriber, r.Subscriber)
+		}
+		byID[r.Subscriber] = r
+	}
+	return byID
+}
+
+// publishOn stores n plain messages on subject, which nothing moves on.
+func publishOn(t *testing.T, n *testutil.NATS, subject string, count int) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	for i := range count {
+		if _, err := n.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatalf("publish %s: %v", subject, err)
+		}
+	}
+}
+
+func addSub(t *testing.T, url, id string, extra ...string) {
+	t.Helper()
+	mustRelay(t, append([]string{"sub", "add", id, "--nats", url, "--url", "https://example.com/" + id, "--secret", testSecret}, extra...)...)
+}
+
+func TestStatusWithoutSubscribers(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	if out := mustRelay(t, "status", "--nats", n.URL, "--json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("status --json = %q, want []", out)
+	}
+	if out := mustRelay(t, "status", "--nats", n.URL); !strings.HasPrefix(out, "no subscribers") {
+		t.Fatalf("status = %q, want a no subscribers line", out)
+	}
+}
+
+func TestStatusCountsEachSubscribersMessages(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	addSub(t, n.URL, "alpha")
+	addSub(t, n.URL, "beta", "--rate", "20")
+	mustRelay(t, "sub", "disable", "beta", "--nats", n.URL)
+	for id, count := range map[string]int{"alpha": 3, "beta": 1} {
+		publishOn(t, n, "deliveries."+subscribers.LaneFor(id, 16)+"."+id, count)
+	}
+	// A plain message (no schedule header) stays on RETRIES.
+	publishOn(t, n, "retries.wait.alpha.x1", 2)
+	publishOn(t, n, "dlq.alpha.rejected", 1)
+	publishOn(t, n, "dlq.beta.rejected", 4)
+
+	rows := statusJSON(t, n.URL)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2: %+v", len(rows), rows)
+	}
+	a, b := rows["alpha"], rows["beta"]
+	if a.Pending != 3 || a.Parked != 2 || a.Dead != 1 {
+		t.Errorf("alpha pending/parked/dead = %d/%d/%d, want 3/2/1", a.Pending, a.Parked, a.Dead)
+	}
+	if b.Pending != 1 || b.Parked != 0 || b.Dead != 4 {
+		t.Errorf("beta pending/parked/dead = %d/%d/%d, want 1/0/4", b.Pending, b.Parked, b.Dead)
+	}
+	if a.Lane != subscribers.LaneFor("alpha", 16) || a.State != "enabled" || b.State != "disabled" {
+		t.Errorf("alpha lane %q state %q, beta state %q", a.Lane, a.State, b.State)
+	}
+	if a.Rate != 0 || a.Tokens != nil || b.Rate != 20 || b.EffectiveRate != 20 || b.Tokens == nil || *b.Tokens != 20 {
+		t.Errorf("rates: alpha %v tokens %v, beta %v (in force %v) tokens %v; want unlimited without tokens, and 20/s with a full bucket",
+			a.Rate, a.Tokens, b.Rate, b.EffectiveRate, b.Tokens)
+	}
+	for _, r := range rows {
+		if r.OldestPendingAge == "" || r.Circuit != "closed" || r.PausedUntil != nil || r.Hint != "" {
+			t.Errorf("%s: oldest %q circuit %q paused %v hint %q", r.Subscriber, r.OldestPendingAge, r.Circuit, r.PausedUntil, r.Hint)
+		}
+	}
+
+	// --lanes moves shared subscribers to other lanes; the counts follow
+	// the subscriber, not the lane.
+	out := mustRelay(t, "status", "--nats", n.URL, "--lanes", "4", "--json")
+	if !strings.Contains(out, `"lane": "`+subscribers.LaneFor("alpha", 4)+`"`) || !strings.Contains(out, `"pending": 3`) {
+		t.Errorf("status --lanes 4 does not show alpha on %s with 3 pending:\n%s", subscribers.LaneFor("alpha", 4), out)
+	}
+
+	table := mustRelay(t, "status", "--nats", n.URL)
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("table has %d lines, want a header and two rows:\n%s", len(lines), table)
+	}
+	for _, col := range []string{"SUBSCRIBER", "STATE", "LANE", "PENDING", "PARKED", "LANE_IN_FLIGHT", "DEAD", "RATE", "TOKENS", "PAUSED_UNTIL", "CIRCUIT", "FAILURES", "OLDEST"} {
+		if !strings.Contains(lines[0], col) {
+			t.Errorf("header %q lacks %s", lines[0], col)
+		}
+	}
+	if f := strings.Fields(lines[1]); f[0] != "alpha" || f[1] != "enabled" || f[3] != "3" || f[4] != "2" || f[6] != "1" || f[7] != "unlimited" {
+		t.Errorf("alpha row %q", lines[1])
+	}
+	if !strings.HasPrefix(lines[2], "beta") || !strings.Contains(lines[2], "disabled (disabled by relay sub disable)") || !strings.Contains(lines[2], "20/s") {
+		t.Errorf("beta row %q", lines[2])
+	}
+}
+
+func TestStatusShowsTheRateLimitEntry(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	addSub(t, n.URL, "angry", "--rate", "1", "--burst", "10")
+	future := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	raw, err := json.Marshal(ratelimit.State{Tokens: 2, PausedUntil: future, OpenUntil: future, Failures: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := n.JS.KeyValue(ctx, streams.RateLimitBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "angry", raw); err != nil {
+		t.Fatal(err)
+	}
+
+	r := statusJSON(t, n.URL)["angry"]
+	if r.PausedUntil == nil || !r.PausedUntil.Equal(future) || r.Circuit != "open" || r.Failures != 5 {
+		t.Errorf("paused %v circuit %q failures %d, want %v open 5", r.PausedUntil, r.Circuit, r.Failures, future)
+	}
+	if r.Tokens == nil || *r.Tokens < 2 || *r.Tokens > 10 {
+		t.Errorf("tokens %v, want the stored 2 refilled at 1/s, at most 10", r.Tokens)
+	}
+	if r.OldestPendingAge != "" {
+		t.Errorf("oldest pending age %q without a queue", r.OldestPendingAge)
+	}
+	table := mustRelay(t, "status", "--nats", n.URL)
+	for _, want := range []string{future.Format(time.RFC3339), "open", " 5 "} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
+
+func TestStatusHintsAtADedicatedLaneForABigBacklog(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	addSub(t, n.URL, "slow", "--rate", "1")
+	addSub(t, n.URL, "quick", "--rate", "1000")
+	publishOn(t, n, "deliveries."+subscribers.LaneFor("slow", 16)+".slow", 80)
+	publishOn(t, n, "retries.wait.slow.x1", 10)
+	publishOn(t, n, "deliveries."+subscribers.LaneFor("quick", 16)+".quick", 80)
+
+	rows := statusJSON(t, n.URL)
+	const want = "backlog of 90 s at its rate: consider --lane dedicated"
+	if got := rows["slow"].Hint; got != want {
+		t.Errorf("slow: hint %q, want %q", got, want)
+	}
+	if got := rows["quick"].Hint; got != "" {
+		t.Errorf("quick: hint %q, want none", got)
+	}
+	table := mustRelay(t, "status", "--nats", n.URL)
+	if !strings.Contains(table, "hint: slow: "+want) || strings.Contains(table, "hint: quick") {
+		t.Errorf("table does not give slow, and only slow, the hint:\n%s", table)
+	}
+}
+
+func TestStatusRefusesABadLaneCount(t *testing.T) {
+	t.Parallel()
+	for _, lanes := range []string{"0", "257", "-1"} {
+		// No server: a bad flag is refused before relay connects.
+		code, _, stderr := relayCmd(t, "status", "--nats", "nats://127.0.0.1:1", "--lanes", lanes)
+		if code != exitUsage || !strings.Contains(stderr, "--lanes") {
+			t.Errorf("status --lanes %s: exit %d, stderr %q; want 2 naming --lanes", lanes, code, stderr)
+		}
+	}
+	if code, _, _ := relayCmd(t, "status", "extra"); code != exitUsage {
+		t.Errorf("status with an argument: exit %d, want 2", code)
+	}
+}

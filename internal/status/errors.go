@@ -1,0 +1,9 @@
+package status
+
+import "errors"
+
+// ErrInvalidLanes means [Collect] was given a number of shared lanes below
+// one. The lane of a shared subscriber depends on that number, so the report
+// would name a lane no relay runs; the CLI validates --lanes before it gets
+// here.
+var ErrInvalidLanes = errors.New("status: the number of shared lanes must be at least 1")

@@ -1,0 +1,312 @@
+package status
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+const testLanes = 16
+
+// pub stores n plain messages on subject, as a lane, the fan-out or the
+// rate limiter would leave them, without anything that makes them move.
+func pub(t *testing.T, js jetstream.JetStream, subject string, n int) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	for i := range n {
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "m%d", i)}); err != nil {
+			t.Fatalf("publish %s: %v", subject, err)
+		}
+	}
+}
+
+// queue stores n deliveries for sub on its lane.
+func queue(t *testing.T, js jetstream.JetStream, sub subscribers.Subscriber, n int) {
+	t.Helper()
+	pub(t, js, "deliveries."+sub.Lane(testLanes)+"."+sub.ID, n)
+}
+
+// putState writes a relay_ratelimit entry by hand.
+func putState(t *testing.T, js jetstream.JetStream, id string, st ratelimit.State) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	kv, err := js.KeyValue(ctx, streams.RateLimitBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, id, raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func collect(t *testing.T, js jetstream.JetStream, subs ...subscribers.Subscriber) map[string]Subscriber {
+	t.Helper()
+	rows, err := Collect(testutil.Context(t), js, subs, testLanes)
+	if err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	if len(rows) != len(subs) {
+		t.Fatalf("Collect returned %d rows for %d subscribers", len(rows), len(subs))
+	}
+	byID := map[string]Subscriber{}
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	return byID
+}
+
+func limited(id string, rate float64) subscribers.Subscriber {
+	s := subscribers.Subscriber{ID: id, Rate: rate}
+	s.SetDefaults()
+	return s
+}
+
+// laneMates returns two ids that share a shared lane among testLanes.
+func laneMates(t *testing.T) (string, string) {
+	t.Helper()
+	seen := map[string]string{}
+	for i := range 1000 {
+		id := fmt.Sprintf("mate%d", i)
+		lane := subscribers.LaneFor(id, testLanes)
+		if other, ok := seen[lane]; ok {
+			return other, id
+		}
+		seen[lane] = id
+	}
+	t.Fatal("no two ids share a lane")
+	return "", ""
+}
+
+func TestCollectWithoutSubscribersIsEmptyNotNil(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	rows, err := Collect(testutil.Context(t), n.JS, nil, testLanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows == nil || len(rows) != 0 {
+		t.Fatalf("Collect(no subscribers) = %#v, want an empty slice", rows)
+	}
+	raw, _ := json.Marshal(rows)
+	if string(raw) != "[]" {
+		t.Fatalf("JSON = %s, want []", raw)
+	}
+}
+
+func TestCollectRefusesFewerThanOneLane(t *testing.T) {
+	t.Parallel()
+	_, err := Collect(t.Context(), nil, []subscribers.Subscriber{limited("a", 1)}, 0)
+	if !errors.Is(err, ErrInvalidLanes) {
+		t.Fatalf("Collect with 0 lanes: %v, want ErrInvalidLanes", err)
+	}
+}
+
+func TestCollectCountsEachSubscribersMessages(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	alpha, beta := limited("alpha", 0), limited("beta", 100)
+	beta.Disabled, beta.DisabledReason = true, "410 Gone"
+	queue(t, n.JS, alpha, 3)
+	queue(t, n.JS, beta, 1)
+	// A delivery left on another lane (before a --lanes change) is still
+	// the subscriber's.
+	pub(t, n.JS, "deliveries.d_alpha.alpha", 1)
+	pub(t, n.JS, "retries.wait.alpha.x1", 2)
+	pub(t, n.JS, "retries.due.alpha", 1)
+	pub(t, n.JS, "retries.wait.beta.x1", 1)
+	pub(t, n.JS, "dlq.alpha.rejected", 1)
+	pub(t, n.JS, "dlq.beta.gone", 2)
+	pub(t, n.JS, "dlq.beta.max_attempts", 3)
+	// Messages of a removed subscriber belong to nobody in the report.
+	pub(t, n.JS, "deliveries.s00.gone", 5)
+
+	rows, err := Collect(testutil.Context(t), n.JS, []subscribers.Subscriber{beta, alpha}, testLanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].ID != "alpha" || rows[1].ID != "beta" {
+		t.Fatalf("rows %+v, want alpha then beta", rows)
+	}
+	a, b := rows[0], rows[1]
+	if a.Pending != 4 || a.Parked != 3 || a.Dead != 1 {
+		t.Errorf("alpha pending/parked/dead = %d/%d/%d, want 4/3/1", a.Pending, a.Parked, a.Dead)
+	}
+	if b.Pending != 1 || b.Parked != 1 || b.Dead != 5 {
+		t.Errorf("beta pending/parked/dead = %d/%d/%d, want 1/1/5", b.Pending, b.Parked, b.Dead)
+	}
+	if a.State != Enabled || b.State != Disabled || b.DisabledReason != "410 Gone" {
+		t.Errorf("states %q, %q (%q)", a.State, b.State, b.DisabledReason)
+	}
+	if a.Lane != subscribers.LaneFor("alpha", testLanes) || a.Dedicated {
+		t.Errorf("alpha lane %q dedicated %v", a.Lane, a.Dedicated)
+	}
+	if a.Tokens != nil || a.EffectiveRate != 0 {
+		t.Errorf("unlimited alpha has tokens %v, effective rate %v", a.Tokens, a.EffectiveRate)
+	}
+	if b.Tokens == nil || *b.Tokens != 100 || b.EffectiveRate != 100 || b.Circuit != ratelimit.Closed {
+		t.Errorf("beta without an entry: tokens %v effective %v circuit %s, want a full bucket of 100, 100/s, closed", b.Tokens, b.EffectiveRate, b.Circuit)
+	}
+	for _, r := range rows {
+		if r.OldestPendingAt.IsZero() || r.OldestPendingAge == "" || r.OldestPendingAt.Location() != time.UTC {
+			t.Errorf("%s: oldest pending at %v age %q, want set, in UTC", r.ID, r.OldestPendingAt, r.OldestPendingAge)
+		}
+		if r.Hint != "" {
+			t.Errorf("%s: unexpected hint %q", r.ID, r.Hint)
+		}
+	}
+}
+
+func TestCollectOldestPendingIsEmptyWithoutAQueue(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	idle := limited("idle", 5)
+	pub(t, n.JS, "retries.wait.idle.x1", 1)
+	row := collect(t, n.JS, idle)["idle"]
+	if !row.OldestPendingAt.IsZero() || row.OldestPendingAge != "" {
+		t.Fatalf("oldest pending at %v age %q, want none", row.OldestPendingAt, row.OldestPendingAge)
+	}
+	raw, err := json.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "oldest_pending_at") || !strings.Contains(string(raw), `"oldest_pending_age":""`) {
+		t.Fatalf("JSON %s: want no oldest_pending_at and an empty oldest_pending_age", raw)
+	}
+}
+
+func TestCollectReadsTheRateLimitEntry(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	future := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	paused, probing, past := limited("paused", 1), limited("probing", 10), limited("past", 10)
+	paused.Burst = 10
+	putState(t, n.JS, "paused", ratelimit.State{Tokens: 2, PausedUntil: future, OpenUntil: future, Failures: 5})
+	putState(t, n.JS, "probing", ratelimit.State{Tokens: 0, Rate: 2.5, OpenUntil: time.Now().Add(-time.Minute), Failures: 7})
+	putState(t, n.JS, "past", ratelimit.State{Tokens: 10, PausedUntil: time.Now().Add(-time.Minute)})
+
+	rows := collect(t, n.JS, paused, probing, past)
+	p := rows["paused"]
+	if !p.PausedUntil.Equal(future) || p.Circuit != ratelimit.Open || p.Failures != 5 {
+		t.Errorf("paused: until %v circuit %s failures %d, want %v open 5", p.PausedUntil, p.Circuit, p.Failures, future)
+	}
+	// Written just now at 1/s: about 2 tokens, never more than the burst.
+	if p.Tokens == nil || *p.Tokens < 2 || *p.Tokens > 10 {
+		t.Errorf("paused: tokens %v, want from 2 to 10", p.Tokens)
+	}
+	q := rows["probing"]
+	if q.Circuit != ratelimit.HalfOpen || q.Failures != 7 || q.EffectiveRate != 2.5 || !q.PausedUntil.IsZero() {
+		t.Errorf("probing: circuit %s failures %d effective %v paused %v, want half-open 7 2.5 none", q.Circuit, q.Failures, q.EffectiveRate, q.PausedUntil)
+	}
+	if r := rows["past"]; !r.PausedUntil.IsZero() || r.Circuit != ratelimit.Closed || r.Tokens == nil || *r.Tokens != 10 {
+		t.Errorf("past: paused %v circuit %s tokens %v, want no pause, closed, 10", r.PausedUntil, r.Circuit, r.Tokens)
+	}
+	raw, err := json.Marshal(rows["past"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "paused_until") {
+		t.Errorf("a pause in the past is in the JSON: %s", raw)
+	}
+}
+
+func TestCollectHintsAtADedicatedLaneForABigBacklog(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	slow, fast, own, free := limited("slow", 1), limited("fast", 100), limited("own", 1), limited("free", 0)
+	own.Dedicated = true
+	queue(t, n.JS, slow, 50)
+	pub(t, n.JS, "retries.wait.slow.x1", 20)
+	queue(t, n.JS, fast, 70)
+	queue(t, n.JS, own, 70)
+	queue(t, n.JS, free, 70)
+
+	rows := collect(t, n.JS, slow, fast, own, free)
+	if got, want := rows["slow"].Hint, "backlog of 70 s at its rate: consider --lane dedicated"; got != want {
+		t.Errorf("slow: hint %q, want %q", got, want)
+	}
+	for _, id := range []string{"fast", "own", "free"} {
+		if h := rows[id].Hint; h != "" {
+			t.Errorf("%s: hint %q, want none", id, h)
+		}
+	}
+	if rows["own"].Lane != "d_own" || !rows["own"].Dedicated {
+		t.Errorf("own: lane %q dedicated %v", rows["own"].Lane, rows["own"].Dedicated)
+	}
+}
+
+func TestCollectLaneInFlightIsSharedByLaneMates(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	a, b := laneMates(t)
+	subA, subB, other := limited(a, 0), limited(b, 0), limited("other", 0)
+	for subscribers.LaneFor(other.ID, testLanes) == subA.Lane(testLanes) {
+		other.ID += "x"
+	}
+	queue(t, n.JS, subA, 2)
+	queue(t, n.JS, subB, 1)
+	queue(t, n.JS, other, 1)
+
+	lane := subA.Lane(testLanes)
+	c, err := n.JS.CreateConsumer(ctx, streams.Deliveries, jetstream.ConsumerConfig{
+		Durable:       lanes.ConsumerName(lane),
+		FilterSubject: "deliveries." + lane + ".>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.FetchNoWait(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for range batch.Messages() {
+		got++ // fetched and never acked: outstanding on the lane
+	}
+	if got != 3 {
+		t.Fatalf("fetched %d messages from lane %s, want 3", got, lane)
+	}
+
+	rows := collect(t, n.JS, subA, subB, other)
+	if rows[a].LaneInFlight != 3 || rows[b].LaneInFlight != 3 {
+		t.Errorf("lane-mates %s and %s: in flight %d and %d, want the lane's 3 each", a, b, rows[a].LaneInFlight, rows[b].LaneInFlight)
+	}
+	if rows[other.ID].LaneInFlight != 0 {
+		t.Errorf("%s on a lane without a consumer: in flight %d, want 0", other.ID, rows[other.ID].LaneInFlight)
+	}
+}
+
+func TestFormatAge(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0s"},
+		{0, "0s"},
+		{250*time.Millisecond + 300*time.Microsecond, "250ms"},
+		{90*time.Second + 400*time.Millisecond, "1m30s"},
+		{2 * time.Hour, "2h0m0s"},
+	} {
+		if got := formatAge(tc.d); got != tc.want {
+			t.Errorf("formatAge(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
