@@ -20,11 +20,23 @@ import (
 // window, measured at the receiver), and the backlog drains near the rate.
 func TestCapHoldsAcrossRelays(t *testing.T) {
 	t.Parallel()
-	for _, relays := range []int{1, 3} {
-		t.Run(fmt.Sprintf("%d relays", relays), func(t *testing.T) {
+	for _, tt := range []struct {
+		relays  int
+		cluster bool
+	}{{1, false}, {3, false}, {3, true}} {
+		name := fmt.Sprintf("%d relays", tt.relays)
+		if tt.cluster {
+			name += " on a 3-node cluster"
+		}
+		relays := tt.relays
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			const rate, burst, backlog = 50, 5, 150
-			b := setup(t)
+			start := setup
+			if tt.cluster {
+				start = setupCluster
+			}
+			b := start(t)
 			sub := b.put(t, subscribers.Subscriber{ID: "capped", Rate: rate, Burst: burst})
 			b.enqueue(t, sub, 4, backlog)
 			b.flush(t)

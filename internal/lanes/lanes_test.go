@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/lanes"
@@ -85,6 +86,10 @@ func (a *arrivals) total() int {
 type bundle struct {
 	// limits tune the relay's rate limiter; set before startLanes.
 	limits ratelimit.Options
+	// relayJS, when set, are the connections the relays started by
+	// startLanes use in turn (one per cluster node); else n.JS.
+	relayJS []jetstream.JetStream
+	relays  int
 	n      *testutil.NATS
 	store  *subscribers.Store
 	rcv    *httptest.Server
@@ -93,7 +98,27 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	n := testutil.StartRelayNATS(t)
+	return newBundle(t, testutil.StartRelayNATS(t))
+}
+
+// setupCluster is setup on a 3-node cluster with R3 streams; each relay
+// started connects to the next node.
+func setupCluster(t *testing.T) *bundle {
+	t.Helper()
+	c := testutil.StartRelayCluster(t)
+	var relayJS []jetstream.JetStream
+	for i := range c.URLs {
+		_, js := c.ConnectJS(t, i)
+		relayJS = append(relayJS, js)
+	}
+	nc, js := c.ConnectJS(t, 0)
+	b := newBundle(t, &testutil.NATS{URL: c.URLs[0], Conn: nc, JS: js})
+	b.relayJS = relayJS
+	return b
+}
+
+func newBundle(t *testing.T, n *testutil.NATS) *bundle {
+	t.Helper()
 	store, err := subscribers.Open(testutil.Context(t), n.JS)
 	if err != nil {
 		t.Fatal(err)
@@ -127,8 +152,17 @@ func (b *bundle) put(t *testing.T, sub subscribers.Subscriber) subscribers.Subsc
 // startLanes runs the lanes until the test ends.
 func (b *bundle) startLanes(t *testing.T, shared int) {
 	t.Helper()
+	js := b.n.JS
+	if len(b.relayJS) > 0 {
+		js = b.relayJS[b.relays%len(b.relayJS)]
+	}
+	b.relays++
+	store, err := subscribers.Open(testutil.Context(t), js)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	live, err := b.store.Watch(ctx)
+	live, err := store.Watch(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,21 +170,21 @@ func (b *bundle) startLanes(t *testing.T, shared int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limiter, err := ratelimit.NewShared(ctx, b.n.JS, b.limits)
+	limiter, err := ratelimit.NewShared(ctx, js, b.limits)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 2)
 	go func() {
 		done <- lanes.Run(ctx, lanes.Config{
-			JS: b.n.JS, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
+			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
 			Disable: func(ctx context.Context, id, reason string) error {
-				return b.store.SetDisabled(ctx, id, true, reason)
+				return store.SetDisabled(ctx, id, true, reason)
 			},
 		})
 	}()
 	go func() {
-		done <- retry.Move(ctx, retry.MoverConfig{JS: b.n.JS, Subscribers: live, SharedLanes: shared})
+		done <- retry.Move(ctx, retry.MoverConfig{JS: js, Subscribers: live, SharedLanes: shared})
 	}()
 	t.Cleanup(func() {
 		cancel()
