@@ -90,10 +90,10 @@ type bundle struct {
 	// startLanes use in turn (one per cluster node); else n.JS.
 	relayJS []jetstream.JetStream
 	relays  int
-	n      *testutil.NATS
-	store  *subscribers.Store
-	rcv    *httptest.Server
-	arr    *arrivals
+	n       *testutil.NATS
+	store   *subscribers.Store
+	rcv     *httptest.Server
+	arr     *arrivals
 }
 
 func setup(t *testing.T) *bundle {
