@@ -34,21 +34,9 @@ dlq.<subscriber>.<reason>, with why and when they died. Reasons: ` + reasonNames
 	return cmd
 }
 
-// withDLQ connects for a relay dlq subcommand and runs fn with a JetStream
-// context, bounded by cmdTimeout.
+// withDLQ connects for a relay dlq subcommand.
 func withDLQ(ctx context.Context, conn *connFlags, fn func(ctx context.Context, js jetstream.JetStream) error) error {
-	nc, err := conn.connect("relay dlq")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
-	defer cancel()
-	return fn(ctx, js)
+	return withJetStream(ctx, conn, "relay dlq", fn)
 }
 
 // dlqFilterFlags are the --subscriber and --reason flags of the relay dlq

@@ -48,7 +48,7 @@ at its rate gets a hint to move to a dedicated lane. --lanes must be relay run's
 			if sharedLanes < 1 || sharedLanes > maxSharedLanes {
 				return usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, sharedLanes)
 			}
-			return withStatus(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
+			return withStore(cmd.Context(), conn, "relay status", func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
 				subs, listErr := s.List(ctx)
 				if listErr != nil && !errors.Is(listErr, subscribers.ErrCorrupt) {
 					return listErr
@@ -71,27 +71,6 @@ at its rate gets a hint to move to a dedicated lane. --lanes must be relay run's
 	f.BoolVar(&asJSON, "json", false, "print a JSON array")
 	f.IntVar(&sharedLanes, "lanes", 16, fmt.Sprintf("number of shared lanes relay run uses (1-%d)", maxSharedLanes))
 	return cmd
-}
-
-// withStatus connects for relay status and runs fn with the subscriber
-// store, bounded by cmdTimeout.
-func withStatus(ctx context.Context, conn *connFlags, fn func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error) error {
-	nc, err := conn.connect("relay status")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
-	defer cancel()
-	store, err := subscribers.Open(ctx, js)
-	if err != nil {
-		return err
-	}
-	return fn(ctx, js, store)
 }
 
 func printStatus(cmd *cobra.Command, rows []status.Subscriber, asJSON bool) error {

@@ -37,9 +37,10 @@ func newSubCmd(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-// withStore connects, opens the subscriber bucket and runs fn.
-func withStore(ctx context.Context, conn *connFlags, fn func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error) error {
-	nc, err := conn.connect("relay sub")
+// withJetStream connects as the named client and runs fn with a JetStream
+// context, bounded by cmdTimeout.
+func withJetStream(ctx context.Context, conn *connFlags, name string, fn func(ctx context.Context, js jetstream.JetStream) error) error {
+	nc, err := conn.connect(name)
 	if err != nil {
 		return err
 	}
@@ -50,11 +51,18 @@ func withStore(ctx context.Context, conn *connFlags, fn func(ctx context.Context
 	}
 	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
 	defer cancel()
-	store, err := subscribers.Open(ctx, js)
-	if err != nil {
-		return err
-	}
-	return fn(ctx, js, store)
+	return fn(ctx, js)
+}
+
+// withStore is withJetStream with the subscriber bucket opened.
+func withStore(ctx context.Context, conn *connFlags, name string, fn func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error) error {
+	return withJetStream(ctx, conn, name, func(ctx context.Context, js jetstream.JetStream) error {
+		store, err := subscribers.Open(ctx, js)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, js, store)
+	})
 }
 
 // validationErr turns a subscriber validation error into a usage error.
@@ -137,7 +145,7 @@ wildcards: video.* matches video.trending, video.> matches video.a.b; no
 			if err := sub.Validate(); err != nil {
 				return validationErr(err)
 			}
-			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				if err := s.Put(ctx, sub); err != nil {
 					if errors.Is(err, subscribers.ErrTooManyDedicated) {
 						return usageError{err}
@@ -212,7 +220,7 @@ func newSubLsCmd(conn *connFlags) *cobra.Command {
 		Short: "List subscribers (secrets masked)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				subs, err := s.List(ctx)
 				if err != nil {
 					return err
@@ -252,7 +260,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 			if err := subscribers.ValidateID(args[0]); err != nil {
 				return validationErr(err)
 			}
-			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				sub, err := s.Get(ctx, args[0])
 				if err != nil {
 					return err
@@ -298,7 +306,7 @@ func newSubRmCmd(conn *connFlags) *cobra.Command {
 			if err := subscribers.ValidateID(id); err != nil {
 				return validationErr(err)
 			}
-			return withStore(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
 				if err := s.Delete(ctx, id); err != nil {
 					return err
 				}
@@ -345,7 +353,7 @@ func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command 
 			if err := subscribers.ValidateID(id); err != nil {
 				return validationErr(err)
 			}
-			return withStore(cmd.Context(), conn, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				reason := ""
 				if disable {
 					reason = "disabled by relay sub disable"
