@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
@@ -83,24 +84,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() { ackInOrder(acks, log) })
 	defer wg.Wait()
 	defer close(acks)
-	for {
-		err := consume(ctx, js, cfg, acks)
-		if ctx.Err() != nil {
-			return nil
-		}
-		log.Error("fanout: consuming EVENTS, starting again", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// consume reads EVENTS until ctx is cancelled (then it drains what the
-// client has buffered and returns nil) or the consumer fails.
-func consume(ctx context.Context, js jetstream.JetStream, cfg Config, acks chan<- pending) error {
-	cons, err := js.CreateOrUpdateConsumer(ctx, streams.Events, jetstream.ConsumerConfig{
+	return consumer.Run(ctx, js, streams.Events, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "relay fan-out: copies each event to its subscribers",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -108,29 +92,11 @@ func consume(ctx context.Context, js jetstream.JetStream, cfg Config, acks chan<
 		MaxDeliver:    -1,
 		MaxAckPending: 8192,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("creating consumer %s: %w", ConsumerName, err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return fmt.Errorf("pulling: %w", err)
-	}
-	stop := context.AfterFunc(ctx, iter.Drain)
-	defer stop()
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			iter.Stop()
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
+	}, 512, log, func(msg jetstream.Msg) {
 		p := publishCopies(js, cfg, msg)
 		cfg.Metrics.Event(len(p.futures))
 		acks <- p
-	}
+	})
 }
 
 // publishCopies starts the async publish of one copy per matching enabled

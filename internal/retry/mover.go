@@ -3,7 +3,6 @@ package retry
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -48,22 +48,7 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	for {
-		err := move(ctx, cfg)
-		if ctx.Err() != nil {
-			return nil
-		}
-		cfg.Logger.Error("retry: moving due deliveries, starting again", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func move(ctx context.Context, cfg MoverConfig) error {
-	cons, err := cfg.JS.CreateOrUpdateConsumer(ctx, streams.Retries, jetstream.ConsumerConfig{
+	return consumer.Run(ctx, cfg.JS, streams.Retries, jetstream.ConsumerConfig{
 		Durable:       MoverName,
 		Description:   "relay: moves due retries back to DELIVERIES",
 		FilterSubject: DuePrefix + ">",
@@ -71,27 +56,7 @@ func move(ctx context.Context, cfg MoverConfig) error {
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 4096,
-	})
-	if err != nil {
-		return fmt.Errorf("creating consumer %s: %w", MoverName, err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(256))
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, iter.Drain)
-	defer stop()
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			iter.Stop()
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		moveOne(context.WithoutCancel(ctx), cfg, msg)
-	}
+	}, 256, cfg.Logger, func(msg jetstream.Msg) { moveOne(context.WithoutCancel(ctx), cfg, msg) })
 }
 
 // moveOne republishes one due delivery on its subscriber's lane and acks it
