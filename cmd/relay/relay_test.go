@@ -126,8 +126,10 @@ func TestSubscriberAddedRemovedDisabledInARunningRelay(t *testing.T) {
 		_, err := n.JS.Consumer(testutil.Context(t), streams.Deliveries, "lane_d_late")
 		return err == nil
 	}, "dedicated lane not started")
+	probes := 0
 	testutil.Eventually(t, func() bool {
-		publish(t, n.JS, "x", fmt.Sprintf("probe-%d", rcv.count()), []byte(`{}`))
+		probes++
+		publish(t, n.JS, "x", fmt.Sprintf("probe-%d", probes), []byte(`{}`))
 		waitIdle(t, n.JS)
 		return rcv.count() > 0
 	}, "subscriber added to a running relay got nothing")
@@ -141,7 +143,8 @@ func TestSubscriberAddedRemovedDisabledInARunningRelay(t *testing.T) {
 	// the subscriber.
 	testutil.Eventually(t, func() bool {
 		before := rcv.count()
-		publish(t, n.JS, "x", fmt.Sprintf("while-disabled-%d", before), []byte(`{}`))
+		probes++
+		publish(t, n.JS, "x", fmt.Sprintf("while-disabled-%d", probes), []byte(`{}`))
 		waitIdle(t, n.JS)
 		return rcv.count() == before
 	}, "disabled subscriber still receives")
@@ -149,7 +152,8 @@ func TestSubscriberAddedRemovedDisabledInARunningRelay(t *testing.T) {
 	mustRelay(t, "sub", "enable", "late", "--nats", n.URL)
 	testutil.Eventually(t, func() bool {
 		before := rcv.count()
-		publish(t, n.JS, "x", fmt.Sprintf("enabled-%d", before), []byte(`{}`))
+		probes++
+		publish(t, n.JS, "x", fmt.Sprintf("enabled-%d", probes), []byte(`{}`))
 		waitIdle(t, n.JS)
 		return rcv.count() > before
 	}, "enabled subscriber gets nothing")
