@@ -8,13 +8,14 @@
 // subscriber, summed over all relays, plus at most one lease. The token
 // bucket lives in the KV bucket relay_ratelimit, key = subscriber id,
 // changed only by compare-and-set on the entry's revision. Refill is lazy:
-// the tokens stored are those left at the entry's write time, and whoever
-// reads it next adds rate × (now − that time), where both times are the
-// server's: the entry's own timestamp, and the server time a relay estimates
-// as its clock plus the largest (entry time − local time) it has seen. That
-// estimate is never ahead of the server, so a skewed host clock can only
-// make a relay grant fewer tokens, never more. A relay that finds too few
-// tokens writes nothing: the entry's timestamp then keeps its meaning, and
+// the entry holds the tokens left and the server time they were counted up
+// to, and whoever reads it next adds rate × (now − then). "Now" is the
+// server's time as the relay estimates it: its own clock plus an offset read
+// from the server every 30 s (a stream info's timestamp, a lower bound) and
+// tightened by every entry's timestamp it sees. The count-up-to time only
+// moves forward, so no stretch of time is ever counted twice: a relay whose
+// clock runs ahead can count some time early, once, but cannot mint tokens
+// write after write. A relay that finds too few tokens writes nothing, and
 // the bucket keeps filling.
 //
 // # Leases

@@ -33,14 +33,15 @@ type Options struct {
 	// ProbeTimeout is how long a claimed probe keeps other relays from
 	// probing; past it the probing relay is taken for dead. Defaults to 1m.
 	ProbeTimeout time.Duration
+	// CalibrateEvery is how often the server's clock is read again, which
+	// corrects a host clock that was stepped. Defaults to 30s; negative
+	// never recalibrates (tests that drive Clock by hand).
+	CalibrateEvery time.Duration
 }
 
 // probeRecheck is how often a relay looks whether another relay's probe
 // closed the breaker.
 const probeRecheck = 500 * time.Millisecond
-
-// calibrateEvery is how often a relay re-reads the server's clock.
-const calibrateEvery = 30 * time.Second
 
 // maxCAS bounds the compare-and-set retries of one call; past it the call
 // reports a short wait (Reserve) or gives up quietly (Observe), never an
@@ -108,6 +109,9 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = time.Minute
 	}
+	if opts.CalibrateEvery == 0 {
+		opts.CalibrateEvery = 30 * time.Second
+	}
 	s := &Shared{kv: kv, stream: stream, opts: opts, subs: make(map[string]*subscriber)}
 	if err := s.calibrate(ctx); err != nil {
 		return nil, err
@@ -145,7 +149,7 @@ func (s *Shared) calibrate(ctx context.Context) error {
 // serverNow estimates the server's time, recalibrating when it is due.
 func (s *Shared) serverNow(ctx context.Context) time.Time {
 	s.calMu.Lock()
-	due := s.opts.Clock.Now().Sub(s.calibrated) > calibrateEvery
+	due := s.opts.CalibrateEvery > 0 && s.opts.Clock.Now().Sub(s.calibrated) > s.opts.CalibrateEvery
 	s.calMu.Unlock()
 	if due {
 		_ = s.calibrate(ctx) // on failure the old offset stays
@@ -331,7 +335,8 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 		return Decision{Probe: probe}, st, probe
 	}
 	rate := EffectiveRate(st, l)
-	tokens := Refill(st.Tokens, sub.written, server, rate, l)
+	from := refillFrom(st, sub.written)
+	tokens := Refill(st.Tokens, from, server, rate, l)
 	n := LeaseSize(rate, l)
 	if probe {
 		n = 1
@@ -340,6 +345,7 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 		return Decision{Hold: Token, Wait: WaitFor(tokens, n, rate)}, st, false
 	}
 	st.Tokens = tokens - float64(n)
+	st.At = laterOf(from, server)
 	return Decision{Probe: probe}, st, true
 }
 
@@ -384,10 +390,10 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 	}
 	if r.Success {
 		sub.successes++
-		if !s.successChanges(sub, l) && !r.Probe {
+		if !s.successChanges(sub, l) && !r.Probe && r.PauseFor <= 0 {
 			return nil
 		}
-	} else if !r.Failure && !r.Throttled && r.PauseFor <= 0 {
+	} else if !r.Failure && !r.Throttled && r.PauseFor <= 0 && !r.Probe {
 		return nil
 	}
 	for try := range maxCAS {
@@ -398,6 +404,10 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 		}
 		st, changed := s.apply(ctx, sub, l, r)
 		if !changed {
+			// A later pause is already stored: wait for that one.
+			if until := s.local(st.PausedUntil); until.After(sub.pausedUntil) {
+				sub.pausedUntil = until
+			}
 			return nil
 		}
 		ok, err := s.write(ctx, id, sub, st)
@@ -437,7 +447,9 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 	if !l.Unlimited() {
 		// Keep the bucket's content as of now, since the write moves the
 		// entry's timestamp.
-		st.Tokens = Refill(st.Tokens, sub.written, server, EffectiveRate(st, l), l)
+		from := refillFrom(st, sub.written)
+		st.Tokens = Refill(st.Tokens, from, server, EffectiveRate(st, l), l)
+		st.At = laterOf(from, server)
 	}
 	if r.PauseFor > 0 {
 		if until := server.Add(min(r.PauseFor, s.opts.MaxPause)); until.After(st.PausedUntil) {
@@ -449,6 +461,9 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 		sub.successes = 0
 	}
 	switch {
+	case r.Probe && !r.Success && !r.Failure:
+		// A probe handed back unused: another relay may probe at once.
+		st.ProbeUntil = time.Time{}
 	case r.Success:
 		st.Failures, st.Opens, st.OpenUntil, st.ProbeUntil = 0, 0, time.Time{}, time.Time{}
 		if rate := EffectiveRate(st, l); !l.Unlimited() && rate < l.Rate && sub.successes >= SuccessWindow(rate) {
@@ -468,4 +483,11 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 		}
 	}
 	return st, st != before
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

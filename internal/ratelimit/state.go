@@ -21,8 +21,13 @@ func (l Limit) capacity() float64 { return math.Max(1, float64(l.Burst)) }
 // State is one subscriber's shared flow-control state, the JSON value of its
 // key in relay_ratelimit. Times are the server's.
 type State struct {
-	// Tokens left in the bucket when the entry was written.
+	// Tokens left in the bucket at At.
 	Tokens float64 `json:"tokens"`
+	// At is the server time the tokens were counted up to. It only moves
+	// forward, and the next refill starts from the later of it and the
+	// entry's own timestamp: a relay whose clock runs ahead of the server's
+	// counts some time early, but never twice.
+	At time.Time `json:"at,omitzero"`
 	// Rate is the adaptive rate in force; 0 means the configured rate.
 	Rate float64 `json:"rate,omitempty"`
 	// PausedUntil: no request before this time (Retry-After).
@@ -61,14 +66,23 @@ const LeaseWindow = 100 * time.Millisecond
 const LeaseTTL = LeaseWindow
 
 // LeaseSize is how many tokens one lease takes: what the subscriber may
-// spend in LeaseWindow at rate, at least one, and at most half the bucket.
+// spend in LeaseWindow at rate (rounded down, as DESIGN.md bounds a lease by
+// max(1, rate × 0.1)), at least one, and at most half the bucket.
 // A relay waits for a whole lease before it asks; if a lease were the whole
 // bucket, every moment between the bucket filling up and the relay's write
 // landing would be refill thrown away (measured: 92% of the rate with three
 // relays on a 50/s, burst 5 subscriber, 97% with the half-bucket bound).
 func LeaseSize(rate float64, l Limit) int {
-	n := int(math.Ceil(rate*LeaseWindow.Seconds() - epsilon))
+	n := int(math.Floor(rate*LeaseWindow.Seconds() + epsilon))
 	return max(1, min(n, int(l.capacity())/2))
+}
+
+// refillFrom is where the next refill of an entry starts.
+func refillFrom(s State, written time.Time) time.Time {
+	if s.At.After(written) {
+		return s.At
+	}
+	return written
 }
 
 // WaitFor is how long a bucket holding tokens needs to hold want.
