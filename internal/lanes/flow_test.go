@@ -142,3 +142,25 @@ func TestRetryAfterPausesTheSubscriberOnEveryRelay(t *testing.T) {
 		t.Fatalf("held messages were charged attempts: %+v", dead)
 	}
 }
+
+// TestHangingSubscriberNeverStallsItsLane: a subscriber whose endpoint hangs
+// has a backlog far larger than its lane's MaxAckPending, queued ahead of a
+// lane-mate's few messages on the one lane they share. Its messages beyond
+// what it may hold are parked, not NAKed, so they free their slots and the
+// lane-mate's messages get through.
+func TestHangingSubscriberNeverStallsItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.maxAckPending = 100
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	stuck := b.put(t, subscribers.Subscriber{ID: "stuck", MaxInFlight: 2, Timeout: subscribers.Duration(time.Second)})
+	mate := b.put(t, subscribers.Subscriber{ID: "mate"})
+	b.arr.answer("stuck", func(_ int, w http.ResponseWriter) { <-hang })
+	b.enqueue(t, stuck, 1, 1000)
+	b.enqueue(t, mate, 1, 10)
+	b.flush(t)
+	b.startLanes(t, 1)
+	testutil.Eventually(t, func() bool { return b.arr.count("mate") == 10 },
+		"the lane-mate of a hanging subscriber got %d of 10", b.arr.count("mate"))
+}

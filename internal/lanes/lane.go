@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,9 +82,19 @@ func (l *lane) run(ctx context.Context) {
 		cc, err := l.consume(ctx)
 		if err != nil {
 			l.log.Error("lanes: consuming, starting again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+			// Held messages stay alive meanwhile, or another relay would
+			// take them over and POST them a second time.
+			retry := time.After(time.Second)
+		sleep:
+			for {
+				select {
+				case <-ctx.Done():
+					break sleep
+				case <-retry:
+					break sleep
+				case <-keepalive.C:
+					l.keepAlive()
+				}
 			}
 			continue
 		}
@@ -130,10 +141,7 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	id := subscriberOf(msg.Subject())
 	sub, ok := l.cfg.Subscribers.Get(id)
 	if !ok {
-		// `relay sub rm` purges a removed subscriber's queue; what arrives
-		// after is left over from a race with it and has nowhere to go.
-		l.log.Info("lanes: dropping delivery for removed subscriber", "subscriber", id)
-		_ = msg.Term()
+		l.unknownSubscriber(msg, id)
 		return
 	}
 	d := newDelivery(msg)
@@ -153,15 +161,40 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 // handBack returns a message its subscriber cannot take yet: a short wait
 // with NakWithDelay, a longer one parked in RETRIES so that it holds none of
 // the lane's MaxAckPending slots meanwhile.
+//
+// A message handed back again and again (a subscriber far behind) stays away
+// longer each time: the wait doubles with every hand-back it carries in
+// Relay-Holds, up to maxHandBack, so a big backlog is not cycled through
+// RETRIES faster than the subscriber can take it.
 func (l *lane) handBack(ctx context.Context, d delivery, sub subscribers.Subscriber, wait time.Duration) {
 	l.cfg.Metrics.HandBack()
-	if wait < parkAfter {
-		_ = d.msg.NakWithDelay(wait)
+	wait = min(maxHandBack, max(parkAfter, wait<<min(d.holds, 5)))
+	at := l.cfg.Clock.Now().Add(wait)
+	h := copyHeader(d.msg.Headers())
+	h.Set(streams.HeaderHolds, strconv.Itoa(d.holds+1))
+	l.work.Go(func() { l.park(context.WithoutCancel(ctx), d, sub, h, at) })
+}
+
+// unknownSubscriber settles a message whose subscriber this relay does not
+// know. It may be new and this relay's view behind (a watch catching up
+// after a reconnect): hand it back a few times before deciding it is gone.
+// `relay sub rm` purges a removed subscriber's queue, so what is left is a
+// race with it and has nowhere to go.
+func (l *lane) unknownSubscriber(msg jetstream.Msg, id string) {
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered < unknownTries {
+		_ = msg.NakWithDelay(unknownWait)
 		return
 	}
-	at := l.cfg.Clock.Now().Add(wait)
-	l.work.Go(func() { l.park(context.WithoutCancel(ctx), d, sub, copyHeader(d.msg.Headers()), at) })
+	l.log.Info("lanes: dropping delivery for removed subscriber", "subscriber", id)
+	_ = msg.Term()
 }
+
+// How long and how often a message of an unknown subscriber is handed back
+// before it is dropped.
+const (
+	unknownTries = 5
+	unknownWait  = 2 * time.Second
+)
 
 // holdDisabled parks a disabled subscriber's delivery for disabledHold,
 // without counting an attempt.

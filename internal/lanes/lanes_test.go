@@ -90,6 +90,8 @@ type bundle struct {
 	// startLanes use in turn (one per cluster node); else n.JS.
 	relayJS []jetstream.JetStream
 	relays  int
+	// maxAckPending of the lane consumers; 0 takes the default.
+	maxAckPending int
 	n       *testutil.NATS
 	store   *subscribers.Store
 	rcv     *httptest.Server
@@ -178,6 +180,7 @@ func (b *bundle) startLanes(t *testing.T, shared int) {
 	go func() {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
+			MaxAckPending: b.maxAckPending,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},

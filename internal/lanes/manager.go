@@ -113,20 +113,44 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Lanes left by an earlier run (a larger --lanes, a dedicated subscriber
 	// since moved to a shared lane) still hold messages: keep draining them.
-	for _, name := range m.existingLanes(ctx) {
-		if err := m.start(ctx, name); err != nil {
-			return err
-		}
-	}
+	leftovers := false
 	for {
 		changed := cfg.Subscribers.Changed()
-		m.syncDedicated(ctx)
+		ok := m.syncDedicated(ctx)
+		if !leftovers {
+			leftovers = m.startExisting(ctx)
+		}
+		// A lane that could not start (NATS briefly unavailable) is tried
+		// again in a second, not only at the next subscriber change.
+		var retry <-chan time.Time
+		if !ok || !leftovers {
+			retry = time.After(time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+		case <-retry:
 		}
 	}
+}
+
+// startExisting starts the lanes whose consumers exist on DELIVERIES; it
+// reports whether it could list them.
+func (m *manager) startExisting(ctx context.Context) bool {
+	names, err := m.existingLanes(ctx)
+	if err != nil {
+		m.cfg.Logger.Warn("lanes: listing existing lanes", "err", err)
+		return false
+	}
+	ok := true
+	for _, name := range names {
+		if err := m.start(ctx, name); err != nil {
+			m.cfg.Logger.Error("lanes: starting lane", "lane", name, "err", err)
+			ok = false
+		}
+	}
+	return ok
 }
 
 type runningLane struct {
@@ -142,10 +166,10 @@ type manager struct {
 }
 
 // existingLanes lists lane consumers already on DELIVERIES.
-func (m *manager) existingLanes(ctx context.Context) []string {
+func (m *manager) existingLanes(ctx context.Context) ([]string, error) {
 	stream, err := m.cfg.JS.Stream(ctx, streams.Deliveries)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	var names []string
 	lister := stream.ConsumerNames(ctx)
@@ -159,17 +183,19 @@ func (m *manager) existingLanes(ctx context.Context) []string {
 			names = append(names, lane)
 		}
 	}
-	return names
+	return names, lister.Err()
 }
 
 // syncDedicated starts the dedicated lanes of new dedicated subscribers and
 // removes those of deleted ones (their messages were purged by `relay sub
 // rm`).
-func (m *manager) syncDedicated(ctx context.Context) {
+func (m *manager) syncDedicated(ctx context.Context) bool {
+	ok := true
 	for _, sub := range m.cfg.Subscribers.All() {
 		if sub.Dedicated {
 			if err := m.start(ctx, sub.Lane(m.cfg.SharedLanes)); err != nil {
 				m.cfg.Logger.Error("lanes: starting dedicated lane", "subscriber", sub.ID, "err", err)
+				ok = false
 			}
 		}
 	}
@@ -190,6 +216,7 @@ func (m *manager) syncDedicated(ctx context.Context) {
 			m.cfg.Logger.Warn("lanes: deleting dedicated lane", "lane", name, "err", err)
 		}
 	}
+	return ok
 }
 
 func (m *manager) start(ctx context.Context, name string) error {

@@ -28,8 +28,11 @@ type delivery struct {
 	msg      jetstream.Msg
 	seq      uint64
 	attempts int       // attempts made before this one (Relay-Attempt)
+	holds    int       // times handed back for its subscriber's backlog (Relay-Holds)
 	firstAt  time.Time // Relay-First-Attempt-At, zero before the first attempt
 	deadline time.Time // Relay-Deadline, zero when none
+	// attempted: this lane sent a request for it just now.
+	attempted bool
 }
 
 func newDelivery(msg jetstream.Msg) delivery {
@@ -40,6 +43,9 @@ func newDelivery(msg jetstream.Msg) delivery {
 	h := msg.Headers()
 	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
 		d.attempts = n
+	}
+	if n, err := strconv.Atoi(h.Get(streams.HeaderHolds)); err == nil && n > 0 {
+		d.holds = n
 	}
 	d.firstAt, _ = time.Parse(time.RFC3339Nano, h.Get(streams.HeaderFirstAttemptAt))
 	d.deadline, _ = time.Parse(time.RFC3339Nano, streams.HeaderValue(h, streams.HeaderDeadline))
@@ -95,6 +101,13 @@ func request(d delivery, sub subscribers.Subscriber) (deliver.Request, error) {
 // send makes one attempt and settles the message by its outcome: ack,
 // park for a retry, or dead-letter.
 func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber, probe bool) {
+	defer func() {
+		// A probe that ends without a request must be given back, or this
+		// relay would wait for its outcome for ever.
+		if probe && !d.attempted {
+			_ = l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(sub), ratelimit.Result{Probe: true})
+		}
+	}()
 	now := l.cfg.Clock.Now()
 	if !d.dueBy(now) {
 		l.deadLetter(ctx, d, sub, deadletter.Death{Reason: d.lateReason()})
@@ -116,6 +129,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	}
 	out := l.cfg.Client.Send(ctx, req)
 	d.attempts++
+	d.attempted = true
 	l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
 	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(sub), resultOf(out, probe)); err != nil {
 		l.log.Warn("lanes: recording the outcome for the rate limiter", "subscriber", sub.ID, "err", err)

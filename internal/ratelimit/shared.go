@@ -396,7 +396,13 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 	} else if !r.Failure && !r.Throttled && r.PauseFor <= 0 && !r.Probe {
 		return nil
 	}
-	for try := range maxCAS {
+	tries := maxCAS
+	if r.PauseFor > 0 {
+		// A pause known to this relay alone would let the others send:
+		// keep trying harder to store it.
+		tries = 8 * maxCAS
+	}
+	for try := range tries {
 		if try > 0 || sub.rev == 0 {
 			if err := s.read(ctx, id, sub, l); err != nil {
 				return err

@@ -18,6 +18,13 @@ import (
 // MoverName is the durable consumer on RETRIES that every relay shares.
 const MoverName = "retries"
 
+// How long and how often a due delivery of an unknown subscriber is handed
+// back before it is dropped.
+const (
+	unknownTries = 5
+	unknownWait  = 2 * time.Second
+)
+
 // ErrConfig is returned for a MoverConfig missing a required field.
 var ErrConfig = errors.New("retry: invalid mover config")
 
@@ -65,6 +72,12 @@ func moveOne(ctx context.Context, cfg MoverConfig, msg jetstream.Msg) {
 	id := strings.TrimPrefix(msg.Subject(), DuePrefix)
 	sub, ok := cfg.Subscribers.Get(id)
 	if !ok {
+		// This relay's view may be behind (a subscriber just added, a watch
+		// catching up): look again a few times before taking it for removed.
+		if md, err := msg.Metadata(); err == nil && md.NumDelivered < unknownTries {
+			_ = msg.NakWithDelay(unknownWait)
+			return
+		}
 		cfg.Logger.Info("retry: dropping a due delivery of a removed subscriber", "subscriber", id)
 		_ = msg.Term()
 		return

@@ -40,8 +40,10 @@ type Exponential struct {
 
 // NextRetry implements Policy.
 func (e Exponential) NextRetry(attempt int, out deliver.Outcome) time.Duration {
-	if out.RetryAfterSet {
-		return min(max(out.RetryAfter, 0), cmpOr(e.MaxPause, DefaultMaxPause))
+	// A Retry-After of 0 (or a date already past) is no pause: taking it at
+	// its word would spend every attempt within a second.
+	if out.RetryAfterSet && out.RetryAfter > 0 {
+		return min(out.RetryAfter, cmpOr(e.MaxPause, DefaultMaxPause))
 	}
 	base, ceiling := cmpOr(e.Base, 5*time.Second), cmpOr(e.Max, time.Hour)
 	d := ceiling

@@ -29,7 +29,7 @@ func TestExponentialSchedule(t *testing.T) {
 		{"capped, halved by jitter", def, 11, deliver.Outcome{}, 0, 30 * time.Minute},
 		{"huge attempt does not overflow", def, 500, deliver.Outcome{}, 1, time.Hour},
 		{"retry-after replaces", def, 1, deliver.Outcome{RetryAfter: 120 * time.Second, RetryAfterSet: true}, 0, 120 * time.Second},
-		{"retry-after zero", def, 3, deliver.Outcome{RetryAfterSet: true}, 0, 0},
+		{"retry-after zero is no pause", def, 3, deliver.Outcome{RetryAfterSet: true}, 1, 20 * time.Second},
 		{"retry-after bounded by max pause", retry.Exponential{Base: time.Second, Max: time.Minute, MaxPause: 10 * time.Minute},
 			1, deliver.Outcome{RetryAfter: 24 * time.Hour, RetryAfterSet: true}, 0, 10 * time.Minute},
 		{"retry-after default bound is an hour", def, 1, deliver.Outcome{RetryAfter: 24 * time.Hour, RetryAfterSet: true}, 0, time.Hour},
