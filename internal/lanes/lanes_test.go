@@ -92,10 +92,10 @@ type bundle struct {
 	relays  int
 	// maxAckPending of the lane consumers; 0 takes the default.
 	maxAckPending int
-	n       *testutil.NATS
-	store   *subscribers.Store
-	rcv     *httptest.Server
-	arr     *arrivals
+	n             *testutil.NATS
+	store         *subscribers.Store
+	rcv           *httptest.Server
+	arr           *arrivals
 }
 
 func setup(t *testing.T) *bundle {
