@@ -176,6 +176,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", req.ID,
 		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
 	h := copyHeader(d.msg.Headers())
+	h.Del(streams.HeaderHolds)
 	h.Set(streams.HeaderAttempt, strconv.Itoa(d.attempts))
 	h.Set(streams.HeaderFirstAttemptAt, d.firstAt.UTC().Format(time.RFC3339Nano))
 	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
