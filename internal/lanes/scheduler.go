@@ -194,16 +194,18 @@ func (s *scheduler) parkAll(ctx context.Context, sub subscribers.Subscriber, at 
 	}
 }
 
-// sleep waits for d (or, with d < 0, for a request to finish) or for the
-// lane to stop.
+// sleep waits for d, or, with d < 0, for a request to finish; either way
+// it ends early when the lane stops. A wait for tokens does not end when a
+// request finishes: asking again before the bucket can hold a lease would
+// only cost a KV read.
 func (s *scheduler) sleep(ctx context.Context, d time.Duration) {
-	var timer <-chan time.Time
+	wake, timer := s.wake, (<-chan time.Time)(nil)
 	if d >= 0 {
-		timer = s.lane.cfg.Clock.After(d)
+		wake, timer = nil, s.lane.cfg.Clock.After(d)
 	}
 	select {
 	case <-ctx.Done():
-	case <-s.wake:
+	case <-wake:
 	case <-timer:
 	}
 }
