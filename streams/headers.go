@@ -17,7 +17,6 @@ const (
 	HeaderDeadline         = "Relay-Deadline"
 	HeaderAttempt          = "Relay-Attempt"
 	HeaderFirstAttemptAt   = "Relay-First-Attempt-At"
-	HeaderHolds            = "Relay-Holds"
 	HeaderReason           = "Relay-Reason"
 	HeaderAttempts         = "Relay-Attempts"
 	HeaderLastStatus       = "Relay-Last-Status"

@@ -119,7 +119,7 @@ func ownedByRelay(name string) bool {
 
 var relayOwned = []string{
 	streams.HeaderEventID, streams.HeaderEventType, streams.HeaderPublishedAt,
-	streams.HeaderAttempt, streams.HeaderFirstAttemptAt, streams.HeaderHolds, streams.HeaderReason,
+	streams.HeaderAttempt, streams.HeaderFirstAttemptAt, streams.HeaderReason,
 	streams.HeaderAttempts, streams.HeaderLastStatus, streams.HeaderLastError,
 	streams.HeaderDeadAt, streams.HeaderOriginSeq,
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,18 +160,14 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 // handBack returns a message its subscriber cannot take yet: a short wait
 // with NakWithDelay, a longer one parked in RETRIES so that it holds none of
 // the lane's MaxAckPending slots meanwhile.
-//
-// A message handed back again and again (a subscriber far behind) stays away
-// longer each time: the wait doubles with every hand-back it carries in
-// Relay-Holds, up to maxHandBack, so a big backlog is not cycled through
-// RETRIES faster than the subscriber can take it.
 func (l *lane) handBack(ctx context.Context, d delivery, sub subscribers.Subscriber, wait time.Duration) {
 	l.cfg.Metrics.HandBack()
-	wait = min(maxHandBack, max(parkAfter, wait<<min(d.holds, 5)))
+	if wait < parkAfter {
+		_ = d.msg.NakWithDelay(wait)
+		return
+	}
 	at := l.cfg.Clock.Now().Add(wait)
-	h := copyHeader(d.msg.Headers())
-	h.Set(streams.HeaderHolds, strconv.Itoa(d.holds+1))
-	l.work.Go(func() { l.park(context.WithoutCancel(ctx), d, sub, h, at) })
+	l.work.Go(func() { l.park(context.WithoutCancel(ctx), d, sub, copyHeader(d.msg.Headers()), at) })
 }
 
 // unknownSubscriber settles a message whose subscriber this relay does not

@@ -289,32 +289,62 @@ func checkCap(t *testing.T, arr *arrivals, id string, rate float64, burst int) {
 	}
 }
 
-func TestHoldLimitAndHandBackDelay(t *testing.T) {
+func TestHoldLimit(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name      string
-		sub       subscribers.Subscriber
-		held      int
-		jitter    float64
-		wantHold  int
-		wantDelay time.Duration
+		name string
+		sub  subscribers.Subscriber
+		want int
 	}{
-		{"unlimited", subscribers.Subscriber{MaxInFlight: 16}, 128, 0.5, 128, 500 * time.Millisecond},
-		{"1 per second holds max-in-flight", subscribers.Subscriber{Rate: 1, MaxInFlight: 16}, 16, 0.5, 16, 16 * time.Second},
-		{"1000 per second holds two seconds", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 2000, 0.5, 2000, 2 * time.Second},
-		{"capped hold", subscribers.Subscriber{Rate: 100000, MaxInFlight: 16}, 4096, 0.5, 4096, 500 * time.Millisecond},
-		{"jitter low", subscribers.Subscriber{Rate: 1, MaxInFlight: 10}, 10, 0, 10, 8 * time.Second},
-		{"jitter high", subscribers.Subscriber{Rate: 1, MaxInFlight: 10}, 10, 1, 10, 12 * time.Second},
-		{"capped delay", subscribers.Subscriber{Rate: 0.1, MaxInFlight: 16}, 16, 0.5, 16, 30 * time.Second},
+		{"unlimited", subscribers.Subscriber{MaxInFlight: 16}, 128},
+		{"1 per second holds max-in-flight", subscribers.Subscriber{Rate: 1, MaxInFlight: 16}, 16},
+		{"1000 per second holds two seconds", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 2000},
+		{"capped hold", subscribers.Subscriber{Rate: 100000, MaxInFlight: 16}, 4096},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := lanes.HoldLimit(tt.sub); got != tt.wantHold {
-				t.Errorf("HoldLimit = %d, want %d", got, tt.wantHold)
-			}
-			if got := lanes.HandBackDelay(tt.sub, tt.held, tt.jitter); got != tt.wantDelay {
-				t.Errorf("HandBackDelay = %v, want %v", got, tt.wantDelay)
-			}
-		})
+		if got := lanes.HoldLimit(tt.sub); got != tt.want {
+			t.Errorf("%s: HoldLimit = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// Handed-back messages come back one every 1/rate after what is held and
+// what was handed back before them, so they return as fast as the
+// subscriber drains them.
+func TestReturnSlots(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	tests := []struct {
+		name      string
+		next      time.Time
+		held      int
+		rate      float64
+		wantAt    time.Duration
+		wantAfter time.Duration
+	}{
+		{"first, behind 20 held at 10/s", time.Time{}, 20, 10, 2 * time.Second, 2100 * time.Millisecond},
+		{"after earlier hand-backs", now.Add(5 * time.Second), 20, 10, 5 * time.Second, 5100 * time.Millisecond},
+		{"a slot in the past is not reused", now.Add(-time.Minute), 4, 2, 2 * time.Second, 2500 * time.Millisecond},
+		{"fast subscriber", time.Time{}, 2000, 1000, 2 * time.Second, 2001 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		at, after := lanes.ReturnSlot(now, tt.next, tt.held, tt.rate)
+		if at.Sub(now) != tt.wantAt || after.Sub(now) != tt.wantAfter {
+			t.Errorf("%s: slot at +%v, next +%v; want +%v, +%v", tt.name, at.Sub(now), after.Sub(now), tt.wantAt, tt.wantAfter)
+		}
+	}
+	// A backlog of 300 at 10/s returns over 30 s, one every 100 ms.
+	next := time.Time{}
+	var last time.Time
+	for i := range 300 {
+		var at time.Time
+		at, next = lanes.ReturnSlot(now, next, 20, 10)
+		if i > 0 && at.Sub(last) != 100*time.Millisecond {
+			t.Fatalf("return %d: %v after the one before", i, at.Sub(last))
+		}
+		last = at
+	}
+	if got := last.Sub(now); got != 2*time.Second+299*100*time.Millisecond {
+		t.Fatalf("last return at +%v", got)
 	}
 }

@@ -22,8 +22,8 @@ const (
 	holdWindow       = 2 * time.Second
 	unlimitedHoldMul = 8
 	maxHold          = 4096
-	minHandBack      = 500 * time.Millisecond
-	maxHandBack      = 30 * time.Second
+	// maxHandBack bounds how long a handed-back message stays away.
+	maxHandBack = 10 * time.Minute
 	// parkAfter is the shortest wait for which a message leaves its lane
 	// (parked in RETRIES) instead of waiting in it: shorter waits are not
 	// worth a publish, longer ones must not hold the lane's MaxAckPending.
@@ -43,16 +43,39 @@ func HoldLimit(sub subscribers.Subscriber) int {
 	return max(sub.MaxInFlight, min(maxHold, int(math.Ceil(sub.Rate*holdWindow.Seconds()))))
 }
 
-// HandBackDelay is how long a message handed back over the hold limit stays
-// away: about the time the subscriber needs to send what it already holds,
-// jittered by ±20% so handed-back messages do not return together.
-func HandBackDelay(sub subscribers.Subscriber, held int, jitter float64) time.Duration {
-	d := minHandBack
-	if sub.Rate > 0 {
-		d = time.Duration(float64(held) / sub.Rate * float64(time.Second))
+// ReturnSlot schedules the return of a message handed back over the hold
+// limit. Handed-back messages come back one every 1/rate, after the held
+// ones drain and after those already handed back: about as fast as the
+// subscriber takes them, so its queue stays fed without a backlog being
+// cycled through RETRIES again and again. next is the first free slot (zero
+// when none is taken); ReturnSlot returns the message's slot and the next
+// free one.
+func ReturnSlot(now, next time.Time, held int, rate float64) (at, after time.Time) {
+	per := time.Duration(float64(time.Second) / rate)
+	at = now.Add(time.Duration(held) * per)
+	if next.After(at) {
+		at = next
 	}
-	d = time.Duration(float64(d) * (0.8 + 0.4*jitter))
-	return min(maxHandBack, max(minHandBack, d))
+	return at, at.Add(per)
+}
+
+// assumedLatency stands for a subscriber's response time until one is seen.
+const assumedLatency = 50 * time.Millisecond
+
+// drainRate is how fast a subscriber's queue empties on this relay: its
+// rate, or for an unlimited one what its in-flight slots allow at the
+// response time seen lately. Response time, not the rate requests were seen
+// to finish at, since that falls whenever the queue runs short and would
+// spread the returns ever thinner.
+func (s *scheduler) drainRate(sub subscribers.Subscriber) float64 {
+	if sub.Rate > 0 {
+		return sub.Rate
+	}
+	latency := s.latency
+	if latency <= 0 {
+		latency = assumedLatency
+	}
+	return float64(sub.MaxInFlight) / max(latency.Seconds(), 0.001)
 }
 
 // scheduler is one subscriber's share of a lane: its held messages, its
@@ -68,6 +91,11 @@ type scheduler struct {
 	running  bool
 	stopped  bool
 	wake     chan struct{}
+
+	// nextReturn is the first free return slot for a handed-back message.
+	nextReturn time.Time
+	// latency is a moving average of its response time.
+	latency time.Duration
 }
 
 func newScheduler(l *lane, id string) *scheduler {
@@ -89,8 +117,11 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 		return
 	}
 	if n := len(s.queue); n >= HoldLimit(sub) {
+		now := s.lane.cfg.Clock.Now()
+		var at time.Time
+		at, s.nextReturn = ReturnSlot(now, s.nextReturn, n, s.drainRate(sub))
 		s.mu.Unlock()
-		s.lane.handBack(ctx, d, sub, HandBackDelay(sub, n, rand.Float64()))
+		s.lane.handBack(ctx, d, sub, min(at.Sub(now), maxHandBack))
 		return
 	}
 	s.queue = append(s.queue, d)
@@ -168,9 +199,12 @@ func (s *scheduler) loop(ctx context.Context) {
 		s.lane.work.Go(func() {
 			// An in-flight request finishes even when the relay is stopping:
 			// its outcome is then acked, parked or dead-lettered, never lost.
+			start := s.lane.cfg.Clock.Now()
 			s.lane.send(context.WithoutCancel(ctx), d, sub, dec.Probe)
+			took := s.lane.cfg.Clock.Now().Sub(start)
 			s.mu.Lock()
 			delete(s.inFlight, d.msg)
+			s.latency = movingAverage(s.latency, took)
 			s.mu.Unlock()
 			select {
 			case s.wake <- struct{}{}:
@@ -178,6 +212,15 @@ func (s *scheduler) loop(ctx context.Context) {
 			}
 		})
 	}
+}
+
+// movingAverage folds one response time into the average (a fifth of the
+// weight to the new one).
+func movingAverage(avg, took time.Duration) time.Duration {
+	if avg <= 0 {
+		return took
+	}
+	return avg + (took-avg)/5
 }
 
 // parkAll parks every held message until about at (spread over a second,

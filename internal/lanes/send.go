@@ -28,7 +28,6 @@ type delivery struct {
 	msg      jetstream.Msg
 	seq      uint64
 	attempts int       // attempts made before this one (Relay-Attempt)
-	holds    int       // times handed back for its subscriber's backlog (Relay-Holds)
 	firstAt  time.Time // Relay-First-Attempt-At, zero before the first attempt
 	deadline time.Time // Relay-Deadline, zero when none
 	// attempted: this lane sent a request for it just now.
@@ -43,9 +42,6 @@ func newDelivery(msg jetstream.Msg) delivery {
 	h := msg.Headers()
 	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
 		d.attempts = n
-	}
-	if n, err := strconv.Atoi(h.Get(streams.HeaderHolds)); err == nil && n > 0 {
-		d.holds = n
 	}
 	d.firstAt, _ = time.Parse(time.RFC3339Nano, h.Get(streams.HeaderFirstAttemptAt))
 	d.deadline, _ = time.Parse(time.RFC3339Nano, streams.HeaderValue(h, streams.HeaderDeadline))
@@ -176,7 +172,6 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", req.ID,
 		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
 	h := copyHeader(d.msg.Headers())
-	h.Del(streams.HeaderHolds)
 	h.Set(streams.HeaderAttempt, strconv.Itoa(d.attempts))
 	h.Set(streams.HeaderFirstAttemptAt, d.firstAt.UTC().Format(time.RFC3339Nano))
 	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
