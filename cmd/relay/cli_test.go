@@ -153,7 +153,7 @@ func portOf(url string) string { return url[strings.LastIndexByte(url, ':')+1:] 
 func TestListenAcceptsGoodSignaturesAndRejectsBadOnes(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(testutil.Context(t))
-	stdout := &syncBuffer{}
+	stdout := &testutil.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"listen", "--addr", "127.0.0.1:0", "--secret", testSecret}, stdout, io.Discard)

@@ -132,7 +132,7 @@ func killMidBurst(t *testing.T, natsArgs []string, url string) int {
 	const events = 400
 	bin := buildRelay(t)
 	rcv := newReceiver(t)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("relay's log:\n%s", logs)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -24,28 +23,10 @@ import (
 // testSecret is a valid whsec_ secret (32 bytes).
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// syncBuffer is an io.Writer safe to read while relay writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // relayCmd runs one relay command to completion.
 func relayCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut testutil.Buffer
 	code = run(testutil.Context(t), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
@@ -62,7 +43,7 @@ func mustRelay(t *testing.T, args ...string) string {
 
 // runningRelay is a `relay run` in the background of a test.
 type runningRelay struct {
-	stderr *syncBuffer
+	stderr *testutil.Buffer
 	cancel context.CancelFunc
 	done   chan int
 }
@@ -72,7 +53,7 @@ type runningRelay struct {
 func startRelay(t *testing.T, natsURL string, extra ...string) *runningRelay {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningRelay{stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	r := &runningRelay{stderr: &testutil.Buffer{}, cancel: cancel, done: make(chan int, 1)}
 	args := append([]string{"run", "--nats", natsURL, "--metrics", "", "--lanes", "4"}, extra...)
 	go func() { r.done <- run(ctx, args, io.Discard, r.stderr) }()
 	t.Cleanup(func() {

@@ -10,13 +10,14 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/deliver"
+
+	"github.com/relay-dev/relay/internal/testutil"
 )
 
 const (
@@ -28,30 +29,11 @@ var testNow = time.Unix(1_700_000_000, 0)
 
 func fixedClock() time.Time { return testNow }
 
-// syncBuffer is an io.Writer the test can read while the server writes: the
-// race detector cannot see the ordering a network round trip gives.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startReceiver runs a receiver with cfg (output captured, fixed clock) on a
 // loopback test server.
-func startReceiver(t *testing.T, cfg Config) (*httptest.Server, *syncBuffer) {
+func startReceiver(t *testing.T, cfg Config) (*httptest.Server, *testutil.Buffer) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testutil.Buffer{}
 	cfg.Out = out
 	if cfg.Clock == nil {
 		cfg.Clock = fixedClock
@@ -338,7 +320,7 @@ func TestHeaderValuesAreNeutralised(t *testing.T) {
 
 	// Go's own server answers 400 to control characters in a header; the
 	// handler does not rely on the server in front of it to do so.
-	out := &syncBuffer{}
+	out := &testutil.Buffer{}
 	h, err := NewHandler(Config{Out: out})
 	require.NoError(t, err)
 	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/", strings.NewReader(`{}`))
@@ -371,7 +353,7 @@ func TestOnlyPostIsPrinted(t *testing.T) {
 func TestDelayEndsWithTheRequest(t *testing.T) {
 	t.Parallel()
 
-	out := &syncBuffer{}
+	out := &testutil.Buffer{}
 	h, err := NewHandler(Config{Delay: time.Hour, Out: out})
 	require.NoError(t, err)
 
