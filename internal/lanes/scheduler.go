@@ -153,7 +153,7 @@ func (s *scheduler) loop(ctx context.Context) {
 				if ok {
 					s.lane.holdDisabled(ctx, d, sub)
 				} else {
-					_ = d.msg.Term()
+					s.lane.unknownSubscriber(d.msg, s.id)
 				}
 			}
 			return
@@ -186,7 +186,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.mu.Unlock()
 			if dec.Probe {
 				// Nothing to probe with after all: let the probe go.
-				_ = s.lane.cfg.Limiter.Observe(ctx, s.id, limitOf(sub), ratelimit.Result{Probe: true})
+				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(sub), ratelimit.Result{Probe: true})
 			}
 			continue
 		}
