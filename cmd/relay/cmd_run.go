@@ -137,6 +137,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 
 	var srv *server.Server
 	url := conn.url
+	if !named && f.replicas > 1 {
+		return usagef("--replicas: the embedded server is one node and holds 1 replica; give --nats for a cluster")
+	}
 	if !named {
 		srv, err = streams.StartServer(streams.ServerConfig{Listen: f.listen, DataDir: f.data})
 		if err != nil {
