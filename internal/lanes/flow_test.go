@@ -164,3 +164,43 @@ func TestHangingSubscriberNeverStallsItsLane(t *testing.T) {
 	testutil.Eventually(t, func() bool { return b.arr.count("mate") == 10 },
 		"the lane-mate of a hanging subscriber got %d of 10", b.arr.count("mate"))
 }
+
+// TestLongOutageDeadLettersNothing runs an outage of an hour scaled down a
+// thousand times (retry-base 5 ms, retry-max 3.6 s, breaker cool-downs from
+// 5 ms to 0.9 s, the endpoint down for 3.6 s) with the default 12 attempts:
+// the open breaker holds the queue without spending attempts, so when the
+// endpoint comes back every event is delivered and none is dead-lettered.
+func TestLongOutageDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	const events = 40
+	b := setup(t)
+	b.limits = ratelimit.Options{Cooldown: 5 * time.Millisecond, MaxCooldown: 900 * time.Millisecond}
+	sub := b.put(t, subscribers.Subscriber{ID: "down", RetryBase: subscribers.Duration(5 * time.Millisecond),
+		RetryMax: subscribers.Duration(3600 * time.Millisecond)})
+	var up atomic.Bool
+	var during, ok atomic.Int64
+	b.arr.answer("down", func(_ int, w http.ResponseWriter) {
+		if !up.Load() {
+			during.Add(1)
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		ok.Add(1)
+		w.WriteHeader(http.StatusOK)
+	})
+	b.enqueue(t, sub, 4, events)
+	b.flush(t)
+	b.startLanes(t, 4)
+	<-time.After(3600 * time.Millisecond) // the outage itself
+	up.Store(true)
+	// Settled with no dead letter: every event was acked, which only a 2xx
+	// does.
+	b.waitSettled(t)
+	t.Logf("%d requests during the outage for %d events", during.Load(), events)
+	if dead, _ := deadletter.List(testutil.Context(t), b.n.JS, deadletter.Filter{}, 0); len(dead) != 0 {
+		t.Fatalf("%d events dead-lettered by an outage shorter than the retry schedule", len(dead))
+	}
+	if ok.Load() != events {
+		t.Fatalf("%d deliveries after the outage for %d events", ok.Load(), events)
+	}
+}
