@@ -77,6 +77,12 @@ func LeaseSize(rate float64, l Limit) int {
 	return max(1, min(n, int(l.capacity())/2))
 }
 
+// TokensAt is what the bucket of an entry written at written holds at now,
+// refilled at the rate in force from the later of written and At.
+func (s State) TokensAt(written, now time.Time, l Limit) float64 {
+	return Refill(s.Tokens, refillFrom(s, written), now, EffectiveRate(s, l), l)
+}
+
 // refillFrom is where the next refill of an entry starts.
 func refillFrom(s State, written time.Time) time.Time {
 	if s.At.After(written) {

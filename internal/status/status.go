@@ -310,7 +310,7 @@ func readRateState(ctx context.Context, kv jetstream.KeyValue, sub subscribers.S
 			// unbounded start gives exactly a full bucket.
 			tokens = ratelimit.Refill(math.Inf(1), now, now, 0, limit)
 		} else {
-			tokens = ratelimit.Refill(st.Tokens, written, now, row.EffectiveRate, limit)
+			tokens = st.TokensAt(written, now, limit)
 		}
 		tokens = math.Round(tokens*1000) / 1000
 		row.Tokens = &tokens
