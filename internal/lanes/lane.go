@@ -80,6 +80,9 @@ func (l *lane) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		cc, err := l.consume(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
 			l.log.Error("lanes: consuming, starting again", "err", err)
 			// Held messages stay alive meanwhile, or another relay would
 			// take them over and POST them a second time.

@@ -152,7 +152,7 @@ func (b *bundle) put(t *testing.T, sub subscribers.Subscriber) subscribers.Subsc
 }
 
 // startLanes runs the lanes until the test ends.
-func (b *bundle) startLanes(t *testing.T, shared int) {
+func (b *bundle) startLanes(t testing.TB, shared int) {
 	t.Helper()
 	js := b.n.JS
 	if len(b.relayJS) > 0 {
@@ -202,7 +202,7 @@ func (b *bundle) startLanes(t *testing.T, shared int) {
 
 // enqueue publishes count deliveries for sub straight onto DELIVERIES, as
 // the fan-out would, with the given extra headers.
-func (b *bundle) enqueue(t *testing.T, sub subscribers.Subscriber, shared, count int, hdr ...string) {
+func (b *bundle) enqueue(t testing.TB, sub subscribers.Subscriber, shared, count int, hdr ...string) {
 	t.Helper()
 	for i := range count {
 		m := &nats.Msg{
@@ -219,7 +219,7 @@ func (b *bundle) enqueue(t *testing.T, sub subscribers.Subscriber, shared, count
 	}
 }
 
-func (b *bundle) flush(t *testing.T) {
+func (b *bundle) flush(t testing.TB) {
 	t.Helper()
 	select {
 	case <-b.n.JS.PublishAsyncComplete():

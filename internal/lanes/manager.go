@@ -108,6 +108,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 	for i := range cfg.SharedLanes {
 		if err := m.start(ctx, SharedLane(i)); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
 			return err
 		}
 	}
@@ -140,13 +143,17 @@ func Run(ctx context.Context, cfg Config) error {
 func (m *manager) startExisting(ctx context.Context) bool {
 	names, err := m.existingLanes(ctx)
 	if err != nil {
-		m.cfg.Logger.Warn("lanes: listing existing lanes", "err", err)
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("lanes: listing existing lanes", "err", err)
+		}
 		return false
 	}
 	ok := true
 	for _, name := range names {
 		if err := m.start(ctx, name); err != nil {
-			m.cfg.Logger.Error("lanes: starting lane", "lane", name, "err", err)
+			if ctx.Err() == nil {
+				m.cfg.Logger.Error("lanes: starting lane", "lane", name, "err", err)
+			}
 			ok = false
 		}
 	}
@@ -194,7 +201,9 @@ func (m *manager) syncDedicated(ctx context.Context) bool {
 	for _, sub := range m.cfg.Subscribers.All() {
 		if sub.Dedicated {
 			if err := m.start(ctx, sub.Lane(m.cfg.SharedLanes)); err != nil {
-				m.cfg.Logger.Error("lanes: starting dedicated lane", "subscriber", sub.ID, "err", err)
+				if ctx.Err() == nil {
+					m.cfg.Logger.Error("lanes: starting dedicated lane", "subscriber", sub.ID, "err", err)
+				}
 				ok = false
 			}
 		}

@@ -1,0 +1,98 @@
+package lanes_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// BenchmarkDrain measures how fast the lanes drain a backlog to one
+// unlimited subscriber, against the naive loop of MEASUREMENTS.md (pull,
+// signed POST, ack, 64 in flight) run on the same machine in the same
+// process: compare the two deliveries/s figures of one run, not across runs.
+//
+//	go test -run '^$' -bench Drain -benchtime 20000x ./internal/lanes/
+func BenchmarkDrain(b *testing.B) {
+	b.Run("naive", func(b *testing.B) { benchDrain(b, true) })
+	b.Run("lanes", func(b *testing.B) { benchDrain(b, false) })
+}
+
+func benchDrain(b *testing.B, naive bool) {
+	n := testutil.StartRelayNATS(b)
+	var got atomic.Int64
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(rcv.Close)
+	store, err := subscribers.Open(testutil.Context(b), n.JS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub := subscribers.Subscriber{ID: "bench", URL: rcv.URL + "/bench", Secrets: []string{secret}, MaxInFlight: 64}
+	if err := store.Put(testutil.Context(b), sub); err != nil {
+		b.Fatal(err)
+	}
+	sub, _ = store.Get(testutil.Context(b), "bench")
+	bd := &bundle{n: n, store: store, rcv: rcv}
+	bd.enqueue(b, sub, 4, b.N)
+	bd.flush(b)
+
+	b.ResetTimer()
+	start := time.Now()
+	if naive {
+		naiveDrain(b, n.JS, sub, &got)
+	} else {
+		bd.startLanes(b, 4)
+		for got.Load() < int64(b.N) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "deliveries/s")
+}
+
+// naiveDrain is the baseline: one consumer, 64 goroutines each sending a
+// signed POST and acking.
+func naiveDrain(b *testing.B, js jetstream.JetStream, sub subscribers.Subscriber, got *atomic.Int64) {
+	ctx := testutil.Context(b)
+	cons, err := js.CreateOrUpdateConsumer(ctx, streams.Deliveries, jetstream.ConsumerConfig{
+		Durable: "naive", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client, err := deliver.NewClient(deliver.WithAllowPrivate(true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys, _ := sub.Keys()
+	iter, err := cons.Messages()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer iter.Stop()
+	p := pool.New().WithMaxGoroutines(64)
+	for i := 0; i < b.N; i++ {
+		msg, err := iter.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Go(func() {
+			client.Send(context.Background(), deliver.Request{URL: sub.URL, ID: msg.Headers().Get(streams.HeaderEventID),
+				Body: msg.Data(), Keys: keys, Timeout: 10 * time.Second})
+			_ = msg.Ack()
+		})
+	}
+	p.Wait()
+}
