@@ -348,3 +348,33 @@ func TestReturnSlots(t *testing.T) {
 		t.Fatalf("last return at +%v", got)
 	}
 }
+
+// A backlog longer than the longest hand-back at its rate still comes back
+// a slot at a time: the messages beyond it wait the longest and leave the
+// nearer slots free, so the subscriber is never left idle.
+func TestReturnSlotsBeyondTheLongestHandBack(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	next := time.Time{}
+	// 10/s for 10 minutes is 6,000 slots; hand back 9,000.
+	var first time.Time
+	for i := range 9000 {
+		var at time.Time
+		at, next = lanes.ReturnSlot(now, next, 20, 10)
+		if i == 0 {
+			first = at
+		}
+		if at.Sub(now) > 10*time.Minute {
+			t.Fatalf("hand-back %d waits %v", i, at.Sub(now))
+		}
+	}
+	// The slots handed out are contiguous from the first: none was skipped.
+	if got := next.Sub(first); got > 10*time.Minute {
+		t.Fatalf("next free slot %v after the first", got)
+	}
+	// A rate so small that one slot overflows arithmetic still waits the
+	// longest hand-back, not a negative time.
+	if at, _ := lanes.ReturnSlot(now, time.Time{}, 1, 1e-12); at.Sub(now) != 10*time.Minute {
+		t.Fatalf("tiny rate: waits %v", at.Sub(now))
+	}
+}

@@ -50,11 +50,23 @@ func HoldLimit(sub subscribers.Subscriber) int {
 // cycled through RETRIES again and again. next is the first free slot (zero
 // when none is taken); ReturnSlot returns the message's slot and the next
 // free one.
+//
+// A slot more than maxHandBack away is not taken: the message comes back at
+// maxHandBack and next stays where it was, so that the slots before it are
+// still handed out (were they skipped, a backlog longer than maxHandBack at
+// the rate would come back all at once and leave the subscriber idle).
 func ReturnSlot(now, next time.Time, held int, rate float64) (at, after time.Time) {
+	secs := float64(held) / rate
+	if secs >= maxHandBack.Seconds() {
+		return now.Add(maxHandBack), next
+	}
 	per := time.Duration(float64(time.Second) / rate)
-	at = now.Add(time.Duration(held) * per)
+	at = now.Add(time.Duration(secs * float64(time.Second)))
 	if next.After(at) {
 		at = next
+	}
+	if at.Sub(now) > maxHandBack {
+		return now.Add(maxHandBack), next
 	}
 	return at, at.Add(per)
 }
@@ -121,7 +133,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 		var at time.Time
 		at, s.nextReturn = ReturnSlot(now, s.nextReturn, n, s.drainRate(sub))
 		s.mu.Unlock()
-		s.lane.handBack(ctx, d, sub, min(at.Sub(now), maxHandBack))
+		s.lane.handBack(ctx, d, sub, at.Sub(now))
 		return
 	}
 	s.queue = append(s.queue, d)
@@ -229,6 +241,9 @@ func (s *scheduler) parkAll(ctx context.Context, sub subscribers.Subscriber, at 
 	s.mu.Lock()
 	held := s.queue
 	s.queue = nil
+	// The return slots were planned for a subscriber taking messages; it
+	// takes none until at, so they start again from then.
+	s.nextReturn = time.Time{}
 	s.mu.Unlock()
 	for _, d := range held {
 		s.lane.cfg.Metrics.HandBack()

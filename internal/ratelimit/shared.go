@@ -58,9 +58,12 @@ type Shared struct {
 	mu   sync.Mutex
 	subs map[string]*subscriber
 
-	calMu      sync.Mutex
-	offset     time.Duration // server time − local time, a lower bound
-	calibrated time.Time     // local time of the last calibration
+	// The server's clock as last read: calServer at the local instant
+	// calLocal. Elapsed time is measured on the local monotonic clock from
+	// calLocal, so a step of the host's wall clock changes nothing.
+	calMu     sync.Mutex
+	calServer time.Time
+	calLocal  time.Time
 
 	writes, conflicts, reads atomic.Int64
 }
@@ -130,9 +133,9 @@ func (s *Shared) Stats() Stats {
 }
 
 // calibrate reads the server's clock from a stream info response. The
-// offset is a lower bound (the server stamped the response before it
-// arrived), so the server time relay estimates is never ahead of the real
-// one.
+// time it gives is a lower bound of the server's at the moment the response
+// arrives (the server stamped it before), so the server time relay
+// estimates is never ahead of the real one.
 func (s *Shared) calibrate(ctx context.Context) error {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
@@ -141,42 +144,47 @@ func (s *Shared) calibrate(ctx context.Context) error {
 	now := s.opts.Clock.Now()
 	s.calMu.Lock()
 	defer s.calMu.Unlock()
-	s.offset = info.TimeStamp.Sub(now)
-	s.calibrated = now
+	s.calServer, s.calLocal = info.TimeStamp, now
 	return nil
 }
 
 // serverNow estimates the server's time, recalibrating when it is due.
 func (s *Shared) serverNow(ctx context.Context) time.Time {
 	s.calMu.Lock()
-	due := s.opts.CalibrateEvery > 0 && s.opts.Clock.Now().Sub(s.calibrated) > s.opts.CalibrateEvery
+	due := s.opts.CalibrateEvery > 0 && s.opts.Clock.Now().Sub(s.calLocal) > s.opts.CalibrateEvery
 	s.calMu.Unlock()
 	if due {
-		_ = s.calibrate(ctx) // on failure the old offset stays
+		_ = s.calibrate(ctx) // on failure the old reading stays
 	}
 	s.calMu.Lock()
 	defer s.calMu.Unlock()
-	return s.opts.Clock.Now().Add(s.offset)
+	return s.estimate()
 }
 
-// learn tightens the offset from an entry's timestamp: it was written
-// before it was read, so written − local now is a lower bound too.
+// estimate is the server time now; s.calMu is held.
+func (s *Shared) estimate() time.Time {
+	return s.calServer.Add(s.opts.Clock.Now().Sub(s.calLocal))
+}
+
+// learn tightens the estimate with an entry's timestamp: the entry was
+// written before it was read, so the server's time is at least that.
 func (s *Shared) learn(written time.Time) {
 	s.calMu.Lock()
 	defer s.calMu.Unlock()
-	if off := written.Sub(s.opts.Clock.Now()); off > s.offset {
-		s.offset = off
+	if est := s.estimate(); written.After(est) {
+		s.calServer = s.calServer.Add(written.Sub(est))
 	}
 }
 
-// local converts a server time to this relay's clock.
+// local converts a server time to this relay's clock, keeping the local
+// clock's monotonic reading so that later comparisons ignore wall steps.
 func (s *Shared) local(server time.Time) time.Time {
 	if server.IsZero() {
 		return server
 	}
 	s.calMu.Lock()
 	defer s.calMu.Unlock()
-	return server.Add(-s.offset)
+	return s.opts.Clock.Now().Add(server.Sub(s.estimate()))
 }
 
 func (s *Shared) subscriber(id string) *subscriber {
@@ -408,7 +416,7 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 				return err
 			}
 		}
-		st, changed := s.apply(ctx, sub, l, r)
+		st, changed, restart := s.apply(ctx, sub, l, r)
 		if !changed {
 			// A later pause is already stored: wait for that one.
 			if until := s.local(st.PausedUntil); until.After(sub.pausedUntil) {
@@ -421,6 +429,9 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 			return err
 		}
 		if ok {
+			if restart {
+				sub.successes = 0
+			}
 			sub.pausedUntil = s.local(st.PausedUntil)
 			if st.CircuitAt(s.serverNow(ctx)) == Open {
 				sub.openUntil = s.local(st.OpenUntil)
@@ -445,9 +456,12 @@ func (s *Shared) successChanges(sub *subscriber, l Limit) bool {
 	return !l.Unlimited() && rate < l.Rate && sub.successes >= SuccessWindow(rate)
 }
 
-// apply computes the entry after an outcome, on the state last read.
-func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) (State, bool) {
-	st := sub.state
+// apply computes the entry after an outcome, on the state last read. It
+// reports whether the entry changed, and whether a window of successes
+// starts afresh once it is written (not before: a lost race re-applies the
+// outcome to a fresh read and must still see the window).
+func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) (st State, changed, restart bool) {
+	st = sub.state
 	server := s.serverNow(ctx)
 	before := st
 	if !l.Unlimited() {
@@ -464,7 +478,7 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 	}
 	if r.Throttled && !l.Unlimited() {
 		st.Rate = Decrease(EffectiveRate(st, l), l)
-		sub.successes = 0
+		restart = true
 	}
 	switch {
 	case r.Probe && !r.Success && !r.Failure:
@@ -477,7 +491,7 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 			if st.Rate >= l.Rate {
 				st.Rate = 0
 			}
-			sub.successes = 0
+			restart = true
 		}
 	case r.Failure:
 		st.Failures++
@@ -488,7 +502,7 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 			st.ProbeUntil = time.Time{}
 		}
 	}
-	return st, st != before
+	return st, st != before, restart
 }
 
 func laterOf(a, b time.Time) time.Time {

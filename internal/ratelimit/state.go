@@ -91,13 +91,22 @@ func refillFrom(s State, written time.Time) time.Time {
 	return written
 }
 
-// WaitFor is how long a bucket holding tokens needs to hold want.
+// maxWait bounds WaitFor: a caller asks again after it at the latest, and
+// the arithmetic of a tiny rate stays within a time.Duration.
+const maxWait = time.Hour
+
+// WaitFor is how long a bucket holding tokens needs to hold want, at most
+// maxWait.
 func WaitFor(tokens float64, want int, rate float64) time.Duration {
 	missing := float64(want) - tokens
 	if missing <= epsilon || rate <= 0 {
 		return 0
 	}
-	d := time.Duration(math.Ceil(missing / rate * float64(time.Second)))
+	secs := missing / rate
+	if secs >= maxWait.Seconds() {
+		return maxWait
+	}
+	d := time.Duration(math.Ceil(secs * float64(time.Second)))
 	return max(d, time.Millisecond)
 }
 

@@ -40,8 +40,11 @@ const (
 // from holding a lane's messages beyond the consumer's ack wait, or from
 // asking for more concurrency than one relay can give it.
 const (
-	maxIDLen       = 64
-	maxRate        = 1_000_000
+	maxIDLen = 64
+	maxRate  = 1_000_000
+	// minRate, one request in about 17 minutes, keeps the waits of the
+	// slowest subscriber within what the lanes can plan.
+	minRate        = 0.001
 	maxMaxAttempts = 1000
 	maxTimeout     = 5 * time.Minute
 	maxMaxInFlight = 1024
@@ -172,8 +175,8 @@ func (s Subscriber) Validate() error {
 			return err
 		}
 	}
-	if math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) || s.Rate < 0 || s.Rate > maxRate {
-		return invalid("--rate", fmt.Sprintf("must be a number of requests per second from 0 (unlimited) to %d, got %v", maxRate, s.Rate))
+	if math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) || s.Rate < 0 || s.Rate > maxRate || (s.Rate > 0 && s.Rate < minRate) {
+		return invalid("--rate", fmt.Sprintf("must be 0 (unlimited) or a number of requests per second from %g to %d, got %v", minRate, maxRate, s.Rate))
 	}
 	if s.Burst < 0 {
 		return invalid("--burst", fmt.Sprintf("must be 0 or more, got %d", s.Burst))

@@ -82,7 +82,8 @@ func TestValidate(t *testing.T) {
 
 		{"rate unlimited", func(s *Subscriber) { s.Rate, s.Burst = 0, 0 }, "", ""},
 		{"rate fractional", func(s *Subscriber) { s.Rate, s.Burst = 0.5, 1 }, "", ""},
-		{"rate negative", func(s *Subscriber) { s.Rate = -1 }, "--rate", "from 0 (unlimited) to 1000000, got -1"},
+		{"rate negative", func(s *Subscriber) { s.Rate = -1 }, "--rate", "0 (unlimited) or a number of requests per second from 0.001 to 1000000, got -1"},
+		{"rate too low", func(s *Subscriber) { s.Rate = 1e-9 }, "--rate", "from 0.001 to 1000000, got 1e-09"},
 		{"rate NaN", func(s *Subscriber) { s.Rate = math.NaN() }, "--rate", "got NaN"},
 		{"rate infinite", func(s *Subscriber) { s.Rate = math.Inf(1) }, "--rate", "got +Inf"},
 		{"rate too high", func(s *Subscriber) { s.Rate = 2e6 }, "--rate", "to 1000000"},
