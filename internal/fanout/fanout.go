@@ -79,6 +79,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
+	view := &viewSync{live: cfg.Subscribers, log: log}
 	acks := make(chan pending, 2048)
 	var wg conc.WaitGroup
 	wg.Go(func() { ackInOrder(acks, log) })
@@ -93,10 +94,45 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxAckPending: 8192,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}, 512, log, func(msg jetstream.Msg) {
+		view.upTo(ctx, msg)
 		p := publishCopies(js, cfg, msg)
 		cfg.Metrics.Event(len(p.futures))
 		acks <- p
 	})
+}
+
+// viewSync keeps the subscriber view at least as recent as the events it
+// fans out: a subscriber whose `relay sub add` returned before an event was
+// published gets that event, whatever the lag of this relay's watch.
+type viewSync struct {
+	live *subscribers.Live
+	log  *slog.Logger
+	// syncedAt is the server time up to which the view is known complete.
+	syncedAt time.Time
+}
+
+// syncTimeout bounds one wait for the view; past it the event is fanned out
+// with the view as it is.
+const syncTimeout = 2 * time.Second
+
+// upTo brings the view up to date when msg was published after the last
+// time it was known to be; one bucket status call covers every event
+// published before it, so a busy fan-out makes about one per pull.
+func (v *viewSync) upTo(ctx context.Context, msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil || !md.Timestamp.After(v.syncedAt) {
+		return
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	at, err := v.live.Sync(syncCtx)
+	if err != nil {
+		if ctx.Err() == nil {
+			v.log.Warn("fanout: subscriber view not confirmed current", "err", err)
+		}
+		return
+	}
+	v.syncedAt = at
 }
 
 // publishCopies starts the async publish of one copy per matching enabled

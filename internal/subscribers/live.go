@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -34,9 +35,12 @@ const maxBatch = 1024
 // problem is reported by [Live.Invalid] until the key is written with a
 // valid value or deleted.
 type Live struct {
-	snap atomic.Pointer[snapshot]
-	done chan struct{}
-	err  error // written before done is closed
+	kv jetstream.KeyValue
+	// unreachable is a last revision Sync waited for in vain.
+	unreachable atomic.Uint64
+	snap        atomic.Pointer[snapshot]
+	done        chan struct{}
+	err         error // written before done is closed
 }
 
 // snapshot is one immutable state of the bucket.
@@ -45,6 +49,7 @@ type snapshot struct {
 	enabled []Subscriber
 	index   map[string]int // id -> position in all
 	invalid map[string]error
+	rev     uint64        // the bucket's last revision folded in
 	changed chan struct{} // closed when a newer snapshot replaces this one
 }
 
@@ -75,7 +80,7 @@ func (s *Store) Watch(ctx context.Context) (*Live, error) {
 			return nil, ctx.Err()
 		}
 	}
-	l := &Live{done: make(chan struct{})}
+	l := &Live{kv: s.kv, done: make(chan struct{})}
 	l.snap.Store(st.snapshot())
 	go l.run(ctx, w, st)
 	return l, nil
@@ -184,11 +189,57 @@ func (l *Live) Err() error {
 	}
 }
 
+// Sync waits until the view holds every change stored in the bucket before
+// Sync was called, and returns the server's time of that moment. The
+// fan-out calls it for an event published after the last such moment, so
+// that a subscriber added before the event was published is never missed
+// because this relay's watch had not caught up yet.
+func (l *Live) Sync(ctx context.Context) (time.Time, error) {
+	status, err := l.kv.Status(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
+	}
+	bs, ok := status.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return time.Time{}, fmt.Errorf("subscribers: bucket %s: no stream status", streams.SubscribersBucket)
+	}
+	info := bs.StreamInfo()
+	last := info.State.LastSeq
+	if last == l.unreachable.Load() {
+		return info.TimeStamp, nil
+	}
+	// The watch delivers a change within milliseconds. A revision that does
+	// not come within syncWait was removed from the stream (`nats kv purge
+	// --deletes` can remove the last one); it is remembered so that the
+	// next Sync does not wait for it again.
+	giveUp := time.After(syncWait)
+	for {
+		snap := l.snap.Load()
+		if snap.rev >= last {
+			return info.TimeStamp, nil
+		}
+		select {
+		case <-snap.changed:
+		case <-giveUp:
+			l.unreachable.Store(last)
+			return info.TimeStamp, nil
+		case <-l.done:
+			return time.Time{}, cmp.Or(l.err, errWatchEnded)
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// syncWait bounds how long Sync waits for the watch to catch up.
+const syncWait = 250 * time.Millisecond
+
 // liveState is the mutable state the watch goroutine folds changes into,
 // and from which it builds snapshots.
 type liveState struct {
 	subs    map[string]Subscriber
 	invalid map[string]error
+	rev     uint64
 }
 
 // apply folds one change of the bucket into the state.
@@ -196,6 +247,7 @@ func (st *liveState) apply(e jetstream.KeyValueEntry) {
 	if e == nil {
 		return
 	}
+	st.rev = max(st.rev, e.Revision())
 	key := e.Key()
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
@@ -223,6 +275,7 @@ func (st *liveState) snapshot() *snapshot {
 		enabled: make([]Subscriber, 0, len(all)),
 		index:   make(map[string]int, len(all)),
 		invalid: maps.Clone(st.invalid),
+		rev:     st.rev,
 		changed: make(chan struct{}),
 	}
 	for i, sub := range all {

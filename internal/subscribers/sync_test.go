@@ -1,0 +1,47 @@
+package subscribers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// TestSyncSeesEveryChangeStoredBeforeIt proves that after Sync returns, the
+// view holds every subscriber whose Put returned before Sync was called,
+// even one written a moment earlier through another connection, which the
+// watch may not have delivered yet.
+func TestSyncSeesEveryChangeStoredBeforeIt(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	viewStore, err := subscribers.Open(ctx, n.JS)
+	require.NoError(t, err)
+	watchCtx, cancel := context.WithCancel(ctx)
+	live, err := viewStore.Watch(watchCtx)
+	require.NoError(t, err)
+	t.Cleanup(func() { cancel(); <-live.Done() })
+
+	js, err := jetstream.New(testutil.Connect(t, n.URL))
+	require.NoError(t, err)
+	writer, err := subscribers.Open(ctx, js)
+	require.NoError(t, err)
+	missedWithoutSync := 0
+	for i := range 100 {
+		id := fmt.Sprintf("s%03d", i)
+		require.NoError(t, writer.Put(ctx, subscribers.Subscriber{ID: id, URL: "https://example.com/", Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}))
+		if _, ok := live.Get(id); !ok {
+			missedWithoutSync++
+		}
+		_, err := live.Sync(ctx)
+		require.NoError(t, err)
+		_, ok := live.Get(id)
+		require.True(t, ok, "%s not in the view after Sync", id)
+	}
+	t.Logf("the view lagged behind a Put %d times in 100; Sync caught up every time", missedWithoutSync)
+}
