@@ -109,7 +109,15 @@ type viewSync struct {
 	log  *slog.Logger
 	// syncedAt is the server time up to which the view is known complete.
 	syncedAt time.Time
+	// lastSync is when the last sync started, by the local clock.
+	lastSync time.Time
 }
+
+// minSyncGap spaces the syncs of a steady stream of events: each covers
+// every event published before it, so waiting this long between them delays
+// an event by at most as much and bounds the bucket status calls to a few
+// hundred a second, however many events arrive.
+const minSyncGap = 2 * time.Millisecond
 
 // syncTimeout bounds one wait for the view; past it the event is fanned out
 // with the view as it is.
@@ -123,6 +131,14 @@ func (v *viewSync) upTo(ctx context.Context, msg jetstream.Msg) {
 	if err != nil || !md.Timestamp.After(v.syncedAt) {
 		return
 	}
+	if wait := minSyncGap - time.Since(v.lastSync); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+	v.lastSync = time.Now()
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	at, err := v.live.Sync(syncCtx)
