@@ -171,14 +171,14 @@ func killMidBurst(t *testing.T, natsArgs []string, url string) int {
 		return err == nil
 	}, "relay did not start")
 	mustRelay(t, "sub", "add", "demo", "--nats", url, "--url", rcv.URL, "--secret", testSecret)
-	// A running relay sees a new subscriber within a second; an event
-	// fanned out before that is not for it. Wait until it is seen.
+	// Wait until deliveries flow before the burst, so that the kill lands
+	// in the middle of it.
 	probes := 0
 	testutil.Eventually(t, func() bool {
 		probes++
 		publish(t, js, "warmup", fmt.Sprintf("warm%d", probes), []byte(`{}`))
 		return rcv.count() > 0
-	}, "relay never saw the subscriber")
+	}, "nothing delivered before the burst")
 	warm, _ := uniqueIDs(rcv)
 
 	published := 0
