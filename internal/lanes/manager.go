@@ -98,8 +98,8 @@ func ConsumerName(lane string) string { return "lane_" + lane }
 // Run starts every shared lane, and a dedicated lane for each subscriber
 // that has one, follows subscriber changes (dedicated lanes start and stop
 // as soon as the watch of the bucket delivers `relay sub add/rm`), and
-// returns once ctx is cancelled
-// and every lane has finished or handed back its messages.
+// returns once ctx is cancelled and every lane has finished or handed back
+// its messages.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
