@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -135,29 +134,17 @@ oldest are printed and a note on stderr says how many were left out.`,
 }
 
 func printDLQEntries(cmd *cobra.Command, entries []deadletter.Entry, asJSON bool) error {
-	out := cmd.OutOrStdout()
-	if asJSON {
-		if entries == nil {
-			entries = []deadletter.Entry{}
-		}
-		return writeJSON(out, entries)
-	}
-	if len(entries) == 0 {
-		fmt.Fprintln(out, "no dead letters")
-		return nil
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DLQ_SEQ\tSUBSCRIBER\tEVENT_ID\tTYPE\tREASON\tATTEMPTS\tLAST_STATUS\tDEAD_AT\tLAST_ERROR")
-	for _, e := range entries {
-		status := "-"
-		if e.LastStatus != 0 {
-			status = fmt.Sprint(e.LastStatus)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
-			e.DLQSeq, cell(e.Subscriber, 0), cell(e.EventID, 0), cell(e.EventType, 0), cell(string(e.Reason), 0),
-			e.Attempts, status, e.DeadAt.UTC().Format(time.RFC3339), cell(e.LastError, dlqErrorWidth))
-	}
-	return tw.Flush()
+	return printList(cmd.OutOrStdout(), entries, asJSON, "no dead letters",
+		"DLQ_SEQ\tSUBSCRIBER\tEVENT_ID\tTYPE\tREASON\tATTEMPTS\tLAST_STATUS\tDEAD_AT\tLAST_ERROR",
+		func(e deadletter.Entry) string {
+			status := "-"
+			if e.LastStatus != 0 {
+				status = fmt.Sprint(e.LastStatus)
+			}
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s",
+				e.DLQSeq, cell(e.Subscriber, 0), cell(e.EventID, 0), cell(e.EventType, 0), cell(string(e.Reason), 0),
+				e.Attempts, status, e.DeadAt.UTC().Format(time.RFC3339), cell(e.LastError, dlqErrorWidth))
+		})
 }
 
 // cell makes a value safe for one table cell: no tab or line break can shift

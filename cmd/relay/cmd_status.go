@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -75,35 +74,26 @@ at its rate gets a hint to move to a dedicated lane. --lanes must be relay run's
 
 func printStatus(cmd *cobra.Command, rows []status.Subscriber, asJSON bool) error {
 	out := cmd.OutOrStdout()
-	if asJSON {
-		if rows == nil {
-			rows = []status.Subscriber{}
-		}
-		return writeJSON(out, rows)
-	}
-	if len(rows) == 0 {
-		fmt.Fprintln(out, "no subscribers; add one with: relay sub add ID --url URL --secret whsec_...")
-		return nil
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBSCRIBER\tSTATE\tLANE\tPENDING\tPARKED\tLANE_IN_FLIGHT\tDEAD\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST")
-	var hints []status.Subscriber
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n",
-			r.ID, cell(statusState(r), 0), r.Lane, r.Pending, r.Parked, r.LaneInFlight, r.Dead,
-			statusRate(r), statusTokens(r), statusTime(r.PausedUntil), r.Circuit, r.Failures, cell(r.OldestPendingAge, 0))
-		if r.Hint != "" {
-			hints = append(hints, r)
-		}
-	}
-	if err := tw.Flush(); err != nil {
+	err := printList(out, rows, asJSON, noSubscribers,
+		"SUBSCRIBER\tSTATE\tLANE\tPENDING\tPARKED\tLANE_IN_FLIGHT\tDEAD\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST",
+		func(r status.Subscriber) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s",
+				r.ID, cell(statusState(r), 0), r.Lane, r.Pending, r.Parked, r.LaneInFlight, r.Dead,
+				statusRate(r), statusTokens(r), statusTime(r.PausedUntil), r.Circuit, r.Failures, cell(r.OldestPendingAge, 0))
+		})
+	if err != nil || asJSON {
 		return err
 	}
-	if len(hints) > 0 {
-		fmt.Fprintln(out)
-		for _, r := range hints {
-			fmt.Fprintf(out, "hint: %s: %s\n", r.ID, r.Hint)
+	printed := false
+	for _, r := range rows {
+		if r.Hint == "" {
+			continue
 		}
+		if !printed {
+			fmt.Fprintln(out)
+			printed = true
+		}
+		fmt.Fprintf(out, "hint: %s: %s\n", r.ID, r.Hint)
 	}
 	return nil
 }

@@ -207,6 +207,31 @@ func laneString(s subscribers.Subscriber) string {
 	return "shared"
 }
 
+// printList prints what a list command found: with --json one JSON array
+// ([] when empty), else a table under header, one row a line, or the line
+// empty when there is nothing to list.
+func printList[T any](out io.Writer, items []T, asJSON bool, empty, header string, row func(T) string) error {
+	if asJSON {
+		if items == nil {
+			items = []T{}
+		}
+		return writeJSON(out, items)
+	}
+	if len(items) == 0 {
+		_, err := fmt.Fprintln(out, empty)
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, it := range items {
+		fmt.Fprintln(tw, row(it))
+	}
+	return tw.Flush()
+}
+
+// noSubscribers is what the subscriber lists print when there are none.
+const noSubscribers = "no subscribers; add one with: relay sub add ID --url URL --secret whsec_..."
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -225,24 +250,14 @@ func newSubLsCmd(conn *connFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				out := cmd.OutOrStdout()
 				redacted := make([]subscribers.Subscriber, 0, len(subs))
 				for _, sub := range subs {
 					redacted = append(redacted, sub.Redacted())
 				}
-				if asJSON {
-					return writeJSON(out, redacted)
-				}
-				if len(subs) == 0 {
-					fmt.Fprintln(out, "no subscribers; add one with: relay sub add ID --url URL --secret whsec_...")
-					return nil
-				}
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tURL\tEVENTS\tRATE\tLANE\tSTATE")
-				for _, sub := range redacted {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub), stateString(sub))
-				}
-				return tw.Flush()
+				return printList(cmd.OutOrStdout(), redacted, asJSON, noSubscribers,
+					"ID\tURL\tEVENTS\tRATE\tLANE\tSTATE", func(sub subscribers.Subscriber) string {
+						return strings.Join([]string{sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub), stateString(sub)}, "\t")
+					})
 			})
 		},
 	}
