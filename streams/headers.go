@@ -11,18 +11,23 @@ import (
 // lanes and dead-letter tools read them, so they live beside the streams
 // they describe.
 const (
-	HeaderEventID          = "Relay-Event-Id"
-	HeaderEventType        = "Relay-Event-Type"
-	HeaderPublishedAt      = "Relay-Published-At"
-	HeaderDeadline         = "Relay-Deadline"
-	HeaderAttempt          = "Relay-Attempt"
-	HeaderFirstAttemptAt   = "Relay-First-Attempt-At"
-	HeaderReason           = "Relay-Reason"
-	HeaderAttempts         = "Relay-Attempts"
-	HeaderLastStatus       = "Relay-Last-Status"
-	HeaderLastError        = "Relay-Last-Error"
-	HeaderDeadAt           = "Relay-Dead-At"
-	HeaderOriginSeq        = "Relay-Origin-Seq"
+	HeaderEventID        = "Relay-Event-Id"
+	HeaderEventType      = "Relay-Event-Type"
+	HeaderPublishedAt    = "Relay-Published-At"
+	HeaderDeadline       = "Relay-Deadline"
+	HeaderAttempt        = "Relay-Attempt"
+	HeaderFirstAttemptAt = "Relay-First-Attempt-At"
+	HeaderReason         = "Relay-Reason"
+	HeaderAttempts       = "Relay-Attempts"
+	HeaderLastStatus     = "Relay-Last-Status"
+	HeaderLastError      = "Relay-Last-Error"
+	HeaderDeadAt         = "Relay-Dead-At"
+	HeaderOriginSeq      = "Relay-Origin-Seq"
+	// HeaderOverflowSeq marks a delivery brought back from its subscriber's
+	// overflow: the DELIVERIES sequence it waited at. A lane takes such a
+	// message into its subscriber's queue whatever the queue holds, since
+	// it was brought back only because there was room for it.
+	HeaderOverflowSeq      = "Relay-Overflow-Seq"
 	HeaderContentType      = "Content-Type"
 	headerNatsPrefixLength = len("nats-")
 )
@@ -46,4 +51,18 @@ func HeaderValue(h nats.Header, name string) string {
 // which are stripped when relay copies a message.
 func IsNatsHeader(name string) bool {
 	return len(name) >= headerNatsPrefixLength && strings.EqualFold(name[:headerNatsPrefixLength], "nats-")
+}
+
+// CopyHeader returns a copy of h for a message relay publishes anew: every
+// Nats-* header of the original is dropped (JetStream would take them as
+// instructions for the new copy) and the rest is copied deeply, so the
+// caller may change it. extra is room for the headers the caller will set.
+func CopyHeader(h nats.Header, extra int) nats.Header {
+	out := make(nats.Header, len(h)+extra)
+	for k, v := range h {
+		if !IsNatsHeader(k) {
+			out[k] = append([]string(nil), v...)
+		}
+	}
+	return out
 }

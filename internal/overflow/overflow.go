@@ -1,0 +1,214 @@
+package overflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// Prefix + <subscriber> is a subscriber's overflow subject in DELIVERIES.
+// "overflow" cannot be a lane: shared lanes are sNN and dedicated ones d_<id>.
+const Prefix = "deliveries.overflow."
+
+// Subject is the overflow subject of a subscriber.
+func Subject(subscriber string) string { return Prefix + subscriber }
+
+// ErrDirectGet is returned when the server answers a direct get with
+// something that is neither a message nor the end of the batch.
+var ErrDirectGet = errors.New("overflow: direct get")
+
+// readBatch is how many messages one direct get asks for. The server caps
+// a batch by its own limits too; the reader follows whatever it sends.
+const readBatch = 256
+
+// Put stores a copy of a DELIVERIES message on its subscriber's overflow
+// subject and returns once it is stored, so the caller may then ack the
+// original. seq is the original's DELIVERIES sequence: it makes the copy's
+// Nats-Msg-Id, so a crash between Put and the ack stores one copy.
+func Put(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, seq uint64) error {
+	h := streams.CopyHeader(header, 0)
+	h.Del(streams.HeaderOverflowSeq)
+	m := &nats.Msg{Subject: Subject(subscriber), Header: h, Data: body}
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID("overflow."+strconv.FormatUint(seq, 10))); err != nil {
+		return fmt.Errorf("overflow: storing a delivery for %s: %w", subscriber, err)
+	}
+	return nil
+}
+
+// Msg is one message read from an overflow subject.
+type Msg struct {
+	// Seq is its DELIVERIES sequence.
+	Seq uint64
+	// Header holds the message's own headers (no Nats-* header).
+	Header nats.Header
+	// Data is its body, exactly as stored.
+	Data []byte
+}
+
+// Read returns up to n messages of the subscriber's overflow, oldest first,
+// from sequence from on (0: the first). It asks the server for batches with
+// a direct get by subject, so it costs one request per readBatch messages
+// whatever the backlog. An empty result means the overflow holds nothing
+// from that sequence on.
+func Read(ctx context.Context, nc *nats.Conn, subscriber string, from uint64, n int) ([]Msg, error) {
+	var out []Msg
+	next := max(from, 1)
+	for len(out) < n {
+		batch, done, err := readOnce(ctx, nc, Subject(subscriber), next, min(readBatch, n-len(out)))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, batch...)
+		if done || len(batch) == 0 {
+			break
+		}
+		next = batch[len(batch)-1].Seq + 1
+	}
+	return out, nil
+}
+
+// directGet is the request of a batched direct get.
+type directGet struct {
+	Seq        uint64 `json:"seq"`
+	NextBySubj string `json:"next_by_subj"`
+	Batch      int    `json:"batch"`
+}
+
+// readOnce sends one batched direct get; done reports that the subject has
+// nothing after what it returned.
+func readOnce(ctx context.Context, nc *nats.Conn, subject string, from uint64, n int) (msgs []Msg, done bool, err error) {
+	req, _ := json.Marshal(directGet{Seq: from, NextBySubj: subject, Batch: n})
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, false, fmt.Errorf("overflow: reading %s: %w", subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+streams.Deliveries, inbox, req); err != nil {
+		return nil, false, fmt.Errorf("overflow: reading %s: %w", subject, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return msgs, false, fmt.Errorf("overflow: reading %s: %w", subject, err)
+		}
+		if status := m.Header.Get("Status"); status != "" {
+			switch status {
+			case "204": // end of the batch
+				pending, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return msgs, perr == nil && pending == 0, nil
+			case "404": // nothing on the subject from that sequence on
+				return msgs, true, nil
+			}
+			return msgs, false, fmt.Errorf("%w on %s: status %s %s", ErrDirectGet, subject, status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		if err != nil {
+			return msgs, false, fmt.Errorf("%w on %s: no sequence", ErrDirectGet, subject)
+		}
+		msgs = append(msgs, Msg{Seq: seq, Header: streams.CopyHeader(m.Header, 1), Data: m.Data})
+		if len(msgs) == n {
+			// The server still sends its end-of-batch status; a sequence
+			// past the last one read costs nothing to ask for next time.
+			return msgs, false, nil
+		}
+	}
+}
+
+// Refiller brings a subscriber's overflow back to its lane.
+type Refiller struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// NewRefiller returns a Refiller on js's DELIVERIES stream.
+func NewRefiller(ctx context.Context, js jetstream.JetStream) (*Refiller, error) {
+	stream, err := js.Stream(ctx, streams.Deliveries)
+	if err != nil {
+		return nil, fmt.Errorf("overflow: %w", err)
+	}
+	return &Refiller{js: js, stream: stream}, nil
+}
+
+// Refill brings back up to n of the subscriber's oldest overflowed
+// deliveries, from sequence from on, to subject (its lane's): each is
+// republished with Relay-Overflow-Seq and waits for its PubAck, then what was
+// read is purged. It returns how many it moved, the sequence to read from
+// next time, and whether the overflow may hold more.
+func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from uint64, n int) (moved int, next uint64, more bool, err error) {
+	msgs, err := Read(ctx, r.js.Conn(), subscriber, from, n)
+	next = from
+	if len(msgs) == 0 {
+		return 0, next, err != nil, err
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		m.Header.Set(streams.HeaderOverflowSeq, strconv.FormatUint(m.Seq, 10))
+		f, perr := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data},
+			jetstream.WithMsgID("refill."+strconv.FormatUint(m.Seq, 10)))
+		if perr != nil {
+			err = perr
+			break
+		}
+		futures = append(futures, f)
+	}
+	// Only a prefix whose copies are all stored may be purged.
+	stored := 0
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case e := <-f.Err():
+			if err == nil {
+				err = e
+			}
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+		}
+		if err != nil {
+			break
+		}
+		stored++
+	}
+	if stored == 0 {
+		return 0, next, true, fmt.Errorf("overflow: bringing back %s: %w", subscriber, err)
+	}
+	next = msgs[stored-1].Seq + 1
+	if perr := r.stream.Purge(ctx, jetstream.WithPurgeSubject(Subject(subscriber)), jetstream.WithPurgeSequence(next)); perr != nil && err == nil {
+		// The copies are stored: a later purge from a later sequence
+		// removes these too, and a reader before it is deduplicated.
+		err = fmt.Errorf("overflow: purging %s: %w", subscriber, perr)
+	}
+	return stored, next, true, err
+}
+
+// Backlogs returns, by subscriber, how many deliveries wait in overflow. It
+// reads the stream's per-subject counts once, so it costs one request for
+// every subscriber that has a backlog, not one per message: relays call it
+// every few seconds to find the backlogs no queue of theirs knows about (left
+// by a relay that stopped, or by a peer).
+func Backlogs(ctx context.Context, stream jetstream.Stream) (map[string]uint64, error) {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(Prefix+">"))
+	if err != nil {
+		return nil, fmt.Errorf("overflow: listing backlogs: %w", err)
+	}
+	out := make(map[string]uint64, len(info.State.Subjects))
+	for subject, n := range info.State.Subjects {
+		if id, ok := strings.CutPrefix(subject, Prefix); ok && n > 0 {
+			out[id] = n
+		}
+	}
+	return out, nil
+}

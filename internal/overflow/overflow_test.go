@@ -1,0 +1,103 @@
+package overflow_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/overflow"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// fill puts count deliveries for sub in its overflow, with event ids
+// <sub>-0, <sub>-1, …, as a lane would from DELIVERIES sequences base+i.
+func fill(t *testing.T, js jetstream.JetStream, sub string, count int, base uint64) {
+	t.Helper()
+	for i := range count {
+		h := nats.Header{streams.HeaderEventID: []string{fmt.Sprintf("%s-%d", sub, i)}, "Nats-Msg-Id": []string{"x"}}
+		require.NoError(t, overflow.Put(testutil.Context(t), js, sub, []byte(strconv.Itoa(i)), h, base+uint64(i)))
+	}
+}
+
+func TestRefillBringsBackInPublishOrderAndPurges(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	fill(t, n.JS, "a", 700, 1)
+	fill(t, n.JS, "b", 3, 10_000)
+	// A second Put of the same DELIVERIES message stores nothing more.
+	require.NoError(t, overflow.Put(ctx, n.JS, "a", []byte("0"), nil, 1))
+
+	stream, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	backlogs, err := overflow.Backlogs(ctx, stream)
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"a": 700, "b": 3}, backlogs)
+
+	r, err := overflow.NewRefiller(ctx, n.JS)
+	require.NoError(t, err)
+	sub, err := n.Conn.SubscribeSync("deliveries.s01.a")
+	require.NoError(t, err)
+
+	var next uint64
+	total := 0
+	for {
+		moved, nx, more, err := r.Refill(ctx, "a", "deliveries.s01.a", next, 300)
+		require.NoError(t, err)
+		require.LessOrEqual(t, moved, 300)
+		total += moved
+		next = nx
+		if moved == 0 {
+			require.False(t, more)
+			break
+		}
+	}
+	require.Equal(t, 700, total)
+	for i := range 700 {
+		m, err := sub.NextMsg(5e9)
+		require.NoError(t, err)
+		require.Equal(t, strconv.Itoa(i), string(m.Data), "order")
+		require.Equal(t, fmt.Sprintf("a-%d", i), m.Header.Get(streams.HeaderEventID))
+		require.NotEmpty(t, m.Header.Get(streams.HeaderOverflowSeq))
+		require.Empty(t, m.Header.Values("Nats-Sequence"), "no direct-get header rides on the copy")
+	}
+	backlogs, err = overflow.Backlogs(ctx, stream)
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"b": 3}, backlogs, "what was brought back is purged, the rest stays")
+}
+
+func TestRefillFromTwoReadersStoresOneCopy(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	fill(t, n.JS, "a", 50, 1)
+	r1, err := overflow.NewRefiller(ctx, n.JS)
+	require.NoError(t, err)
+	msgs, err := overflow.Read(ctx, n.Conn, "a", 0, 50)
+	require.NoError(t, err)
+	require.Len(t, msgs, 50)
+	// Both read the same 50 before either purged: a second relay in a race.
+	moved, _, _, err := r1.Refill(ctx, "a", "deliveries.s01.a", 0, 50)
+	require.NoError(t, err)
+	require.Equal(t, 50, moved)
+	for _, m := range msgs {
+		m.Header.Set(streams.HeaderOverflowSeq, strconv.FormatUint(m.Seq, 10))
+		ack, err := n.JS.PublishMsg(ctx, &nats.Msg{Subject: "deliveries.s01.a", Header: m.Header, Data: m.Data},
+			jetstream.WithMsgID("refill."+strconv.FormatUint(m.Seq, 10)))
+		require.NoError(t, err)
+		require.True(t, ack.Duplicate)
+	}
+}
+
+func TestReadOfAnEmptyOverflow(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	msgs, err := overflow.Read(testutil.Context(t), n.Conn, "nobody", 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+}
