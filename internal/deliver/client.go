@@ -222,9 +222,11 @@ type Request struct {
 // Send makes one attempt: it signs r with the client's clock, POSTs it, reads
 // at most the configured part of the reply and classifies the result. It
 // never returns without an Outcome, and it returns by the attempt's timeout
-// even when the subscriber hangs. When ctx is cancelled mid-attempt the
-// outcome is Retryable and its Err wraps ctx's error, so that a caller shutting
-// down can tell a hand-back from a failure.
+// even when the subscriber hangs. When ctx is cancelled before a reply (the
+// relay stopping) the outcome is [Local] and its Err wraps [ErrLocal] and
+// ctx's error, so that a caller shutting down hands the message back without
+// counting an attempt; the attempt's own timeout, or a deadline on ctx, stays
+// [Retryable] with [ErrTimeout].
 func (c *Client) Send(ctx context.Context, r Request) Outcome {
 	start := c.now()
 	o := c.send(ctx, r)
@@ -356,7 +358,13 @@ func transportOutcome(parent context.Context, req *http.Request, timeout time.Du
 	case errors.Is(err, ErrRefused):
 		return Outcome{Class: Refused, Err: err}
 	case errors.Is(parent.Err(), context.Canceled):
-		return Outcome{Class: Retryable, Err: fmt.Errorf("deliver: attempt cancelled: %w", err)}
+		// The caller's cancellation, not the attempt's timeout (which ends
+		// only the derived context, with DeadlineExceeded). The transport's
+		// own error may be context.Canceled or a closed connection, so the
+		// parent says what happened.
+		return Outcome{Class: Local, Err: fmt.Errorf("%w: attempt cancelled: %w", ErrLocal, err)}
+	case localDialFailure(err):
+		return Outcome{Class: Local, Err: fmt.Errorf("%w: %w", ErrLocal, err)}
 	case isTimeout(err):
 		if timeout > 0 {
 			return Outcome{Class: Retryable, Err: fmt.Errorf("%w after %s: %w", ErrTimeout, timeout, err)}

@@ -305,6 +305,7 @@ func TestClassString(t *testing.T) {
 	require.Equal(t, "rejected", Rejected.String())
 	require.Equal(t, "gone", Gone.String())
 	require.Equal(t, "refused", Refused.String())
+	require.Equal(t, "local", Local.String())
 	require.Equal(t, "Class(0)", Class(0).String())
 }
 
@@ -352,8 +353,9 @@ func TestSendTimeout(t *testing.T) {
 
 	srv, _ := hangingServer(t)
 	o := newTestClient(t).Send(t.Context(), Request{URL: srv.URL, ID: "evt_hang", Timeout: 50 * time.Millisecond})
-	require.Equal(t, Retryable, o.Class)
+	require.Equal(t, Retryable, o.Class, "the attempt's own timeout is the subscriber being slow, not a local failure")
 	require.ErrorIs(t, o.Err, ErrTimeout)
+	require.NotErrorIs(t, o.Err, ErrLocal)
 	require.Zero(t, o.Status)
 }
 
@@ -366,6 +368,7 @@ func TestSendContextDeadlineIsTheTimeout(t *testing.T) {
 	o := newTestClient(t).Send(ctx, Request{URL: srv.URL, ID: "evt_hang"})
 	require.Equal(t, Retryable, o.Class)
 	require.ErrorIs(t, o.Err, ErrTimeout)
+	require.NotErrorIs(t, o.Err, ErrLocal)
 }
 
 func TestSendCancelled(t *testing.T) {
@@ -379,9 +382,25 @@ func TestSendCancelled(t *testing.T) {
 		cancel()
 	}()
 	o := newTestClient(t).Send(ctx, Request{URL: srv.URL, ID: "evt_cancel", Timeout: time.Hour})
-	require.Equal(t, Retryable, o.Class)
+	require.Equal(t, Local, o.Class, "the relay stopping is not an attempt: err %v", o.Err)
+	require.ErrorIs(t, o.Err, ErrLocal)
 	require.ErrorIs(t, o.Err, context.Canceled)
 	require.NotErrorIs(t, o.Err, ErrTimeout)
+	require.NotErrorIs(t, o.Err, ErrConnection)
+	require.Zero(t, o.Status)
+}
+
+func TestSendAlreadyCancelled(t *testing.T) {
+	t.Parallel()
+
+	srv, got := recordingServer(t, http.StatusOK)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	o := newTestClient(t).Send(ctx, Request{URL: srv.URL, ID: "evt_stopped"})
+	require.Equal(t, Local, o.Class, "err: %v", o.Err)
+	require.ErrorIs(t, o.Err, ErrLocal)
+	require.ErrorIs(t, o.Err, context.Canceled)
+	require.Empty(t, got, "nothing reaches the subscriber")
 }
 
 // hijackingServer takes over each connection and does act to it.
@@ -441,6 +460,7 @@ func TestSendConnectionRefused(t *testing.T) {
 	o := newTestClient(t).Send(t.Context(), Request{URL: "http://" + addr + "/", ID: "evt_noone"})
 	require.Equal(t, Retryable, o.Class)
 	require.ErrorIs(t, o.Err, ErrConnection)
+	require.NotErrorIs(t, o.Err, ErrLocal, "a refused connection is the subscriber's side")
 }
 
 // endlessBody is a response body that never ends and counts what was read.

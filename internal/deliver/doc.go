@@ -35,6 +35,13 @@
 //     network), and a request that cannot be built at all.
 //   - [Refused]: the SSRF guard refused the address that was about to be
 //     dialled.
+//   - [Local]: the attempt failed on the relay's own side, so DESIGN.md does
+//     not count it as an attempt nor as a breaker failure: the dial found no
+//     file descriptor (EMFILE, ENFILE), socket buffer (ENOBUFS), memory
+//     (ENOMEM) or local port (EADDRNOTAVAIL), or the caller's context was
+//     cancelled before a reply, as when the relay stops. The attempt's own
+//     timeout, or a deadline on the caller's context, is not local: it is
+//     the subscriber being slow, and stays [Retryable].
 //
 // # Delivery rules: the SSRF guard
 //

@@ -35,6 +35,14 @@ var (
 	// is [Retryable].
 	ErrConnection = errors.New("deliver: connection failed")
 
+	// ErrLocal means the attempt failed on the relay's side, not the
+	// subscriber's: the dial ran out of file descriptors, socket buffers,
+	// memory or local ports, or the caller cancelled the attempt (the relay
+	// stopping). The outcome is [Local], which is not an attempt and not a
+	// breaker failure; the error also wraps the cause (a syscall.Errno, or
+	// context.Canceled), so errors.Is still tells which.
+	ErrLocal = errors.New("deliver: local failure")
+
 	// ErrStatus means the subscriber answered with a status other than 2xx;
 	// the wrapping error names the status and the outcome's class says what
 	// it means for the message.

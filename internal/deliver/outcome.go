@@ -27,6 +27,14 @@ const (
 	// Refused means the SSRF guard refused the address that was about to be
 	// dialled; nothing was sent. Dead-letter with reason "refused".
 	Refused
+	// Local means the attempt failed on this side, through no fault of the
+	// subscriber: the dial found no file descriptor, socket buffer, memory
+	// or local port, or the caller's context was cancelled (the relay
+	// stopping) before a reply came. DESIGN.md makes such a failure neither
+	// an attempt nor a breaker failure, so the caller hands the message back
+	// without counting it: blaming the subscriber would burn its attempts
+	// and open its circuit for a fault of the relay's own.
+	Local
 )
 
 // String returns the class's name as used in dead-letter reasons, logs and
@@ -43,6 +51,8 @@ func (c Class) String() string {
 		return "gone"
 	case Refused:
 		return "refused"
+	case Local:
+		return "local"
 	}
 	return "Class(" + strconv.Itoa(int(c)) + ")"
 }
@@ -64,8 +74,8 @@ type Outcome struct {
 	RetryAfterSet bool
 	// Err explains every outcome but Delivered, with the status or the
 	// transport error, and wraps one of ErrStatus, ErrTimeout,
-	// ErrConnection, ErrRefused or ErrInvalidRequest. It is nil for
-	// Delivered.
+	// ErrConnection, ErrRefused, ErrLocal or ErrInvalidRequest. It is nil
+	// for Delivered.
 	Err error
 	// Body is the start of the reply's body (at most 1 KiB), kept for
 	// dead-letter records: a subscriber's own words are the best clue to why

@@ -1,0 +1,260 @@
+package requests
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Gate bounds the HTTP requests in flight over all subscribers of one relay,
+// and shares them fairly: while it is full, the keys with waiters take turns
+// at the freed slots, one slot per key per turn, however many goroutines each
+// key has waiting. It is safe for concurrent use.
+//
+// The zero Gate is unlimited, like NewGate(0).
+type Gate struct {
+	// limit is fixed at construction; <= 0 means unlimited.
+	limit int
+
+	mu sync.Mutex
+	// inFlight counts the slots held. While any waiter exists it equals
+	// limit, because a released slot is handed straight to a waiter.
+	inFlight int
+	// waiting counts the waiters over all keys.
+	waiting int
+	// keys holds the queue of every key that has waiters, and no other.
+	keys map[string]*keyQueue
+	// turns is the FIFO of keys with waiters: the front key is served next.
+	turns turnList
+}
+
+// NewGate returns a gate that lets at most limit requests be in flight at
+// once. A limit of zero or less means unlimited, so that a relay can turn the
+// bound off without a second code path.
+func NewGate(limit int) *Gate {
+	return &Gate{limit: max(limit, 0)}
+}
+
+// Limit returns the most requests the gate lets be in flight at once, or 0
+// when it is unlimited, for metrics and status output.
+func (g *Gate) Limit() int { return g.limit }
+
+// InFlight returns how many slots are held right now, for metrics: a gate
+// that stays at its limit is what a too-small --max-requests looks like.
+func (g *Gate) InFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight
+}
+
+// Waiting returns how many callers are blocked in Acquire right now, over all
+// keys, for metrics and for tests that must know a waiter has queued.
+func (g *Gate) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting
+}
+
+// Acquire waits for a free request slot for key (a subscriber id) and returns
+// the func that gives it back. While the gate is full, key waits its turn
+// among the keys with waiters (see the package documentation), so one key's
+// many waiters cannot crowd out another key's few.
+//
+// If ctx ends before a slot is free, or has already ended, Acquire returns an
+// error wrapping [ErrNotAcquired] and ctx.Err(), and leaves no trace in the
+// gate: a stopping relay must not start new requests, and must not lose a
+// slot either.
+//
+// The release func may be called any number of times and from any goroutine;
+// only the first call gives the slot back, so a deferred release next to an
+// early one is harmless.
+func (g *Gate) Acquire(ctx context.Context, key string) (release func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
+	}
+	g.mu.Lock()
+	if g.limit <= 0 || g.inFlight < g.limit {
+		g.inFlight++
+		g.mu.Unlock()
+		return g.releaser(), nil
+	}
+	w := g.enqueue(key)
+	g.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return g.releaser(), nil
+	case <-ctx.Done():
+	}
+
+	g.mu.Lock()
+	if w.granted {
+		// The slot was handed over as ctx ended, and select picked ctx.
+		// Pass the slot on rather than start a request for a caller that
+		// has given up.
+		g.releaseLocked()
+	} else {
+		g.dequeue(w)
+	}
+	g.mu.Unlock()
+	return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+}
+
+// TryAcquire takes a slot if one is free and reports whether it did, without
+// waiting. It needs no key: a free slot means nobody is waiting, so there is
+// no turn to take. The release func is the same as Acquire's.
+func (g *Gate) TryAcquire() (release func(), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.limit > 0 && g.inFlight >= g.limit {
+		return nil, false
+	}
+	g.inFlight++
+	return g.releaser(), true
+}
+
+// releaser returns the release func of one slot just taken. Only its first
+// call gives the slot back.
+func (g *Gate) releaser() func() {
+	var done atomic.Bool
+	return func() {
+		if done.Swap(true) {
+			return
+		}
+		g.mu.Lock()
+		g.releaseLocked()
+		g.mu.Unlock()
+	}
+}
+
+// releaseLocked gives one slot back: to the oldest waiter of the key whose
+// turn it is, which then goes to the back of the turns if it still has
+// waiters, or to the gate when nobody waits. g.mu must be held.
+func (g *Gate) releaseLocked() {
+	q := g.turns.front
+	if q == nil {
+		g.inFlight--
+		return
+	}
+	w := q.popFront()
+	g.waiting--
+	w.granted = true
+	close(w.ready)
+	g.turns.remove(q)
+	if q.head == nil {
+		delete(g.keys, q.key)
+		return
+	}
+	g.turns.pushBack(q)
+}
+
+// enqueue adds a waiter for key at the back of key's queue, and key at the
+// back of the turns if it had no waiters yet. g.mu must be held.
+func (g *Gate) enqueue(key string) *waiter {
+	q := g.keys[key]
+	if q == nil {
+		if g.keys == nil {
+			g.keys = make(map[string]*keyQueue)
+		}
+		q = &keyQueue{key: key}
+		g.keys[key] = q
+		g.turns.pushBack(q)
+	}
+	w := &waiter{ready: make(chan struct{}), queue: q}
+	q.pushBack(w)
+	g.waiting++
+	return w
+}
+
+// dequeue removes a waiter that was not granted a slot, and its key from the
+// turns if that was the key's last waiter. g.mu must be held.
+func (g *Gate) dequeue(w *waiter) {
+	q := w.queue
+	q.remove(w)
+	g.waiting--
+	if q.head == nil {
+		g.turns.remove(q)
+		delete(g.keys, q.key)
+	}
+}
+
+// waiter is one caller blocked in Acquire.
+type waiter struct {
+	// ready is closed when a slot is handed to this waiter.
+	ready chan struct{}
+	// granted is set, under Gate.mu, when ready is closed; a waiter whose
+	// ctx ended reads it to know whether it holds a slot it must pass on.
+	granted bool
+	// queue is the key's queue this waiter is in.
+	queue      *keyQueue
+	prev, next *waiter
+}
+
+// keyQueue is one key's waiters in arrival order, and that key's place in
+// the turns.
+type keyQueue struct {
+	key        string
+	head, tail *waiter
+	prev, next *keyQueue
+}
+
+func (q *keyQueue) pushBack(w *waiter) {
+	w.prev, w.next = q.tail, nil
+	if q.tail == nil {
+		q.head = w
+	} else {
+		q.tail.next = w
+	}
+	q.tail = w
+}
+
+func (q *keyQueue) remove(w *waiter) {
+	if w.prev == nil {
+		q.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		q.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
+func (q *keyQueue) popFront() *waiter {
+	w := q.head
+	q.remove(w)
+	return w
+}
+
+// turnList is the FIFO of keys with waiters, doubly linked so that a key
+// whose last waiter gave up leaves it in O(1).
+type turnList struct {
+	front, back *keyQueue
+}
+
+func (l *turnList) pushBack(q *keyQueue) {
+	q.prev, q.next = l.back, nil
+	if l.back == nil {
+		l.front = q
+	} else {
+		l.back.next = q
+	}
+	l.back = q
+}
+
+func (l *turnList) remove(q *keyQueue) {
+	if q.prev == nil {
+		l.front = q.next
+	} else {
+		q.prev.next = q.next
+	}
+	if q.next == nil {
+		l.back = q.prev
+	} else {
+		q.next.prev = q.prev
+	}
+	q.prev, q.next = nil, nil
+}
