@@ -33,12 +33,23 @@
 // # Pause, adaptive rate, breaker
 //
 // The same entry holds the subscriber-wide pause (a Retry-After: the later
-// of two pauses wins), the adaptive rate (halved on a 429 without a usable
-// Retry-After, raised additively after each window of successes, never
-// above the configured rate) and the circuit breaker (opened after
-// consecutive failures, for a cool-down that grows while they continue,
-// then one probe). Every relay re-reads the entry at least once a lease,
-// so it learns of a pause or an open circuit within about 100 ms.
+// of two pauses wins), the adaptive rate and the circuit breaker (opened
+// after consecutive failures, for a cool-down that grows while they
+// continue, then one probe). Every relay re-reads the entry at least once a
+// lease, so it learns of a pause or an open circuit within about 100 ms.
+//
+// The adaptive rate is AIMD. Every 429, with or without a Retry-After,
+// halves the rate in force, down to 1/64 of the configured rate; a pause
+// does not replace the decrease, since the same rate would overshoot again
+// once the pause ended. At most one decrease happens per lease window
+// (DecreaseWindow) per subscriber, summed over all relays: the entry
+// records the server time of the last decrease, and a 429 within a window
+// of it, on any relay, lowers the rate no further, because it answers a
+// request sent at the rate before the decrease. Such a 429, when it brings
+// no pause and the relay has already seen the decrease, costs no KV
+// operation. After each window of successes (as many as the rate in force
+// allows in a second) the rate rises by a tenth of the configured one,
+// never above it.
 //
 // The lanes ask a [Limiter] before every request and tell it every outcome;
 // the limiter never calls back into the lanes.

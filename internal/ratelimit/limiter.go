@@ -54,11 +54,18 @@ type Result struct {
 	// Failure counts toward the breaker: a connection failure, a timeout,
 	// a 5xx.
 	Failure bool
-	// Throttled: a 429 without a usable Retry-After; the rate in force is
-	// halved.
+	// Throttled: the subscriber answered 429, with or without a
+	// Retry-After. Every 429 says the rate in force is too high, whether or
+	// not the subscriber also said how long to wait, so it halves that rate
+	// (down to MinRateFraction of the configured one), at most once per
+	// DecreaseWindow for the subscriber over all relays: the other 429s of
+	// the same window answer requests sent before the decrease.
 	Throttled bool
 	// PauseFor pauses the whole subscriber: a Retry-After on a 429 or 503,
-	// or RateLimit-Remaining: 0 with its reset.
+	// or RateLimit-Remaining: 0 with its reset. It is independent of
+	// Throttled: a 429 with a Retry-After sets both, and the pause and the
+	// decrease both apply, since a pause alone would let the same rate
+	// overshoot again the moment it ends.
 	PauseFor time.Duration
 	// Probe repeats Decision.Probe of the request.
 	Probe bool

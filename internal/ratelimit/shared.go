@@ -374,8 +374,9 @@ func (s *Shared) grant(sub *subscriber, l Limit, d Decision) Decision {
 }
 
 // Observe implements Limiter. Successes of a healthy subscriber cost no KV
-// operation; a pause, a throttle, a failure, and the first success after
-// failures or a throttle each cost one compare-and-set.
+// operation, nor does a throttle within DecreaseWindow of a decrease this
+// relay already knows of; a pause, any other throttle, a failure, and the
+// first success after failures or a throttle each cost one compare-and-set.
 func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) error {
 	sub := s.subscriber(id)
 	sub.mu.Lock()
@@ -395,6 +396,12 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 	}
 	if r.Throttled {
 		sub.lease = 0
+	}
+	if s.throttleOnly(ctx, sub, l, r) {
+		// A 429 of a window whose decrease is already stored: the rate stays
+		// where that decrease put it, and successes count afresh.
+		sub.successes = 0
+		return nil
 	}
 	if r.Success {
 		sub.successes++
@@ -418,7 +425,11 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 		}
 		st, changed, restart := s.apply(ctx, sub, l, r)
 		if !changed {
-			// A later pause is already stored: wait for that one.
+			// Nothing to write: a later pause is already stored (wait for
+			// that one), or a throttle found its window's decrease made.
+			if restart {
+				sub.successes = 0
+			}
 			if until := s.local(st.PausedUntil); until.After(sub.pausedUntil) {
 				sub.pausedUntil = until
 			}
@@ -442,6 +453,20 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 		s.backoff(ctx, try)
 	}
 	return nil
+}
+
+// throttleOnly reports whether r is a throttle with nothing to write: no
+// pause, failure, success or probe comes with it, and the rate has nothing
+// to lower (an unlimited subscriber) or was lowered within DecreaseWindow,
+// as the entry last seen says. That entry may be stale, but DecreasedAt
+// only moves forward, so a stale entry can hide a recent decrease, never
+// invent one: a throttle it does not settle goes on to the compare-and-set,
+// which judges it again on the entry as stored.
+func (s *Shared) throttleOnly(ctx context.Context, sub *subscriber, l Limit, r Result) bool {
+	if !r.Throttled || r.Success || r.Failure || r.Probe || r.PauseFor > 0 {
+		return false
+	}
+	return l.Unlimited() || !sub.state.DecreaseDue(s.serverNow(ctx))
 }
 
 // successChanges reports whether a success must be written: it closes a
@@ -477,7 +502,15 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 		}
 	}
 	if r.Throttled && !l.Unlimited() {
-		st.Rate = Decrease(EffectiveRate(st, l), l)
+		// One decrease per window over all relays: DecreasedAt is in the
+		// shared entry, and a lost race re-applies this on a fresh read, so
+		// of two relays throttled in one window only the first halves.
+		// At the floor the time is still recorded, so that the other
+		// throttles of its window cost no write.
+		if st.DecreaseDue(server) {
+			st.Rate = Decrease(EffectiveRate(st, l), l)
+			st.DecreasedAt = server
+		}
 		restart = true
 	}
 	switch {

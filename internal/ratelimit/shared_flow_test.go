@@ -180,17 +180,18 @@ func TestSharedPauseOnSuccessHoldsEveryRelay(t *testing.T) {
 	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, crossRelay)
 }
 
-// TestSharedAdaptiveRate proves AIMD as the entry records it: each 429
-// without a usable Retry-After halves the rate in force, down to rate/64;
-// each window of successes (as many as the rate in force allows in a
-// second) raises it by a tenth of the configured rate, back to the
-// configured rate and never above; and leases shrink with it.
+// TestSharedAdaptiveRate proves AIMD as the entry records it: each 429 of
+// a new lease window halves the rate in force, down to rate/64; each window
+// of successes (as many as the rate in force allows in a second) raises it
+// by a tenth of the configured rate, back to the configured rate and never
+// above; and leases shrink with it.
 func TestSharedAdaptiveRate(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	s := newShared(t, n, clock.NewFake(time.Now()), ratelimit.Options{})
+	fake := clock.NewFake(time.Now())
+	s := newShared(t, n, fake, ratelimit.Options{})
 	rateInForce := func() float64 { return ratelimit.EffectiveRate(entry(t, n, id), l) }
 
 	wantGo(t, "first request", reserve(t, s, id, l)) // a lease of 10
@@ -206,6 +207,9 @@ func TestSharedAdaptiveRate(t *testing.T) {
 	}
 
 	for _, want := range []float64{25, 12.5, 6.25, 3.125, 1.5625, 1.5625, 1.5625} {
+		// At most one decrease per lease window: each 429 here is in the
+		// next one.
+		fake.Advance(ratelimit.DecreaseWindow)
 		observe(t, s, id, l, ratelimit.Result{Throttled: true})
 		if got := rateInForce(); got != want {
 			t.Fatalf("after another 429: rate %v, want %v", got, want)

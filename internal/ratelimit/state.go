@@ -30,6 +30,10 @@ type State struct {
 	At time.Time `json:"at,omitzero"`
 	// Rate is the adaptive rate in force; 0 means the configured rate.
 	Rate float64 `json:"rate,omitempty"`
+	// DecreasedAt is the server time of the last decrease of Rate. It is
+	// kept in the shared entry, not by each relay, so that a 429 seen by
+	// any relay within DecreaseWindow of it lowers the rate no further.
+	DecreasedAt time.Time `json:"decreased_at,omitzero"`
 	// PausedUntil: no request before this time (Retry-After).
 	PausedUntil time.Time `json:"paused_until,omitzero"`
 	// Failures counts consecutive failed attempts, for the breaker.
@@ -110,15 +114,29 @@ func WaitFor(tokens float64, want int, rate float64) time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// AIMD tuning: a 429 without a usable Retry-After halves the rate in force,
-// down to MinRateFraction of the configured one; each window of successes
-// (as many as the rate in force allows in AIMDWindow) raises it by
-// AIMDStep of the configured rate.
+// AIMD tuning: a 429 halves the rate in force, at most once per
+// DecreaseWindow, down to MinRateFraction of the configured one; each window
+// of successes (as many as the rate in force allows in AIMDWindow) raises it
+// by AIMDStep of the configured rate.
 const (
 	MinRateFraction = 1.0 / 64
 	AIMDStep        = 0.1
 	AIMDWindow      = time.Second
 )
+
+// DecreaseWindow is how long after a decrease further 429s lower the rate no
+// more. It is one lease: requests granted before the decrease are spent
+// within LeaseTTL of it, at the old rate, so the 429s they draw say nothing
+// the first one did not. Counting each of them would halve the rate once
+// per request in flight (sixteen concurrent 429s would divide it by 2^16,
+// down to the floor) for a single overshoot.
+const DecreaseWindow = LeaseTTL
+
+// DecreaseDue reports whether a 429 at server time now may lower the rate
+// in force: no decrease was recorded within DecreaseWindow before it.
+func (s State) DecreaseDue(now time.Time) bool {
+	return s.DecreasedAt.IsZero() || !now.Before(s.DecreasedAt.Add(DecreaseWindow))
+}
 
 // EffectiveRate is the rate in force for a state and a configured limit.
 func EffectiveRate(s State, l Limit) float64 {
@@ -131,7 +149,8 @@ func EffectiveRate(s State, l Limit) float64 {
 	return s.Rate
 }
 
-// Decrease is the rate in force after a 429 without a usable Retry-After.
+// Decrease is the rate in force after a 429 that DecreaseDue lets count:
+// half the current one, never below MinRateFraction of the configured rate.
 func Decrease(current float64, l Limit) float64 {
 	return math.Max(current/2, l.Rate*MinRateFraction)
 }

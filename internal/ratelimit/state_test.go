@@ -238,8 +238,8 @@ func TestLimitUnlimited(t *testing.T) {
 	}
 }
 
-// TestDecrease proves the multiplicative decrease: a 429 without a usable
-// Retry-After halves the rate in force, never below rate/64.
+// TestDecrease proves the multiplicative decrease: a 429 halves the rate in
+// force, never below rate/64.
 func TestDecrease(t *testing.T) {
 	t.Parallel()
 	l := ratelimit.Limit{Rate: 64, Burst: 64}
@@ -275,6 +275,35 @@ func TestDecrease(t *testing.T) {
 	}
 	if floor := l.Rate * ratelimit.MinRateFraction; r != floor {
 		t.Errorf("floor = %v, want rate/64 = %v", r, floor)
+	}
+}
+
+// TestDecreaseDue proves the window of the decrease: a 429 lowers the rate
+// when no decrease was recorded, or the last one is at least DecreaseWindow
+// old, and never within that window of it.
+func TestDecreaseDue(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		decreasedAt time.Time
+		now         time.Time
+		want        bool
+	}{
+		{"never decreased", time.Time{}, t0, true},
+		{"just decreased", t0, t0, false},
+		{"within the window", t0, t0.Add(ratelimit.DecreaseWindow - time.Nanosecond), false},
+		{"the window is over", t0, t0.Add(ratelimit.DecreaseWindow), true},
+		{"long after", t0, t0.Add(time.Hour), true},
+		{"a clock behind the decrease", t0, t0.Add(-time.Second), false},
+	}
+	for _, tt := range tests {
+		st := ratelimit.State{DecreasedAt: tt.decreasedAt}
+		if got := st.DecreaseDue(tt.now); got != tt.want {
+			t.Errorf("%s: DecreaseDue = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if ratelimit.DecreaseWindow != ratelimit.LeaseTTL {
+		t.Errorf("DecreaseWindow %v, want one lease (%v)", ratelimit.DecreaseWindow, ratelimit.LeaseTTL)
 	}
 }
 

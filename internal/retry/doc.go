@@ -1,6 +1,7 @@
 // Package retry owns when a failed delivery is tried again (DESIGN.md
-// "Delivery rules": min(retry-max, retry-base × 2^(attempt−1)) × U(0.5, 1.0),
-// or the subscriber's Retry-After) and where it waits meanwhile.
+// "Delivery rules": max(Retry-After, min(retry-max, retry-base ×
+// 2^(attempt−1)) × U(0.5, 1.0)), the Retry-After bounded by --max-pause) and
+// where it waits meanwhile.
 //
 // A waiting delivery must not sit in its lane's consumer as a NAK-delayed
 // message: every such message keeps one of the lane's MaxAckPending slots,

@@ -25,14 +25,20 @@ type Policy interface {
 // time a subscriber has to recover (about two hours with 5 s, 1 h and 12
 // attempts), predictable.
 //
-// A Retry-After on the outcome replaces the computed delay, bounded by
-// MaxPause: the subscriber said when it can take the message.
+// A Retry-After on the outcome can only lengthen that delay: the next
+// attempt waits max(back-off, Retry-After), the Retry-After bounded by
+// MaxPause. The subscriber said when it can take the message, so retrying
+// sooner is pointless; but a Retry-After shorter than the back-off must not
+// shorten it either, or a receiver that answers every request with
+// "429, Retry-After: 1" would spend all of a message's attempts within
+// seconds instead of the hours the back-off gives it to recover.
 type Exponential struct {
 	// Base is the delay before the first retry. Defaults to 5s.
 	Base time.Duration
 	// Max caps the computed delay. Defaults to 1h.
 	Max time.Duration
-	// MaxPause caps a Retry-After. Defaults to DefaultMaxPause.
+	// MaxPause caps a Retry-After, not the back-off, which Max caps.
+	// Defaults to DefaultMaxPause.
 	MaxPause time.Duration
 	// Jitter returns a number in [0, 1). Defaults to rand.Float64.
 	Jitter func() float64
@@ -40,11 +46,6 @@ type Exponential struct {
 
 // NextRetry implements Policy.
 func (e Exponential) NextRetry(attempt int, out deliver.Outcome) time.Duration {
-	// A Retry-After of 0 (or a date already past) is no pause: taking it at
-	// its word would spend every attempt within a second.
-	if out.RetryAfterSet && out.RetryAfter > 0 {
-		return min(out.RetryAfter, cmpOr(e.MaxPause, DefaultMaxPause))
-	}
 	base, ceiling := cmpOr(e.Base, 5*time.Second), cmpOr(e.Max, time.Hour)
 	d := ceiling
 	// base × 2^(attempt−1), stopping before it overflows or passes the cap.
@@ -55,7 +56,13 @@ func (e Exponential) NextRetry(attempt int, out deliver.Outcome) time.Duration {
 	if e.Jitter != nil {
 		jitter = e.Jitter
 	}
-	return time.Duration(float64(d) * (0.5 + 0.5*jitter()))
+	d = time.Duration(float64(d) * (0.5 + 0.5*jitter()))
+	// Only a valid header counts. A Retry-After of 0, or a date already
+	// past, asks for no wait, so it leaves the back-off as it is.
+	if out.RetryAfterSet && out.RetryAfter > 0 {
+		d = max(d, min(out.RetryAfter, cmpOr(e.MaxPause, DefaultMaxPause)))
+	}
+	return d
 }
 
 func cmpOr(d, def time.Duration) time.Duration {
