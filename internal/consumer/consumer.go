@@ -1,11 +1,23 @@
-// Package consumer runs the relay's durable pull consumers that are read in
-// order by one loop: the fan-out on EVENTS and the retry mover on RETRIES.
+// Package consumer is the relay's one pull loop: the fan-out on EVENTS, the
+// retry mover on RETRIES and every lane on DELIVERIES read their durable
+// consumers through it.
 //
-// Every relay on a cluster shares each of these consumers, and a consumer can
-// fail under a running relay (deleted by an operator, a leader lost), so the
-// loop re-creates it and goes on rather than leave the relay half alive.
-// On shutdown it drains: the messages the client has already buffered are
-// handled, not left to wait out their ack wait.
+// It pulls with a sequence of short fetches, each its own pull request that
+// the server ends after at most [MaxWait] (or the client, a second later,
+// if the server has forgotten it). No pull request lives long enough to be
+// lost unnoticed: a consumer with messages pending is never left without a
+// pull outstanding for more than about two seconds, whatever happened to the
+// previous request, and a request that the server never ended is logged at
+// warn. (A long-lived Consume kept its own count of the messages its pull
+// requests still had to bring; when the server ended a request without the
+// client seeing it, the count stayed up and no new request was sent until
+// the heartbeat check gave up, 30 s later.)
+//
+// Every relay on a cluster shares each of these consumers, and a consumer
+// can fail under a running relay (deleted by an operator, a leader lost), so
+// [Run] re-creates it and goes on rather than leave the relay half alive. On
+// shutdown the fetch in progress is finished and its messages handled, so
+// nothing this relay was sent waits out its ack wait.
 package consumer
 
 import (
@@ -21,12 +33,22 @@ import (
 // restartDelay is how long a failed consumer waits before it is re-created.
 const restartDelay = time.Second
 
+// MaxWait is how long one pull request waits on the server for messages.
+// Short, so that a stopping relay has nothing on its way to it a second
+// later, and a lost request is replaced at once.
+const MaxWait = time.Second
+
 // Run creates or updates the durable consumer cfg on stream and calls handle
 // with every message, one at a time, until ctx is cancelled; then it returns
 // nil. batch is how many messages it pulls at once.
 func Run(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, batch int, log *slog.Logger, handle func(jetstream.Msg)) error {
 	for {
-		err := run(ctx, js, stream, cfg, batch, handle)
+		cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil {
+			err = fmt.Errorf("creating consumer %s: %w", cfg.Durable, err)
+		} else {
+			err = Pull(ctx, cons, batch, log, handle)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -39,26 +61,49 @@ func Run(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstre
 	}
 }
 
-func run(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, batch int, handle func(jetstream.Msg)) error {
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	if err != nil {
-		return fmt.Errorf("creating consumer %s: %w", cfg.Durable, err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(batch))
-	if err != nil {
-		return fmt.Errorf("pulling from %s: %w", cfg.Durable, err)
-	}
-	stop := context.AfterFunc(ctx, iter.Drain)
-	defer stop()
-	for {
-		msg, err := iter.Next()
+// Pull fetches from cons and calls handle with every message until ctx is
+// cancelled (it returns nil once the fetch in progress has been handled) or
+// the consumer fails (it returns why: the caller re-creates it).
+func Pull(ctx context.Context, cons jetstream.Consumer, batch int, log *slog.Logger, handle func(jetstream.Msg)) error {
+	name := cons.CachedInfo().Name
+	failures := 0
+	for ctx.Err() == nil {
+		start := time.Now()
+		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(MaxWait))
 		if err != nil {
-			iter.Stop()
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
-				return nil
+			if failures++; failures >= 3 {
+				return fmt.Errorf("pulling from %s: %w", name, err)
 			}
-			return err
+			select {
+			case <-ctx.Done():
+			case <-time.After(restartDelay):
+			}
+			continue
 		}
-		handle(msg)
+		n, handling := 0, time.Duration(0)
+		for msg := range b.Messages() {
+			t := time.Now()
+			handle(msg)
+			handling += time.Since(t)
+			n++
+		}
+		if err := b.Error(); err != nil {
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("pulling from %s: %w", name, err)
+			}
+			if failures++; failures >= 3 {
+				return fmt.Errorf("pulling from %s: %w", name, err)
+			}
+			log.Warn("pull ended with an error, pulling again", "consumer", name, "err", err)
+			continue
+		}
+		failures = 0
+		if n < batch && time.Since(start)-handling > MaxWait+MaxWait/2 {
+			// The server neither filled nor ended the request in time (the
+			// time spent handling aside): it had lost it, and the client's
+			// own timer ended the fetch.
+			log.Warn("pull request lost on the server, pulling again", "consumer", name, "received", n)
+		}
 	}
+	return nil
 }

@@ -31,11 +31,16 @@ const (
 	// Expired means the delivery reached its lane after its Relay-Deadline
 	// and was never attempted.
 	Expired Reason = "expired"
+	// Unroutable means the delivery's subscriber is not in the
+	// relay_subscribers bucket: it reached a lane in a race with `relay sub
+	// rm`, or was published on DELIVERIES for an id that never existed.
+	// Nothing leaves the lanes without a trace, so it is kept here.
+	Unroutable Reason = "unroutable"
 )
 
 // reasons lists every valid reason in the order of DESIGN.md, for messages
 // and help texts.
-var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired}
+var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable}
 
 // Reasons returns every valid reason, in the order DESIGN.md lists them, so
 // that a command can list them in its help and in its errors. The slice is a

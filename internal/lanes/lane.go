@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,43 +13,52 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
-	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/streams"
 )
 
 // pullBatch is how many messages a lane asks for at once. Every message is
-// dispatched at once (held, handed back or sent), so the client buffer never
-// holds a message long enough for its ack wait to matter.
+// dispatched at once (held, sent to overflow or sent), so the client buffer
+// never holds a message long enough for its ack wait to matter.
 const pullBatch = 256
-
-// disabledHold is how long a message of a disabled subscriber is parked in
-// RETRIES for; `relay sub enable` resumes delivery within about that long.
-// Parked, it holds none of the lane's MaxAckPending slots however long the
-// subscriber stays disabled.
-const disabledHold = 30 * time.Second
 
 // lane is one durable pull consumer and the schedulers of the subscribers
 // whose messages it carries.
 type lane struct {
 	cfg  Config
+	env  *engine
 	name string
 	log  *slog.Logger
+	// runCtx is the lane's own context, for the schedulers that others
+	// (a sweep, a subscriber change) start.
+	runCtx context.Context
 
 	stopping atomic.Bool
-	mu       sync.Mutex
-	scheds   map[string]*scheduler
+	// busy counts the schedulers that hold, send or have a backlog: they
+	// share the lane's MaxAckPending.
+	busy atomic.Int64
+	// confirmed is when the last keep-alive round that the server is known
+	// to have received began (unix nanoseconds, real time).
+	confirmed atomic.Int64
+
+	mu     sync.Mutex
+	scheds map[string]*scheduler
 	// work owns every scheduler loop and every request goroutine.
 	work conc.WaitGroup
 }
 
-func newLane(ctx context.Context, cfg Config, name string) (*lane, error) {
+func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, error) {
 	l := &lane{
 		cfg:    cfg,
+		env:    env,
 		name:   name,
+		runCtx: ctx,
 		log:    cfg.Logger.With("lane", name),
 		scheds: make(map[string]*scheduler),
 	}
+	l.confirmed.Store(time.Now().UnixNano())
 	if _, err := l.consumer(ctx); err != nil {
 		return nil, err
 	}
@@ -72,65 +82,37 @@ func (l *lane) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	return cons, nil
 }
 
-// run consumes until ctx is cancelled, then stops pulling, hands back what
-// it holds and waits for the requests in flight.
+// run consumes until ctx is cancelled. Then it stops pulling, handles what
+// the last pull request brings (handing it back), hands back what it holds
+// and waits for the requests in flight: nothing this relay was sent waits
+// out its ack wait.
 func (l *lane) run(ctx context.Context) {
-	keepalive := time.NewTicker(l.cfg.AckWait / 4)
-	defer keepalive.Stop()
+	stopping := context.AfterFunc(ctx, func() { l.stopping.Store(true) })
+	defer stopping()
+	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	var keep conc.WaitGroup
+	keep.Go(func() { l.keepAliveLoop(keepCtx) })
+	defer func() {
+		stopKeeping()
+		keep.Wait()
+	}()
 	for ctx.Err() == nil {
-		cc, err := l.consume(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			l.log.Error("lanes: consuming, starting again", "err", err)
-			// Held messages stay alive meanwhile, or another relay would
-			// take them over and POST them a second time.
-			retry := time.After(time.Second)
-		sleep:
-			for {
-				select {
-				case <-ctx.Done():
-					break sleep
-				case <-retry:
-					break sleep
-				case <-keepalive.C:
-					l.keepAlive()
-				}
-			}
-			continue
+		cons, err := l.consumer(ctx)
+		if err == nil {
+			err = consumer.Pull(ctx, cons, pullBatch, l.log, func(msg jetstream.Msg) { l.dispatch(ctx, msg) })
 		}
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				l.stopping.Store(true)
-				cc.Drain()
-				<-cc.Closed()
-				break wait
-			case <-cc.Closed():
-				l.log.Warn("lanes: consumer closed, starting again")
-				break wait
-			case <-keepalive.C:
-				l.keepAlive()
-			}
+		if ctx.Err() != nil {
+			break
+		}
+		l.log.Error("lanes: consuming, starting again", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
 		}
 	}
 	l.stopping.Store(true)
 	l.handBackAll()
 	l.work.Wait()
-}
-
-func (l *lane) consume(ctx context.Context) (jetstream.ConsumeContext, error) {
-	cons, err := l.consumer(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return cons.Consume(func(msg jetstream.Msg) { l.dispatch(ctx, msg) },
-		jetstream.PullMaxMessages(pullBatch),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			l.log.Debug("lanes: pull", "err", err)
-		}))
 }
 
 // dispatch places one message with its subscriber's scheduler. It never
@@ -140,66 +122,74 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
+	d := newDelivery(msg)
 	id := subscriberOf(msg.Subject())
 	sub, ok := l.cfg.Subscribers.Get(id)
 	if !ok {
-		l.unknownSubscriber(msg, id)
-		return
-	}
-	d := newDelivery(msg)
-	if sub.Disabled {
-		l.work.Go(func() { l.holdDisabled(context.WithoutCancel(ctx), d, sub) })
+		l.work.Go(func() { l.unknownSubscriber(context.WithoutCancel(ctx), d, id) })
 		return
 	}
 	if !d.dueBy(l.cfg.Clock.Now()) {
 		l.work.Go(func() {
-			l.deadLetter(context.WithoutCancel(ctx), d, sub, deadletter.Death{Reason: d.lateReason()})
+			l.deadLetter(context.WithoutCancel(ctx), d, id, deadletter.Death{Reason: d.lateReason()})
 		})
 		return
 	}
 	l.scheduler(id).offer(ctx, d, sub)
 }
 
-// handBack returns a message its subscriber cannot take yet: a short wait
-// with NakWithDelay, a longer one parked in RETRIES so that it holds none of
-// the lane's MaxAckPending slots meanwhile.
-func (l *lane) handBack(ctx context.Context, d delivery, sub subscribers.Subscriber, wait time.Duration) {
-	l.cfg.Metrics.HandBack()
-	if wait < parkAfter {
-		_ = d.msg.NakWithDelay(wait)
+// unknownSubscriber settles a message whose subscriber this relay's view
+// does not hold. The bucket decides: a key that is there (a watch behind, or
+// a value this build refuses) holds the message in the subscriber's overflow
+// until the relay sees it; a key that is not is a message nobody can take,
+// dead-lettered as unroutable. `relay sub rm` purges a removed subscriber's
+// queue, so what reaches here raced with it.
+func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
+	switch known, err := l.env.lookup(ctx, id); {
+	case err != nil:
+		l.env.logOnce("lookup."+id, "lanes: cannot tell whether a subscriber exists; holding its deliveries", "subscriber", id, "err", err)
+		_ = d.msg.NakWithDelay(settleRetry)
+	case known:
+		l.env.logOnce("unknown."+id, "lanes: holding deliveries of a subscriber this relay cannot use yet", "subscriber", id)
+		l.toOverflow(d, id, nil)
+	default:
+		l.deadLetter(ctx, d, id, deadletter.Death{Reason: deadletter.Unroutable, LastError: "no subscriber " + id + " in " + streams.SubscribersBucket})
+	}
+}
+
+// toOverflow moves a held delivery to its subscriber's overflow: the copy is
+// stored, then the original acked; stored tells the scheduler (nil: none).
+// A stale message (see [lane.alive]) is let go instead: JetStream has given
+// it, or will give it, to another relay.
+func (l *lane) toOverflow(d delivery, id string, stored func()) {
+	if !l.alive(d) {
+		l.letGo(d, id)
 		return
 	}
-	at := l.cfg.Clock.Now().Add(wait)
-	l.work.Go(func() { l.park(context.WithoutCancel(ctx), d, sub, copyHeader(d.msg.Headers()), at) })
-}
-
-// unknownSubscriber settles a message whose subscriber this relay does not
-// know. It may be new and this relay's view behind (a watch catching up
-// after a reconnect): hand it back a few times before deciding it is gone.
-// `relay sub rm` purges a removed subscriber's queue, so what is left is a
-// race with it and has nowhere to go.
-func (l *lane) unknownSubscriber(msg jetstream.Msg, id string) {
-	if md, err := msg.Metadata(); err == nil && md.NumDelivered < unknownTries {
-		_ = msg.NakWithDelay(unknownWait)
+	l.cfg.Metrics.HandBack()
+	f, err := overflow.PutAsync(l.cfg.JS, id, d.msg.Data(), d.msg.Headers(), d.seq)
+	if err != nil {
+		l.log.Warn("lanes: moving a delivery to overflow", "subscriber", id, "err", err)
+		_ = d.msg.NakWithDelay(settleRetry)
 		return
 	}
-	l.log.Info("lanes: dropping delivery for removed subscriber", "subscriber", id)
-	_ = msg.Term()
+	l.work.Go(func() {
+		select {
+		case <-f.Ok():
+			if stored != nil {
+				stored()
+			}
+			if err := d.msg.Ack(); err != nil {
+				l.log.Warn("lanes: ack", "subscriber", id, "err", err)
+			}
+		case err := <-f.Err():
+			l.log.Warn("lanes: moving a delivery to overflow", "subscriber", id, "err", err)
+			_ = d.msg.NakWithDelay(settleRetry)
+		}
+	})
 }
 
-// How long and how often a message of an unknown subscriber is handed back
-// before it is dropped.
-const (
-	unknownTries = 5
-	unknownWait  = 2 * time.Second
-)
-
-// holdDisabled parks a disabled subscriber's delivery for disabledHold,
-// without counting an attempt.
-func (l *lane) holdDisabled(ctx context.Context, d delivery, sub subscribers.Subscriber) {
-	l.cfg.Metrics.HandBack()
-	l.park(ctx, d, sub, copyHeader(d.msg.Headers()), l.cfg.Clock.Now().Add(disabledHold))
-}
+func (l *lane) ctx() context.Context { return l.runCtx }
 
 func (l *lane) scheduler(id string) *scheduler {
 	l.mu.Lock()
@@ -222,15 +212,50 @@ func (l *lane) schedulers() []*scheduler {
 	return out
 }
 
-// keepAlive extends the ack wait of every held and in-flight message, so a
-// message waiting for its subscriber is not redelivered to another relay and
-// POSTed twice at once.
-func (l *lane) keepAlive() {
-	for _, s := range l.schedulers() {
-		for _, msg := range s.outstanding() {
-			_ = msg.InProgress()
+// keepAliveLoop extends the ack wait of every held and in-flight message
+// every quarter of it, so a message waiting for its subscriber is not
+// redelivered to another relay and POSTed twice at once. A round counts once
+// the server has answered a ping sent after it: a connection delivers in
+// order, so the server has then read every InProgress of the round.
+func (l *lane) keepAliveLoop(ctx context.Context) {
+	every := l.cfg.AckWait / 4
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
+		start := time.Now()
+		for _, s := range l.schedulers() {
+			for _, msg := range s.outstanding() {
+				_ = msg.InProgress()
+			}
+		}
+		if err := l.cfg.JS.Conn().FlushTimeout(every); err != nil {
+			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
+			continue
+		}
+		l.confirmed.Store(start.UnixNano())
 	}
+}
+
+// alive reports whether JetStream still counts d as this relay's: its ack
+// wait was last reset (on delivery, or by a confirmed keep-alive) less than
+// three quarters of it ago. Past that, after a NATS outage, the server may
+// have given it to another relay, and sending it would POST it twice at once.
+func (l *lane) alive(d delivery) bool {
+	from := max(d.received, l.confirmed.Load())
+	return time.Since(time.Unix(0, from)) < l.cfg.AckWait*3/4
+}
+
+// letGo drops a stale message from this relay without sending it, acking
+// it or handing it back: JetStream redelivers it to whichever relay pulls
+// next.
+func (l *lane) letGo(d delivery, id string) {
+	l.log.Warn("lanes: letting go of a delivery whose keep-alive was not confirmed within its ack wait",
+		"subscriber", id, "seq", d.seq)
 }
 
 // handBackAll returns every held message to JetStream for another relay (or
@@ -246,4 +271,11 @@ func (l *lane) handBackAll() {
 // subscriberOf returns the subscriber token of deliveries.<lane>.<subscriber>.
 func subscriberOf(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+// overflowSeqOf is the Relay-Overflow-Seq of a message brought back from
+// overflow, 0 for any other.
+func overflowSeqOf(d delivery) uint64 {
+	n, _ := strconv.ParseUint(d.msg.Headers().Get(streams.HeaderOverflowSeq), 10, 64)
+	return n
 }

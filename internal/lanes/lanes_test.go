@@ -289,92 +289,28 @@ func checkCap(t *testing.T, arr *arrivals, id string, rate float64, burst int) {
 	}
 }
 
+// A subscriber holds about two seconds of its work, at least max-in-flight
+// messages, and at most its share of the lane: the lane's MaxAckPending,
+// less a reserve for lane-mates that get busy, split between the busy ones.
 func TestHoldLimit(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name string
-		sub  subscribers.Subscriber
-		want int
+		name  string
+		sub   subscribers.Subscriber
+		busy  int
+		drain float64
+		want  int
 	}{
-		{"unlimited", subscribers.Subscriber{MaxInFlight: 16}, 128},
-		{"1 per second holds max-in-flight", subscribers.Subscriber{Rate: 1, MaxInFlight: 16}, 16},
-		{"1000 per second holds two seconds", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 2000},
-		{"capped hold", subscribers.Subscriber{Rate: 100000, MaxInFlight: 16}, 4096},
+		{"fast and alone: most of the lane", subscribers.Subscriber{MaxInFlight: 64}, 1, 64_000, 17_500},
+		{"fast beside three busy lane-mates", subscribers.Subscriber{MaxInFlight: 64}, 4, 64_000, 4_375},
+		{"1 per second holds max-in-flight", subscribers.Subscriber{Rate: 1, MaxInFlight: 16}, 1, 1, 16},
+		{"1000 per second holds two seconds", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 1, 1000, 2000},
+		{"slow unlimited: 16 in flight at 10 s each", subscribers.Subscriber{MaxInFlight: 16}, 1, 1.6, 16},
+		{"a share never falls below one", subscribers.Subscriber{MaxInFlight: 16}, 100_000, 1000, 1},
 	}
 	for _, tt := range tests {
-		if got := lanes.HoldLimit(tt.sub); got != tt.want {
+		if got := lanes.HoldLimit(tt.sub, 20_000, tt.busy, tt.drain); got != tt.want {
 			t.Errorf("%s: HoldLimit = %d, want %d", tt.name, got, tt.want)
 		}
-	}
-}
-
-// Handed-back messages come back one every 1/rate after what is held and
-// what was handed back before them, so they return as fast as the
-// subscriber drains them.
-func TestReturnSlots(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1_800_000_000, 0)
-	tests := []struct {
-		name      string
-		next      time.Time
-		held      int
-		rate      float64
-		wantAt    time.Duration
-		wantAfter time.Duration
-	}{
-		{"first, behind 20 held at 10/s", time.Time{}, 20, 10, 2 * time.Second, 2100 * time.Millisecond},
-		{"after earlier hand-backs", now.Add(5 * time.Second), 20, 10, 5 * time.Second, 5100 * time.Millisecond},
-		{"a slot in the past is not reused", now.Add(-time.Minute), 4, 2, 2 * time.Second, 2500 * time.Millisecond},
-		{"fast subscriber", time.Time{}, 2000, 1000, 2 * time.Second, 2001 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		at, after := lanes.ReturnSlot(now, tt.next, tt.held, tt.rate)
-		if at.Sub(now) != tt.wantAt || after.Sub(now) != tt.wantAfter {
-			t.Errorf("%s: slot at +%v, next +%v; want +%v, +%v", tt.name, at.Sub(now), after.Sub(now), tt.wantAt, tt.wantAfter)
-		}
-	}
-	// A backlog of 300 at 10/s returns over 30 s, one every 100 ms.
-	next := time.Time{}
-	var last time.Time
-	for i := range 300 {
-		var at time.Time
-		at, next = lanes.ReturnSlot(now, next, 20, 10)
-		if i > 0 && at.Sub(last) != 100*time.Millisecond {
-			t.Fatalf("return %d: %v after the one before", i, at.Sub(last))
-		}
-		last = at
-	}
-	if got := last.Sub(now); got != 2*time.Second+299*100*time.Millisecond {
-		t.Fatalf("last return at +%v", got)
-	}
-}
-
-// A backlog longer than the longest hand-back at its rate still comes back
-// a slot at a time: the messages beyond it wait the longest and leave the
-// nearer slots free, so the subscriber is never left idle.
-func TestReturnSlotsBeyondTheLongestHandBack(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1_800_000_000, 0)
-	next := time.Time{}
-	// 10/s for 10 minutes is 6,000 slots; hand back 9,000.
-	var first time.Time
-	for i := range 9000 {
-		var at time.Time
-		at, next = lanes.ReturnSlot(now, next, 20, 10)
-		if i == 0 {
-			first = at
-		}
-		if at.Sub(now) > 10*time.Minute {
-			t.Fatalf("hand-back %d waits %v", i, at.Sub(now))
-		}
-	}
-	// The slots handed out are contiguous from the first: none was skipped.
-	if got := next.Sub(first); got > 10*time.Minute {
-		t.Fatalf("next free slot %v after the first", got)
-	}
-	// A rate so small that one slot overflows arithmetic still waits the
-	// longest hand-back, not a negative time.
-	if at, _ := lanes.ReturnSlot(now, time.Time{}, 1, 1e-12); at.Sub(now) != 10*time.Minute {
-		t.Fatalf("tiny rate: waits %v", at.Sub(now))
 	}
 }

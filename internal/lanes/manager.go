@@ -15,6 +15,7 @@ import (
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -55,6 +56,10 @@ type Config struct {
 	// Disable turns a subscriber off after a 410 Gone (DESIGN.md: "the
 	// subscriber is disabled until relay sub enable"). Nil leaves it on.
 	Disable func(ctx context.Context, id, reason string) error
+	// MaxRequests bounds the requests in flight over all subscribers of
+	// this relay (--max-requests), shared fairly among them. Defaults to
+	// 4096; negative means unlimited.
+	MaxRequests int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.
@@ -77,6 +82,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxPause == 0 {
 		c.MaxPause = retry.DefaultMaxPause
 	}
+	if c.MaxRequests == 0 {
+		c.MaxRequests = DefaultMaxRequests
+	}
 	if c.RetryPolicy == nil {
 		maxPause := c.MaxPause
 		c.RetryPolicy = func(sub subscribers.Subscriber) retry.Policy {
@@ -88,6 +96,16 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// DefaultMaxRequests is --max-requests' default: far more requests than a
+// relay's CPU can keep busy on one host, far fewer file descriptors than a
+// default limit allows.
+const DefaultMaxRequests = 4096
+
+// sweepEvery is how often a relay looks for backlogs in overflow that no
+// queue of its own knows about: those of a relay that stopped or died, or of
+// a subscriber this relay could not use until now.
+const sweepEvery = 2 * time.Second
 
 // SharedLane is the name of shared lane i.
 func SharedLane(i int) string { return fmt.Sprintf("s%02d", i) }
@@ -104,7 +122,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
-	m := &manager{cfg: cfg, lanes: make(map[string]*runningLane)}
+	env, err := newEngine(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	m := &manager{cfg: cfg, env: env, lanes: make(map[string]*runningLane)}
 	defer m.stopAll()
 
 	for i := range cfg.SharedLanes {
@@ -118,6 +143,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// Lanes left by an earlier run (a larger --lanes, a dedicated subscriber
 	// since moved to a shared lane) still hold messages: keep draining them.
 	leftovers := false
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
+	m.sweep(ctx)
 	for {
 		changed := cfg.Subscribers.Changed()
 		ok := m.syncDedicated(ctx)
@@ -134,9 +162,60 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+			// An enabled subscriber, a lifted pause or one this relay
+			// could not use before: its backlog moves again at once.
+			m.kickAll(ctx)
 		case <-retry:
+		case <-sweep.C:
+			m.sweep(ctx)
 		}
 	}
+}
+
+// sweep finds the subscribers with a backlog in overflow and makes their
+// schedulers bring it back.
+func (m *manager) sweep(ctx context.Context) {
+	backlogs, err := overflow.Backlogs(ctx, m.env.deliveries)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("lanes: looking for backlogs", "err", err)
+		}
+		return
+	}
+	for id := range backlogs {
+		sub, ok := m.cfg.Subscribers.Get(id)
+		if !ok {
+			m.env.logOnce("sweep."+id, "lanes: a backlog waits for a subscriber this relay cannot use", "subscriber", id, "waiting", backlogs[id])
+			continue
+		}
+		if l := m.lane(sub.Lane(m.cfg.SharedLanes)); l != nil {
+			l.scheduler(id).kick(l.ctx(), true)
+		}
+	}
+}
+
+// kickAll wakes every scheduler with a backlog.
+func (m *manager) kickAll(ctx context.Context) {
+	m.mu.Lock()
+	all := make([]*lane, 0, len(m.lanes))
+	for _, rl := range m.lanes {
+		all = append(all, rl.lane)
+	}
+	m.mu.Unlock()
+	for _, l := range all {
+		for _, s := range l.schedulers() {
+			s.kick(l.ctx(), false)
+		}
+	}
+}
+
+func (m *manager) lane(name string) *lane {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rl, ok := m.lanes[name]; ok {
+		return rl.lane
+	}
+	return nil
 }
 
 // startExisting starts the lanes whose consumers exist on DELIVERIES; it
@@ -169,6 +248,7 @@ type runningLane struct {
 
 type manager struct {
 	cfg   Config
+	env   *engine
 	mu    sync.Mutex
 	lanes map[string]*runningLane
 }
@@ -235,11 +315,12 @@ func (m *manager) start(ctx context.Context, name string) error {
 	if _, ok := m.lanes[name]; ok {
 		return nil
 	}
-	l, err := newLane(ctx, m.cfg, name)
+	laneCtx, cancel := context.WithCancel(ctx)
+	l, err := newLane(laneCtx, m.cfg, m.env, name)
 	if err != nil {
+		cancel()
 		return err
 	}
-	laneCtx, cancel := context.WithCancel(ctx)
 	rl := &runningLane{lane: l, cancel: cancel}
 	rl.wg.Go(func() { l.run(laneCtx) })
 	m.lanes[name] = rl

@@ -146,9 +146,9 @@ func TestRetryAfterIsObeyedForTheMessage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			// A retry-base of an hour: only the Retry-After can bring the
-			// second attempt within the test.
-			sub := b.put(t, subscribers.Subscriber{ID: "busy", RetryBase: subscribers.Duration(time.Hour)})
+			// A back-off far shorter than the Retry-After: the longer wait
+			// is the one obeyed.
+			sub := b.put(t, subscribers.Subscriber{ID: "busy", RetryBase: subscribers.Duration(100 * time.Millisecond)})
 			var notBefore time.Time
 			b.arr.answer("busy", func(n int, w http.ResponseWriter) {
 				if n == 1 {

@@ -3,96 +3,78 @@ package lanes
 import (
 	"context"
 	"math"
-	"math/rand/v2"
-	"time"
-
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
-// Bounds of what one subscriber may hold in its lane. A subscriber holds
-// about holdWindow of work at its rate, at least max-in-flight messages and
-// at most maxHold, so a throttled subscriber holds few of the lane's
-// MaxAckPending slots and a fast one is never starved of messages.
+// Where a delivery is, and who moves it next (DESIGN.md "Waiting costs no
+// lane slot"):
+//
+//   - held: in its subscriber's queue in the lane, its ack wait kept alive;
+//     the scheduler sends it when a token, an in-flight slot and a request
+//     slot of the relay are free.
+//   - in flight: its request is on the wire; the outcome settles it.
+//   - parked: in RETRIES after a failed attempt, until its retry is due;
+//     the mover puts it back on the lane (package retry).
+//   - in overflow: on deliveries.overflow.<subscriber>, beyond the
+//     subscriber's share of the lane, or because the subscriber is paused,
+//     its circuit open or it is disabled; the scheduler brings it back when
+//     its queue runs low (package overflow).
+//   - dead: in the DLQ (package deadletter).
+//
+// A held message goes to overflow at most once on its way (one write) and
+// comes back once (one more), whatever the backlog's length and the rate:
+// nothing cycles on a timer.
 const (
-	holdWindow       = 2 * time.Second
-	unlimitedHoldMul = 8
-	maxHold          = 4096
-	// maxHandBack bounds how long a handed-back message stays away.
-	maxHandBack = 10 * time.Minute
-	// parkAfter is the shortest wait for which a message leaves its lane
-	// (parked in RETRIES) instead of waiting in it: shorter waits are not
-	// worth a publish, longer ones must not hold the lane's MaxAckPending.
+	// holdWindow is how much work, at its rate, a subscriber holds in its
+	// lane; at least max-in-flight messages.
+	holdWindow = 2 * time.Second
+	// reserveDiv keeps 1/reserveDiv of a lane's MaxAckPending free of
+	// shares, so a lane-mate that becomes busy always finds room.
+	reserveDiv = 8
+	// maxRefill is the most one refill brings back.
+	maxRefill = 1024
+	// expectFor is how long messages brought back count as on their way to
+	// this relay's queue; another relay may have pulled them.
+	expectFor = 2 * time.Second
+	// parkAfter is the shortest pause or open circuit for which the held
+	// messages leave the lane: shorter waits are not worth two writes.
 	parkAfter = time.Second
+	// assumedLatency stands for an unlimited subscriber's response time
+	// until one is seen; short, so that a burst to a fast subscriber is
+	// held rather than sent to overflow.
+	assumedLatency = 5 * time.Millisecond
+	// maxLocalStreak is how many local failures in a row one subscriber's
+	// requests may have before the next counts as an attempt.
+	maxLocalStreak = 10
 )
 
 func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
 	return ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
 }
 
-// HoldLimit is how many messages a subscriber may hold in its lane before
-// more are handed back.
-func HoldLimit(sub subscribers.Subscriber) int {
-	if sub.Rate <= 0 {
-		return min(maxHold, sub.MaxInFlight*unlimitedHoldMul)
+// HoldLimit is how many messages a subscriber may hold in a lane of
+// maxAckPending slots shared with busy-1 other busy subscribers, when it
+// drains drainRate messages a second: about holdWindow of its work, at
+// least max-in-flight, at most its fair share of the lane.
+func HoldLimit(sub subscribers.Subscriber, maxAckPending, busy int, drainRate float64) int {
+	share := (maxAckPending - maxAckPending/reserveDiv) / max(1, busy)
+	want := sub.MaxInFlight
+	if drainRate > 0 {
+		want = max(want, int(min(math.Ceil(drainRate*holdWindow.Seconds()), float64(maxAckPending))))
 	}
-	return max(sub.MaxInFlight, min(maxHold, int(math.Ceil(sub.Rate*holdWindow.Seconds()))))
-}
-
-// ReturnSlot schedules the return of a message handed back over the hold
-// limit. Handed-back messages come back one every 1/rate, after the held
-// ones drain and after those already handed back: about as fast as the
-// subscriber takes them, so its queue stays fed without a backlog being
-// cycled through RETRIES again and again. next is the first free slot (zero
-// when none is taken); ReturnSlot returns the message's slot and the next
-// free one.
-//
-// A slot more than maxHandBack away is not taken: the message comes back at
-// maxHandBack and next stays where it was, so that the slots before it are
-// still handed out (were they skipped, a backlog longer than maxHandBack at
-// the rate would come back all at once and leave the subscriber idle).
-func ReturnSlot(now, next time.Time, held int, rate float64) (at, after time.Time) {
-	secs := float64(held) / rate
-	if secs >= maxHandBack.Seconds() {
-		return now.Add(maxHandBack), next
-	}
-	per := time.Duration(float64(time.Second) / rate)
-	at = now.Add(time.Duration(secs * float64(time.Second)))
-	if next.After(at) {
-		at = next
-	}
-	if at.Sub(now) > maxHandBack {
-		return now.Add(maxHandBack), next
-	}
-	return at, at.Add(per)
-}
-
-// assumedLatency stands for a subscriber's response time until one is seen.
-const assumedLatency = 50 * time.Millisecond
-
-// drainRate is how fast a subscriber's queue empties on this relay: its
-// rate, or for an unlimited one what its in-flight slots allow at the
-// response time seen lately. Response time, not the rate requests were seen
-// to finish at, since that falls whenever the queue runs short and would
-// spread the returns ever thinner.
-func (s *scheduler) drainRate(sub subscribers.Subscriber) float64 {
-	if sub.Rate > 0 {
-		return sub.Rate
-	}
-	latency := s.latency
-	if latency <= 0 {
-		latency = assumedLatency
-	}
-	return float64(sub.MaxInFlight) / max(latency.Seconds(), 0.001)
+	return max(1, min(share, want))
 }
 
 // scheduler is one subscriber's share of a lane: its held messages, its
-// requests in flight, and the loop that sends them when the subscriber may
-// take them.
+// requests in flight, its backlog in overflow, and the loop that sends and
+// refills them when the subscriber may take them.
 type scheduler struct {
 	lane *lane
 	id   string
@@ -103,11 +85,28 @@ type scheduler struct {
 	running  bool
 	stopped  bool
 	wake     chan struct{}
-
-	// nextReturn is the first free return slot for a handed-back message.
-	nextReturn time.Time
 	// latency is a moving average of its response time.
 	latency time.Duration
+	busy    bool
+
+	// backlog: deliveries of this subscriber may wait in its overflow, and
+	// new ones go behind them so that the backlog keeps its order.
+	backlog   bool
+	refilling bool
+	// next is the overflow sequence to read from next.
+	next uint64
+	// expect counts messages brought back and not yet arrived, until
+	// expectUntil.
+	expect      int
+	expectUntil time.Time
+	// holdUntil: the subscriber is paused or its circuit open until then;
+	// nothing of it waits in the lane meanwhile.
+	holdUntil time.Time
+	// cautious: after an open circuit, bring back one message (the probe)
+	// at a time until a delivery succeeds.
+	cautious bool
+	// localStreak counts its requests in a row that failed locally.
+	localStreak int
 }
 
 func newScheduler(l *lane, id string) *scheduler {
@@ -119,8 +118,26 @@ func newScheduler(l *lane, id string) *scheduler {
 	}
 }
 
-// offer holds msg, or hands it back when the subscriber already holds its
-// limit.
+// drainRate is how fast a subscriber's queue empties on this relay: its
+// rate, or for an unlimited one what its in-flight slots allow at the
+// response time seen lately.
+func (s *scheduler) drainRate(sub subscribers.Subscriber) float64 {
+	if sub.Rate > 0 {
+		return sub.Rate
+	}
+	latency := s.latency
+	if latency <= 0 {
+		latency = assumedLatency
+	}
+	return float64(sub.MaxInFlight) / max(latency.Seconds(), 0.0001)
+}
+
+func (s *scheduler) holdLimit(sub subscribers.Subscriber) int {
+	return HoldLimit(sub, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), s.drainRate(sub))
+}
+
+// offer takes a message from the lane: held, or sent to overflow when the
+// subscriber cannot take it now or has a backlog there already.
 func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subscriber) {
 	s.mu.Lock()
 	if s.stopped {
@@ -128,102 +145,301 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 		_ = d.msg.Nak()
 		return
 	}
-	if n := len(s.queue); n >= HoldLimit(sub) {
-		now := s.lane.cfg.Clock.Now()
-		var at time.Time
-		at, s.nextReturn = ReturnSlot(now, s.nextReturn, n, s.drainRate(sub))
+	now := s.lane.cfg.Clock.Now()
+	refilled := overflowSeqOf(d) != 0
+	if refilled && s.expect > 0 {
+		s.expect--
+	}
+	hold := true
+	switch {
+	case sub.Disabled, now.Before(s.holdUntil):
+		hold = false
+	case refilled, d.attempts > 0:
+		// Brought back because there was room, or a retry of a message
+		// that was in flight: it has waited its turn.
+	case s.backlog, len(s.queue) >= s.holdLimit(sub):
+		hold = false
+	}
+	if !hold {
+		s.backlog = true
+		s.setBusyLocked()
 		s.mu.Unlock()
-		s.lane.handBack(ctx, d, sub, at.Sub(now))
+		s.lane.toOverflow(d, s.id, s.stored)
 		return
 	}
 	s.queue = append(s.queue, d)
+	s.setBusyLocked()
 	start := !s.running
 	s.running = true
 	s.mu.Unlock()
 	if start {
 		s.lane.work.Go(func() { s.loop(ctx) })
+	} else {
+		s.signal()
 	}
 }
 
-// loop sends held messages while there are any, each after a token and a
-// free in-flight slot, and exits when the queue is empty.
+// stored is told when a delivery of this subscriber reached its overflow:
+// the backlog is there for sure, whatever a refill read meanwhile.
+func (s *scheduler) stored() {
+	s.mu.Lock()
+	s.backlog = true
+	s.setBusyLocked()
+	s.mu.Unlock()
+	s.signal()
+}
+
+// kick makes sure a scheduler with a backlog runs: after a subscriber is
+// enabled, when a sweep finds a backlog, when a pause ends.
+func (s *scheduler) kick(ctx context.Context, backlog bool) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.backlog = s.backlog || backlog
+	s.setBusyLocked()
+	start := !s.running && (s.backlog || len(s.queue) > 0)
+	s.running = s.running || start
+	s.mu.Unlock()
+	if start {
+		s.lane.work.Go(func() { s.loop(ctx) })
+	} else {
+		s.signal()
+	}
+}
+
+func (s *scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setBusyLocked keeps the lane's count of busy schedulers.
+func (s *scheduler) setBusyLocked() {
+	// A backlog alone (a disabled or paused subscriber's) holds no slot.
+	busy := len(s.queue) > 0 || len(s.inFlight) > 0 || s.refilling || s.expect > 0
+	if busy != s.busy {
+		s.busy = busy
+		if busy {
+			s.lane.busy.Add(1)
+		} else {
+			s.lane.busy.Add(-1)
+		}
+	}
+}
+
+// takeLocked empties the queue and returns what it held.
+func (s *scheduler) takeLocked(from int) []delivery {
+	held := append([]delivery(nil), s.queue[from:]...)
+	clear(s.queue[from:])
+	s.queue = s.queue[:from]
+	if len(held) > 0 {
+		s.backlog = true
+	}
+	return held
+}
+
+func (s *scheduler) toOverflow(held []delivery) {
+	for _, d := range held {
+		s.lane.toOverflow(d, s.id, s.stored)
+	}
+}
+
+// loop sends held messages while there are any, each after a request slot
+// of the relay, a token and a free in-flight slot; brings the backlog back
+// when the queue runs low; and exits when there is nothing left to do.
 func (s *scheduler) loop(ctx context.Context) {
 	for {
 		sub, ok := s.lane.cfg.Subscribers.Get(s.id)
+		now := s.lane.cfg.Clock.Now()
 		s.mu.Lock()
-		if len(s.queue) == 0 || s.stopped || ctx.Err() != nil {
+		if s.stopped || ctx.Err() != nil {
 			s.running = false
 			s.mu.Unlock()
 			return
 		}
 		if !ok || sub.Disabled {
-			held := s.queue
-			s.queue = nil
+			var held []delivery
+			if ok {
+				held = s.takeLocked(0)
+			} else {
+				held = append([]delivery(nil), s.queue...)
+				s.queue = nil
+			}
 			s.running = false
+			s.setBusyLocked()
 			s.mu.Unlock()
 			for _, d := range held {
 				if ok {
-					s.lane.holdDisabled(ctx, d, sub)
+					s.lane.toOverflow(d, s.id, s.stored)
 				} else {
-					s.lane.unknownSubscriber(d.msg, s.id)
+					s.lane.work.Go(func() { s.lane.unknownSubscriber(context.WithoutCancel(ctx), d, s.id) })
 				}
 			}
 			return
 		}
+		if now.Before(s.holdUntil) {
+			// Paused or open: what it holds leaves the lane until then,
+			// holding no slot and burning no attempt.
+			held := s.takeLocked(0)
+			until := s.holdUntil
+			s.setBusyLocked()
+			s.mu.Unlock()
+			s.toOverflow(held)
+			s.sleep(ctx, until.Sub(now), false)
+			continue
+		}
+		hold := s.holdLimit(sub)
+		if len(s.queue) > 2*hold {
+			// Its share shrank (lane-mates got busy, or it got slow): the
+			// excess waits in overflow rather than in the lane.
+			excess := s.takeLocked(hold)
+			s.mu.Unlock()
+			s.toOverflow(excess)
+			continue
+		}
+		s.refillLocked(ctx, sub, hold, now)
+		if len(s.queue) == 0 {
+			waiting := s.refilling || (s.expect > 0 && now.Before(s.expectUntil)) ||
+				(s.backlog && len(s.inFlight) > 0) // a probe out: bring back after it
+			if !waiting {
+				s.running = false
+				s.setBusyLocked()
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+			s.sleep(ctx, expectFor/4, true)
+			continue
+		}
 		if len(s.inFlight) >= sub.MaxInFlight {
 			s.mu.Unlock()
-			s.sleep(ctx, -1)
+			s.sleep(ctx, -1, true)
 			continue
 		}
 		s.mu.Unlock()
 
+		release, err := s.lane.env.gate.Acquire(ctx, s.id)
+		if err != nil {
+			continue // stopping
+		}
 		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(sub))
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
 			dec = ratelimit.Decision{Hold: ratelimit.Token, Wait: 100 * time.Millisecond}
 		}
 		if dec.Hold != ratelimit.Go {
+			release()
 			if dec.Hold != ratelimit.Token && dec.Wait >= parkAfter {
-				// Paused or open for a while: the held messages leave the
-				// lane until then, holding no slot and burning no attempt.
-				s.parkAll(ctx, sub, s.lane.cfg.Clock.Now().Add(dec.Wait))
+				s.mu.Lock()
+				s.holdUntil = s.lane.cfg.Clock.Now().Add(dec.Wait)
+				s.cautious = s.cautious || dec.Hold == ratelimit.CircuitOpen
+				s.mu.Unlock()
 				continue
 			}
-			s.sleep(ctx, dec.Wait)
+			s.sleep(ctx, dec.Wait, false)
 			continue
 		}
 
-		s.mu.Lock()
-		if len(s.queue) == 0 || s.stopped {
-			s.mu.Unlock()
+		d, found := s.pop()
+		if !found {
+			release()
 			if dec.Probe {
 				// Nothing to probe with after all: let the probe go.
 				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(sub), ratelimit.Result{Probe: true})
 			}
 			continue
 		}
-		d := s.queue[0]
-		s.queue[0] = delivery{}
-		s.queue = s.queue[1:]
-		s.inFlight[d.msg] = struct{}{}
-		s.mu.Unlock()
-
 		s.lane.work.Go(func() {
 			// An in-flight request finishes even when the relay is stopping:
 			// its outcome is then acked, parked or dead-lettered, never lost.
+			defer release()
 			start := s.lane.cfg.Clock.Now()
-			s.lane.send(context.WithoutCancel(ctx), d, sub, dec.Probe)
+			s.mu.Lock()
+			localIsAttempt := s.localStreak >= maxLocalStreak
+			s.mu.Unlock()
+			out := s.lane.send(context.WithoutCancel(ctx), d, sub, dec.Probe, localIsAttempt)
 			took := s.lane.cfg.Clock.Now().Sub(start)
 			s.mu.Lock()
 			delete(s.inFlight, d.msg)
-			s.latency = movingAverage(s.latency, took)
-			s.mu.Unlock()
-			select {
-			case s.wake <- struct{}{}:
-			default:
+			if out.Class == deliver.Local {
+				s.localStreak++
+			} else {
+				s.localStreak = 0
+				s.latency = movingAverage(s.latency, took)
 			}
+			if out.Class == deliver.Delivered {
+				s.cautious = false
+			}
+			s.setBusyLocked()
+			s.mu.Unlock()
+			s.signal()
 		})
 	}
+}
+
+// pop takes the next live held message and counts it in flight; stale ones
+// (see [lane.alive]) are let go on the way.
+func (s *scheduler) pop() (delivery, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 && !s.stopped {
+		d := s.queue[0]
+		s.queue[0] = delivery{}
+		s.queue = s.queue[1:]
+		if !s.lane.alive(d) {
+			s.lane.letGo(d, s.id)
+			continue
+		}
+		s.inFlight[d.msg] = struct{}{}
+		return d, true
+	}
+	s.setBusyLocked()
+	return delivery{}, false
+}
+
+// refillLocked starts bringing the backlog back when the queue has run down
+// to half its hold limit, one refill at a time.
+func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber, hold int, now time.Time) {
+	if !s.backlog || s.refilling {
+		return
+	}
+	if s.expect > 0 && !now.Before(s.expectUntil) {
+		s.expect = 0
+	}
+	room := hold - len(s.queue) - s.expect
+	if room < max(1, hold/2) {
+		return
+	}
+	if s.cautious {
+		if len(s.queue)+s.expect+len(s.inFlight) > 0 {
+			return
+		}
+		room = 1
+	}
+	room = min(room, maxRefill)
+	s.refilling = true
+	from, subject := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id)
+	s.lane.work.Go(func() {
+		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
+		if err != nil {
+			s.lane.log.Warn("lanes: bringing back a backlog", "subscriber", s.id, "err", err)
+			s.sleep(ctx, time.Second, false)
+		}
+		s.mu.Lock()
+		s.refilling = false
+		s.next = next
+		s.expect += moved
+		s.expectUntil = s.lane.cfg.Clock.Now().Add(expectFor)
+		if err == nil && moved == 0 && !more {
+			s.backlog = false
+		}
+		s.setBusyLocked()
+		s.mu.Unlock()
+		s.signal()
+	})
 }
 
 // movingAverage folds one response time into the average (a fifth of the
@@ -235,31 +451,16 @@ func movingAverage(avg, took time.Duration) time.Duration {
 	return avg + (took-avg)/5
 }
 
-// parkAll parks every held message until about at (spread over a second,
-// so they do not all come back at once).
-func (s *scheduler) parkAll(ctx context.Context, sub subscribers.Subscriber, at time.Time) {
-	s.mu.Lock()
-	held := s.queue
-	s.queue = nil
-	// The return slots were planned for a subscriber taking messages; it
-	// takes none until at, so they start again from then.
-	s.nextReturn = time.Time{}
-	s.mu.Unlock()
-	for _, d := range held {
-		s.lane.cfg.Metrics.HandBack()
-		jitter := time.Duration(rand.Int64N(int64(time.Second)))
-		s.lane.park(context.WithoutCancel(ctx), d, sub, copyHeader(d.msg.Headers()), at.Add(jitter))
+// sleep waits for d (d < 0: no limit); woken, it also ends when a request
+// finishes or a message arrives. It ends early when the lane stops.
+func (s *scheduler) sleep(ctx context.Context, d time.Duration, woken bool) {
+	var wake <-chan struct{}
+	if woken {
+		wake = s.wake
 	}
-}
-
-// sleep waits for d, or, with d < 0, for a request to finish; either way
-// it ends early when the lane stops. A wait for tokens does not end when a
-// request finishes: asking again before the bucket can hold a lease would
-// only cost a KV read.
-func (s *scheduler) sleep(ctx context.Context, d time.Duration) {
-	wake, timer := s.wake, (<-chan time.Time)(nil)
+	var timer <-chan time.Time
 	if d >= 0 {
-		wake, timer = nil, s.lane.cfg.Clock.After(d)
+		timer = s.lane.cfg.Clock.After(d)
 	}
 	select {
 	case <-ctx.Done():
@@ -295,3 +496,5 @@ func (s *scheduler) drain() []jetstream.Msg {
 	s.queue = nil
 	return held
 }
+
+func deliverySubject(lane, id string) string { return "deliveries." + lane + "." + id }

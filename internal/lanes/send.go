@@ -32,10 +32,13 @@ type delivery struct {
 	deadline time.Time // Relay-Deadline, zero when none
 	// attempted: this lane sent a request for it just now.
 	attempted bool
+	// received is when this relay got it (unix nanoseconds, real time):
+	// JetStream's ack wait for it started about then.
+	received int64
 }
 
 func newDelivery(msg jetstream.Msg) delivery {
-	d := delivery{msg: msg}
+	d := delivery{msg: msg, received: time.Now().UnixNano()}
 	if md, err := msg.Metadata(); err == nil {
 		d.seq = md.Sequence.Stream
 	}
@@ -95,8 +98,14 @@ func request(d delivery, sub subscribers.Subscriber) (deliver.Request, error) {
 }
 
 // send makes one attempt and settles the message by its outcome: ack,
-// park for a retry, or dead-letter.
-func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber, probe bool) {
+// park for a retry, or dead-letter. It returns the outcome (zero when no
+// request was made).
+//
+// A local failure (no descriptor, no port, the relay stopping) is handed
+// back without counting as an attempt, unless localIsAttempt: a failure the
+// relay keeps hitting for one subscriber (no IPv6 route to it, say) is the
+// subscriber's after all, or its messages would be handed back for ever.
+func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber, probe, localIsAttempt bool) (out deliver.Outcome) {
 	defer func() {
 		// A probe that ends without a request must be given back, or this
 		// relay would wait for its outcome for ever.
@@ -106,24 +115,36 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	}()
 	now := l.cfg.Clock.Now()
 	if !d.dueBy(now) {
-		l.deadLetter(ctx, d, sub, deadletter.Death{Reason: d.lateReason()})
-		return
+		l.deadLetter(ctx, d, sub.ID, deadletter.Death{Reason: d.lateReason()})
+		return out
 	}
 	if d.attempts >= sub.MaxAttempts {
 		// --max-attempts was lowered while this one waited.
-		l.deadLetter(ctx, d, sub, deadletter.Death{Reason: deadletter.MaxAttempts})
-		return
+		l.deadLetter(ctx, d, sub.ID, deadletter.Death{Reason: deadletter.MaxAttempts})
+		return out
 	}
 	req, err := request(d, sub)
 	if err != nil {
 		l.log.Error("lanes: building request", "subscriber", sub.ID, "err", err)
 		_ = d.msg.NakWithDelay(settleRetry)
-		return
+		return out
 	}
 	if d.firstAt.IsZero() {
 		d.firstAt = now
 	}
-	out := l.cfg.Client.Send(ctx, req)
+	out = l.cfg.Client.Send(ctx, req)
+	if out.Class == deliver.Local && !localIsAttempt {
+		// No descriptor, no port, the relay stopping: not the subscriber's
+		// failure, not an attempt, nothing for the breaker.
+		l.log.Warn("lanes: request not made", "subscriber", sub.ID, "err", out.Err)
+		l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
+		if l.stopping.Load() {
+			_ = d.msg.Nak()
+		} else {
+			_ = d.msg.NakWithDelay(time.Second)
+		}
+		return out
+	}
 	d.attempts++
 	d.attempted = true
 	l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
@@ -137,46 +158,48 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 		if err := d.msg.Ack(); err != nil {
 			l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
 		}
-		return
+		return out
 	case deliver.Gone:
 		death.Reason = deadletter.Gone
-		if l.deadLetter(ctx, d, sub, death) && l.cfg.Disable != nil {
+		if l.deadLetter(ctx, d, sub.ID, death) && l.cfg.Disable != nil {
 			reason := fmt.Sprintf("410 Gone from %s at %s", sub.URL, now.UTC().Format(time.RFC3339))
 			if err := l.cfg.Disable(ctx, sub.ID, reason); err != nil {
 				l.log.Error("lanes: disabling a gone subscriber", "subscriber", sub.ID, "err", err)
 			}
 		}
-		return
+		return out
 	case deliver.Rejected:
 		death.Reason = deadletter.Rejected
-		l.deadLetter(ctx, d, sub, death)
-		return
+		l.deadLetter(ctx, d, sub.ID, death)
+		return out
 	case deliver.Refused:
 		death.Reason = deadletter.Refused
-		l.deadLetter(ctx, d, sub, death)
-		return
+		l.deadLetter(ctx, d, sub.ID, death)
+		return out
 	}
 
 	// Retryable.
 	if d.attempts >= sub.MaxAttempts {
 		death.Reason = deadletter.MaxAttempts
-		l.deadLetter(ctx, d, sub, death)
-		return
+		l.deadLetter(ctx, d, sub.ID, death)
+		return out
 	}
 	at := l.cfg.Clock.Now().Add(l.cfg.RetryPolicy(sub).NextRetry(d.attempts, out))
 	if !d.dueBy(at) {
 		death.Reason = deadletter.Deadline
-		l.deadLetter(ctx, d, sub, death)
-		return
+		l.deadLetter(ctx, d, sub.ID, death)
+		return out
 	}
 	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", req.ID,
 		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
-	h := copyHeader(d.msg.Headers())
+	h := streams.CopyHeader(d.msg.Headers(), 4)
+	h.Del(streams.HeaderOverflowSeq)
 	h.Set(streams.HeaderAttempt, strconv.Itoa(d.attempts))
 	h.Set(streams.HeaderFirstAttemptAt, d.firstAt.UTC().Format(time.RFC3339Nano))
 	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
 	setOrDel(h, streams.HeaderLastError, death.LastError, death.LastError != "")
 	l.park(ctx, d, sub, h, at)
+	return out
 }
 
 // park moves a delivery into RETRIES until at and acks the original once
@@ -198,9 +221,9 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 // deadLetter stores the DLQ copy, then terminates the original; a Term'ed
 // message is deleted at once, so the copy must be safe first. It reports
 // whether the delivery was dead-lettered.
-func (l *lane) deadLetter(ctx context.Context, d delivery, sub subscribers.Subscriber, death deadletter.Death) bool {
+func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death deadletter.Death) bool {
 	h := d.msg.Headers()
-	death.Subscriber = sub.ID
+	death.Subscriber = id
 	death.Attempts = d.attempts
 	death.FirstAttemptAt = d.firstAt
 	death.DeadAt = l.cfg.Clock.Now()
@@ -212,22 +235,24 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, sub subscribers.Subsc
 		death.LastError = h.Get(streams.HeaderLastError)
 	}
 	if err := deadletter.Publish(ctx, l.cfg.JS, d.msg.Data(), h, death); err != nil {
-		l.log.Error("lanes: dead-lettering", "subscriber", sub.ID, "reason", death.Reason, "err", err)
+		l.log.Error("lanes: dead-lettering", "subscriber", id, "reason", death.Reason, "err", err)
 		_ = d.msg.NakWithDelay(settleRetry)
 		return false
 	}
-	l.log.Info("lanes: dead-lettered", "subscriber", sub.ID, "event", h.Get(streams.HeaderEventID),
+	l.log.Info("lanes: dead-lettered", "subscriber", id, "event", h.Get(streams.HeaderEventID),
 		"reason", death.Reason, "attempts", death.Attempts, "last_status", death.LastStatus)
 	if err := d.msg.TermWithReason(string(death.Reason)); err != nil {
-		l.log.Warn("lanes: term", "subscriber", sub.ID, "err", err)
+		l.log.Warn("lanes: term", "subscriber", id, "err", err)
 	}
 	return true
 }
 
 // resultOf is what an attempt's outcome tells the rate limiter: a
 // Retry-After on a 429 or 503, or an exhausted quota on any reply, pauses the
-// whole subscriber; a 429 without a usable Retry-After halves its rate; a
-// connection failure, a timeout or another 5xx counts toward the breaker.
+// whole subscriber; every 429, with a Retry-After or without, is a throttle
+// signal that lowers its rate in force (the limiter makes at most one
+// decrease per lease window of them); a connection failure, a timeout or
+// another 5xx counts toward the breaker.
 func resultOf(out deliver.Outcome, probe bool) ratelimit.Result {
 	// Any answer but a 408, 425, 429 or 5xx shows the endpoint up: for the
 	// breaker a 404 is as good as a 200.
@@ -241,7 +266,10 @@ func resultOf(out deliver.Outcome, probe bool) ratelimit.Result {
 	if out.Class == deliver.Retryable {
 		switch {
 		case out.Status == http.StatusTooManyRequests:
-			r.Throttled = r.PauseFor == 0
+			// A Retry-After says when to come back, not that the rate was
+			// right: without the decrease, a subscriber whose --rate is too
+			// high would be paused and overrun again for ever.
+			r.Throttled = true
 		case out.Status == http.StatusServiceUnavailable && out.RetryAfterSet:
 		default:
 			r.Failure = true
@@ -255,16 +283,6 @@ func errorText(out deliver.Outcome) string {
 		return ""
 	}
 	return out.Err.Error()
-}
-
-func copyHeader(h nats.Header) nats.Header {
-	out := make(nats.Header, len(h)+4)
-	for k, v := range h {
-		if !streams.IsNatsHeader(k) {
-			out[k] = append([]string(nil), v...)
-		}
-	}
-	return out
 }
 
 func setOrDel(h nats.Header, key, value string, set bool) {

@@ -38,7 +38,7 @@ func Put(ctx context.Context, js jetstream.JetStream, subscriber string, body []
 	h := streams.CopyHeader(header, 0)
 	h.Del(streams.HeaderOverflowSeq)
 	m := &nats.Msg{Subject: Subject(subscriber), Header: h, Data: body}
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID("overflow."+strconv.FormatUint(seq, 10))); err != nil {
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(putID(seq))); err != nil {
 		return fmt.Errorf("overflow: storing a delivery for %s: %w", subscriber, err)
 	}
 	return nil
@@ -212,3 +212,18 @@ func Backlogs(ctx context.Context, stream jetstream.Stream) (map[string]uint64, 
 	}
 	return out, nil
 }
+
+// PutAsync is [Put] without the wait: the copy is stored when the future
+// says so, and only then may the original be acked.
+func PutAsync(js jetstream.JetStream, subscriber string, body []byte, header nats.Header, seq uint64) (jetstream.PubAckFuture, error) {
+	h := streams.CopyHeader(header, 0)
+	h.Del(streams.HeaderOverflowSeq)
+	m := &nats.Msg{Subject: Subject(subscriber), Header: h, Data: body}
+	f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(putID(seq)))
+	if err != nil {
+		return nil, fmt.Errorf("overflow: storing a delivery for %s: %w", subscriber, err)
+	}
+	return f, nil
+}
+
+func putID(seq uint64) string { return "overflow." + strconv.FormatUint(seq, 10) }

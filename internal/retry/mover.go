@@ -18,13 +18,6 @@ import (
 // MoverName is the durable consumer on RETRIES that every relay shares.
 const MoverName = "retries"
 
-// How long and how often a due delivery of an unknown subscriber is handed
-// back before it is dropped.
-const (
-	unknownTries = 5
-	unknownWait  = 2 * time.Second
-)
-
 // ErrConfig is returned for a MoverConfig missing a required field.
 var ErrConfig = errors.New("retry: invalid mover config")
 
@@ -67,32 +60,20 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 }
 
 // moveOne republishes one due delivery on its subscriber's lane and acks it
-// once the copy is stored.
+// once the copy is stored. A subscriber this relay's view lacks goes to its
+// shared lane, whose relay asks the bucket and holds or dead-letters it:
+// nothing leaves RETRIES without a trace.
 func moveOne(ctx context.Context, cfg MoverConfig, msg jetstream.Msg) {
 	id := strings.TrimPrefix(msg.Subject(), DuePrefix)
-	sub, ok := cfg.Subscribers.Get(id)
-	if !ok {
-		// This relay's view may be behind (a subscriber just added, a watch
-		// catching up): look again a few times before taking it for removed.
-		if md, err := msg.Metadata(); err == nil && md.NumDelivered < unknownTries {
-			_ = msg.NakWithDelay(unknownWait)
-			return
-		}
-		cfg.Logger.Info("retry: dropping a due delivery of a removed subscriber", "subscriber", id)
-		_ = msg.Term()
-		return
+	lane := subscribers.LaneFor(id, cfg.SharedLanes)
+	if sub, ok := cfg.Subscribers.Get(id); ok {
+		lane = sub.Lane(cfg.SharedLanes)
 	}
 	var seq uint64
 	if md, err := msg.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	h := make(nats.Header, len(msg.Headers()))
-	for k, v := range msg.Headers() {
-		if !streams.IsNatsHeader(k) {
-			h[k] = v
-		}
-	}
-	out := &nats.Msg{Subject: "deliveries." + sub.Lane(cfg.SharedLanes) + "." + id, Header: h, Data: msg.Data()}
+	out := &nats.Msg{Subject: "deliveries." + lane + "." + id, Header: streams.CopyHeader(msg.Headers(), 0), Data: msg.Data()}
 	pubCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cfg.JS.PublishMsg(pubCtx, out, jetstream.WithMsgID(movedID(msg.Headers(), seq))); err != nil {

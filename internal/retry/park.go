@@ -36,12 +36,7 @@ const (
 // DELIVERIES sequence of the message being parked). Park returns once the
 // parked copy is stored, so the caller may then ack the original.
 func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
-	h := make(nats.Header, len(header)+3)
-	for k, v := range header {
-		if !streams.IsNatsHeader(k) {
-			h[k] = v
-		}
-	}
+	h := streams.CopyHeader(header, 3)
 	h.Set(headerSchedule, "@at "+at.UTC().Format(time.RFC3339Nano))
 	h.Set(headerScheduleTarget, DuePrefix+subscriber)
 	m := &nats.Msg{Subject: WaitPrefix + subscriber + "." + nuid.Next(), Header: h, Data: body}
