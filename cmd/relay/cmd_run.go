@@ -40,6 +40,7 @@ type runFlags struct {
 	maxPause     time.Duration
 	replicas     int
 	ackWait      time.Duration
+	maxRequests  int
 	logFormat    string
 	// ready, when set (by tests), is called once the relay consumes, with
 	// the client URL of the NATS server and the metrics address.
@@ -73,6 +74,7 @@ back to JetStream, nothing is lost.`,
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and buckets relay creates: 1, 3 or 5 (default: keep those of existing streams, 1 for new ones)")
 	fl.DurationVar(&f.maxPause, "max-pause", retry.DefaultMaxPause, "longest Retry-After relay obeys")
 	fl.DurationVar(&f.ackWait, "ack-wait", 60*time.Second, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed")
+	fl.IntVar(&f.maxRequests, "max-requests", lanes.DefaultMaxRequests, "most HTTP requests in flight over all subscribers, shared fairly among them (0: unlimited)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -105,6 +107,9 @@ func (f *runFlags) validate() (slog.Level, error) {
 	}
 	if f.ackWait < time.Second {
 		return level, usagef("--ack-wait: must be at least 1s, got %s", f.ackWait)
+	}
+	if f.maxRequests < 0 {
+		return level, usagef("--max-requests: must be 0 (unlimited) or more, got %d", f.maxRequests)
 	}
 	if strings.TrimSpace(f.data) == "" {
 		return level, usagef("--data: must name a directory")
@@ -226,7 +231,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() {
 		errs <- lanes.Run(runCtx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
-			AckWait: f.ackWait, MaxPause: f.maxPause,
+			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests),
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},
@@ -260,6 +265,15 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	log.Info("relay stopped")
 	return nil
+}
+
+// maxRequests turns --max-requests into lanes.Config's terms, where 0 takes
+// the default and a negative number means unlimited.
+func maxRequests(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func addrString(a net.Addr) string {
