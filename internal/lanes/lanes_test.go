@@ -92,6 +92,8 @@ type bundle struct {
 	relays  int
 	// maxAckPending of the lane consumers; 0 takes the default.
 	maxAckPending int
+	// maxRequests is the relays' --max-requests; 0 takes the default.
+	maxRequests int
 	n             *testutil.NATS
 	store         *subscribers.Store
 	rcv           *httptest.Server
@@ -180,7 +182,7 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 	go func() {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
-			MaxAckPending: b.maxAckPending,
+			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},
@@ -305,8 +307,9 @@ func TestHoldLimit(t *testing.T) {
 		{"fast beside three busy lane-mates", subscribers.Subscriber{MaxInFlight: 64}, 4, 64_000, 4_375},
 		{"1 per second holds max-in-flight", subscribers.Subscriber{Rate: 1, MaxInFlight: 16}, 1, 1, 16},
 		{"1000 per second holds two seconds", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 1, 1000, 2000},
+		{"unlimited holds ten seconds of its pace", subscribers.Subscriber{MaxInFlight: 16}, 1, 100, 1000},
 		{"slow unlimited: 16 in flight at 10 s each", subscribers.Subscriber{MaxInFlight: 16}, 1, 1.6, 16},
-		{"a share never falls below one", subscribers.Subscriber{MaxInFlight: 16}, 100_000, 1000, 1},
+		{"a share never falls below one", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 100_000, 1000, 1},
 	}
 	for _, tt := range tests {
 		if got := lanes.HoldLimit(tt.sub, 20_000, tt.busy, tt.drain); got != tt.want {

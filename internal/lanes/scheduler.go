@@ -32,9 +32,15 @@ import (
 // comes back once (one more), whatever the backlog's length and the rate:
 // nothing cycles on a timer.
 const (
-	// holdWindow is how much work, at its rate, a subscriber holds in its
-	// lane; at least max-in-flight messages.
+	// holdWindow is how much work, at its rate, a rate-limited subscriber
+	// holds in its lane; at least max-in-flight messages.
 	holdWindow = 2 * time.Second
+	// unlimitedHoldWindow is the same for an unlimited subscriber, whose
+	// pace is only estimated from its response time: long enough that a
+	// burst to a fast one stays in the lane, short enough that one that
+	// hangs (its response time then the timeout) holds little more than
+	// its in-flight requests.
+	unlimitedHoldWindow = 10 * time.Second
 	// reserveDiv keeps 1/reserveDiv of a lane's MaxAckPending free of
 	// shares, so a lane-mate that becomes busy always finds room.
 	reserveDiv = 8
@@ -61,13 +67,17 @@ func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
 
 // HoldLimit is how many messages a subscriber may hold in a lane of
 // maxAckPending slots shared with busy-1 other busy subscribers, when it
-// drains drainRate messages a second: about holdWindow of its work, at
-// least max-in-flight, at most its fair share of the lane.
+// drains drainRate messages a second: a few seconds of its work, at least
+// max-in-flight, at most its fair share of the lane.
 func HoldLimit(sub subscribers.Subscriber, maxAckPending, busy int, drainRate float64) int {
 	share := (maxAckPending - maxAckPending/reserveDiv) / max(1, busy)
+	window := holdWindow
+	if sub.Rate <= 0 {
+		window = unlimitedHoldWindow
+	}
 	want := sub.MaxInFlight
 	if drainRate > 0 {
-		want = max(want, int(min(math.Ceil(drainRate*holdWindow.Seconds()), float64(maxAckPending))))
+		want = max(want, int(min(math.Ceil(drainRate*window.Seconds()), float64(maxAckPending))))
 	}
 	return max(1, min(share, want))
 }
@@ -130,6 +140,12 @@ func (s *scheduler) drainRate(sub subscribers.Subscriber) float64 {
 		latency = assumedLatency
 	}
 	return float64(sub.MaxInFlight) / max(latency.Seconds(), 0.0001)
+}
+
+// share is the most a subscriber may hold in its lane with the lane-mates
+// busy now, whatever its rate.
+func (s *scheduler) share() int {
+	return HoldLimit(subscribers.Subscriber{MaxInFlight: math.MaxInt}, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), 0)
 }
 
 func (s *scheduler) holdLimit(sub subscribers.Subscriber) int {
@@ -292,10 +308,12 @@ func (s *scheduler) loop(ctx context.Context) {
 			continue
 		}
 		hold := s.holdLimit(sub)
-		if len(s.queue) > 2*hold {
-			// Its share shrank (lane-mates got busy, or it got slow): the
-			// excess waits in overflow rather than in the lane.
-			excess := s.takeLocked(hold)
+		if share := s.share(); len(s.queue) > 2*share {
+			// Its share shrank, lane-mates got busy: the excess waits in
+			// overflow rather than in their way. (Only the share: a hold
+			// that follows the response time would move messages out and
+			// back whenever the response time moved.)
+			excess := s.takeLocked(share)
 			s.mu.Unlock()
 			s.toOverflow(excess)
 			continue
@@ -443,10 +461,12 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 }
 
 // movingAverage folds one response time into the average (a fifth of the
-// weight to the new one).
+// weight to the new one). It starts from assumedLatency rather than the
+// first response, which pays for a new connection: a burst's first replies
+// must not make a fast subscriber look slow.
 func movingAverage(avg, took time.Duration) time.Duration {
 	if avg <= 0 {
-		return took
+		avg = assumedLatency
 	}
 	return avg + (took-avg)/5
 }

@@ -1,0 +1,244 @@
+package lanes_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/overflow"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// lastSeqs returns the last sequence of DELIVERIES and RETRIES: every write
+// the relay makes to either moves one of them.
+func (b *bundle) lastSeqs(t *testing.T) (deliveries, retries uint64) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	for _, name := range []string{streams.Deliveries, streams.Retries} {
+		s, err := b.n.JS.Stream(ctx, name)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		if name == streams.Deliveries {
+			deliveries = info.State.LastSeq
+		} else {
+			retries = info.State.LastSeq
+		}
+	}
+	return deliveries, retries
+}
+
+// overflowed returns how many deliveries of id wait in its overflow.
+func (b *bundle) overflowed(t *testing.T, id string) uint64 {
+	t.Helper()
+	s, err := b.n.JS.Stream(testutil.Context(t), streams.Deliveries)
+	require.NoError(t, err)
+	backlogs, err := overflow.Backlogs(testutil.Context(t), s)
+	require.NoError(t, err)
+	return backlogs[id]
+}
+
+// worstGap is the longest time between two arrivals in a row.
+func worstGap(at []time.Time) time.Duration {
+	var worst time.Duration
+	for i := 1; i < len(at); i++ {
+		worst = max(worst, at[i].Sub(at[i-1]))
+	}
+	return worst
+}
+
+// TestBurstNeverLeavesTheLaneIdle: a burst of 20,000 to one unlimited
+// subscriber, five times over, each on a fresh server. The lane is never
+// idle while messages are pending (no gap between two deliveries comes near
+// a pull request's life, let alone the 30 s a lost one used to cost), and
+// the subscriber, alone on its lane, takes the burst in its share without
+// a write beyond the deliveries' own.
+func TestBurstNeverLeavesTheLaneIdle(t *testing.T) {
+	t.Parallel()
+	const burst = 20_000
+	for run := range 5 {
+		b := setup(t)
+		sub := b.put(t, subscribers.Subscriber{ID: "fast", MaxInFlight: 64})
+		b.enqueue(t, sub, 16, burst)
+		b.flush(t)
+		b.startLanes(t, 16)
+		testutil.Eventually(t, func() bool { return b.arr.count("fast") >= burst },
+			"run %d: %d of %d delivered", run, b.arr.count("fast"), burst)
+		at := b.arr.times("fast")
+		gap := worstGap(at)
+		seq, _ := b.lastSeqs(t)
+		t.Logf("run %d: %d in %v, worst gap %v, %d writes beyond the burst", run, burst,
+			at[len(at)-1].Sub(at[0]).Round(time.Millisecond), gap.Round(time.Millisecond), seq-burst)
+		require.Less(t, gap, 2*time.Second, "run %d: the lane sat idle with messages pending", run)
+	}
+}
+
+// TestThrottledSubscriberCostsItsLaneMatesNothing: 49 subscribers × 200 on
+// 16 lanes finish as fast beside a subscriber limited to 1 request/s with
+// 200 queued ahead of them as they do without it (within 30% and a second,
+// measured in the same run).
+func TestThrottledSubscriberCostsItsLaneMatesNothing(t *testing.T) {
+	t.Parallel()
+	const (
+		mates = 49
+		each  = 200
+	)
+	elapsed := func(throttled bool) time.Duration {
+		b := setup(t)
+		if throttled {
+			slow := b.put(t, subscribers.Subscriber{ID: "slow", Rate: 1, Burst: 1})
+			b.enqueue(t, slow, 16, each)
+		}
+		for i := range mates {
+			b.enqueue(t, b.put(t, subscribers.Subscriber{ID: fmt.Sprintf("mate%02d", i)}), 16, each)
+		}
+		b.flush(t)
+		start := time.Now()
+		b.startLanes(t, 16)
+		testutil.Eventually(t, func() bool { return b.arr.total()-b.arr.count("slow") >= mates*each },
+			"lane-mates got %d of %d", b.arr.total()-b.arr.count("slow"), mates*each)
+		return time.Since(start)
+	}
+	alone := elapsed(false)
+	beside := elapsed(true)
+	t.Logf("lane-mates alone %v, beside a 1/s subscriber %v (%.2f×)", alone, beside, beside.Seconds()/alone.Seconds())
+	require.LessOrEqual(t, beside, alone*13/10+time.Second, "the throttled subscriber slowed its lane-mates")
+}
+
+// TestDisabledSubscriberCostsNothingWhileItWaits: 10,000 deliveries queued
+// for a disabled subscriber leave the lane once, then wait without a single
+// write, however long it stays disabled; `relay sub enable` delivers them
+// all.
+func TestDisabledSubscriberCostsNothingWhileItWaits(t *testing.T) {
+	t.Parallel()
+	const queued = 10_000
+	b := setup(t)
+	sub := b.put(t, subscribers.Subscriber{ID: "off", Disabled: true})
+	b.enqueue(t, sub, 16, queued)
+	b.flush(t)
+	b.startLanes(t, 16)
+	testutil.Eventually(t, func() bool { return b.overflowed(t, "off") == queued },
+		"%d of %d in overflow", b.overflowed(t, "off"), queued)
+	d0, r0 := b.lastSeqs(t)
+	// Two sweeps find the backlog meanwhile, and leave it be.
+	<-time.After(5 * time.Second)
+	d1, r1 := b.lastSeqs(t)
+	require.Equal(t, d0, d1, "DELIVERIES written while the subscriber was disabled")
+	require.Equal(t, r0, r1, "RETRIES written while the subscriber was disabled")
+	require.Zero(t, b.arr.count("off"))
+
+	require.NoError(t, b.store.SetDisabled(testutil.Context(t), "off", false, ""))
+	testutil.Eventually(t, func() bool { return b.arr.count("off") >= queued },
+		"%d of %d delivered after enable", b.arr.count("off"), queued)
+	b.waitSettled(t)
+	require.Equal(t, queued, b.arr.count("off"))
+	d2, _ := b.lastSeqs(t)
+	t.Logf("%d writes for %d deliveries: %.2f a delivery", d2-queued, queued, float64(d2-queued)/queued)
+	require.LessOrEqual(t, d2-queued, uint64(2*queued), "more than two writes a delivery")
+}
+
+// TestUnknownSubscriberIsDeadLetteredAsUnroutable: a delivery for an id that
+// is not in the bucket is kept in the DLQ, not dropped.
+func TestUnknownSubscriberIsDeadLetteredAsUnroutable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, subscribers.Subscriber{ID: "ghost"}, 4, 3)
+	b.flush(t)
+	b.startLanes(t, 4)
+	dead := b.deadLetters(t, "ghost", 3)
+	for _, e := range dead {
+		require.Equal(t, deadletter.Unroutable, e.Reason)
+		require.Zero(t, e.Attempts)
+	}
+	b.waitSettled(t)
+}
+
+// TestRefusedValueHoldsItsDeliveries: a key whose value this build refuses
+// (written by a newer one, say) is a subscriber all the same: its deliveries
+// wait, and go out once the value is one this relay can use.
+func TestRefusedValueHoldsItsDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv, err := b.n.JS.KeyValue(testutil.Context(t), streams.SubscribersBucket)
+	require.NoError(t, err)
+	_, err = kv.Put(testutil.Context(t), "future", []byte(`{"id":"future","url":42}`))
+	require.NoError(t, err)
+	b.enqueue(t, subscribers.Subscriber{ID: "future"}, 4, 5)
+	b.flush(t)
+	b.startLanes(t, 4)
+	testutil.Eventually(t, func() bool { return b.overflowed(t, "future") == 5 }, "deliveries not held")
+	require.Zero(t, b.arr.count("future"))
+	b.put(t, subscribers.Subscriber{ID: "future"})
+	testutil.Eventually(t, func() bool { return b.arr.count("future") == 5 }, "held deliveries not sent")
+	dead, err := deadletter.List(testutil.Context(t), b.n.JS, deadletter.Filter{}, 0)
+	require.NoError(t, err)
+	require.Empty(t, dead)
+}
+
+// TestRetryAfterOneKeepsToTheBackOff: a receiver answering "429,
+// Retry-After: 1" for ever gets its attempts no faster than the back-off
+// schedule allows (here 1 s, 2 s: exact, without jitter), not one a second.
+func TestRetryAfterOneKeepsToTheBackOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.put(t, subscribers.Subscriber{ID: "busy", MaxAttempts: 3,
+		RetryBase: subscribers.Duration(2 * time.Second), RetryMax: subscribers.Duration(time.Hour)})
+	b.arr.answer("busy", func(_ int, w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	b.enqueue(t, sub, 4, 1)
+	b.flush(t)
+	b.startLanes(t, 4)
+	dead := b.deadLetters(t, "busy", 1)
+	require.Equal(t, deadletter.MaxAttempts, dead[0].Reason)
+	at := b.arr.times("busy")
+	require.Len(t, at, 3)
+	// The jitter keeps at least half the back-off: 2 s × 2^(n−1) × 0.5.
+	require.GreaterOrEqual(t, at[1].Sub(at[0]), time.Second, "second attempt")
+	require.GreaterOrEqual(t, at[2].Sub(at[1]), 2*time.Second, "third attempt before the back-off allowed it")
+}
+
+// TestMaxRequestsBoundsTheRequestsOpen: with --max-requests 8, 100
+// subscribers with work never have more than 8 requests open at once at the
+// receiver, and every delivery is made.
+func TestMaxRequestsBoundsTheRequestsOpen(t *testing.T) {
+	t.Parallel()
+	const subs, each = 100, 5
+	b := setup(t)
+	b.maxRequests = 8
+	var open, worst atomic.Int64
+	for i := range subs {
+		id := "s" + strconv.Itoa(i)
+		sub := b.put(t, subscribers.Subscriber{ID: id, MaxInFlight: 4})
+		b.arr.answer(id, func(_ int, w http.ResponseWriter) {
+			n := open.Add(1)
+			for {
+				w := worst.Load()
+				if n <= w || worst.CompareAndSwap(w, n) {
+					break
+				}
+			}
+			<-time.After(20 * time.Millisecond) // a receiver that takes its time
+			open.Add(-1)
+			w.WriteHeader(http.StatusNoContent)
+		})
+		b.enqueue(t, sub, 4, each)
+	}
+	b.flush(t)
+	b.startLanes(t, 4)
+	testutil.Eventually(t, func() bool { return b.arr.total() == subs*each }, "%d of %d delivered", b.arr.total(), subs*each)
+	t.Logf("at most %d requests open at once", worst.Load())
+	require.LessOrEqual(t, worst.Load(), int64(8))
+	for i := range subs {
+		require.Equal(t, each, b.arr.count("s"+strconv.Itoa(i)))
+	}
+}
