@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -314,7 +315,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 func newSubRmCmd(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm ID",
-		Short: "Remove a subscriber and drop its queued deliveries",
+		Short: "Remove a subscriber and drop its queued and parked deliveries",
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -325,25 +326,47 @@ func newSubRmCmd(conn *connFlags) *cobra.Command {
 				if err := s.Delete(ctx, id); err != nil {
 					return err
 				}
-				// Its queued deliveries have nowhere to go any more; leaving
-				// them would hold work-queue space for ever.
-				purged, err := purgeDeliveries(ctx, js, id)
+				// Its deliveries have nowhere to go any more; leaving them
+				// would hold stream space for ever, and a lane would take
+				// each for unroutable.
+				queued, parked, err := purgeQueues(ctx, js, id)
 				if err != nil {
-					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not purged: %w", id, err)
+					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s again): %w", id, id, err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued deliveries dropped\n", id, purged)
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued and %d parked deliveries dropped\n", id, queued, parked)
 				return nil
 			})
 		},
 	}
 }
 
-func purgeDeliveries(ctx context.Context, js jetstream.JetStream, id string) (uint64, error) {
-	stream, err := js.Stream(ctx, streams.Deliveries)
+// purgeQueues drops a removed subscriber's deliveries: those queued on its
+// lane or waiting in its overflow (deliveries.*.<id>) and those parked for
+// a retry (retries.wait.<id>.> and retries.due.<id>). It returns how many of
+// each it dropped.
+func purgeQueues(ctx context.Context, js jetstream.JetStream, id string) (queued, parked uint64, err error) {
+	queued, err = purgeSubjects(ctx, js, streams.Deliveries, "deliveries.*."+id)
+	if err != nil {
+		return queued, 0, err
+	}
+	for _, subject := range []string{retry.WaitPrefix + id + ".>", retry.DuePrefix + id} {
+		n, err := purgeSubjects(ctx, js, streams.Retries, subject)
+		parked += n
+		if err != nil {
+			return queued, parked, err
+		}
+	}
+	return queued, parked, nil
+}
+
+// purgeSubjects purges a subject filter from a stream and says how many
+// messages it held.
+func purgeSubjects(ctx context.Context, js jetstream.JetStream, name, filter string) (uint64, error) {
+	stream, err := js.Stream(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	before, err := stream.Info(ctx, jetstream.WithSubjectFilter("deliveries.*."+id))
+	before, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return 0, err
 	}
@@ -351,7 +374,10 @@ func purgeDeliveries(ctx context.Context, js jetstream.JetStream, id string) (ui
 	for _, c := range before.State.Subjects {
 		n += c
 	}
-	return n, stream.Purge(ctx, jetstream.WithPurgeSubject("deliveries.*."+id))
+	if n == 0 {
+		return 0, nil
+	}
+	return n, stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
 }
 
 func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command {
