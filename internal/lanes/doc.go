@@ -1,23 +1,42 @@
-// Package lanes owns DESIGN.md "Lanes": the durable pull consumers on
-// DELIVERIES and the per-subscriber scheduling inside each of them.
+// Package lanes owns DESIGN.md "Lanes" and "Waiting costs no lane slot": the
+// durable pull consumers on DELIVERIES and the per-subscriber scheduling
+// inside each of them.
 //
 // A lane is one durable pull consumer, lane_<lane>, filtered on
 // deliveries.<lane>.>. Many subscribers share a lane (sNN, by FNV-1a of the
 // id) and a few big ones get a dedicated lane (d_<id>). Consumers are kept few
 // and fixed because every ack on a work-queue stream scans all its consumers.
+// A lane pulls with short fetches (package consumer), so it is never left
+// without a pull request for long, whatever became of the last one.
 //
-// Inside a lane, every subscriber has its own scheduler: a bounded queue of
-// held messages, at most max-in-flight requests at once, and a decision of
-// the rate limiter (a token, or a pause or an open breaker to wait out)
-// before each request. The lane's pull loop never waits on a subscriber: a
-// message its subscriber cannot take now is either held (its ack wait
-// extended with InProgress while it waits) or, past the hold bound, handed
-// back for the next free return slot, one every 1/rate. A hand-back of a
-// second or more, a retry, a pause and an open breaker park the message in
-// RETRIES (package retry), where it holds none of the lane's MaxAckPending
-// slots. So a slow, throttled, paused or broken subscriber never delays its
-// lane-mates.
+// Inside a lane, every subscriber has its own scheduler (scheduler.go names
+// the states a delivery goes through): a queue of held messages, at most
+// max-in-flight requests at once, a request slot of the relay's
+// --max-requests shared round-robin among subscribers (package requests), and
+// a decision of the rate limiter (a token, or a pause or an open breaker to
+// wait out) before each request. The lane's pull loop never waits on a
+// subscriber.
 //
-// Holding or parking a message is never an attempt: only a started HTTP
-// request is, and the count rides on the parked copy (Relay-Attempt).
+// The lane's MaxAckPending is a pool its busy subscribers share: each may
+// hold a few seconds of its own work, at most its share (the pool less a
+// reserve, split between the busy ones), so a subscriber alone on its lane
+// takes a burst whole and shares shrink as lane-mates get busy. What a
+// subscriber cannot hold, and everything of a subscriber that is paused, has
+// its circuit open or is disabled, waits in its overflow (package overflow)
+// and comes back in order when its queue runs low: one write out, one back,
+// whatever the wait. So a slow, throttled, paused or broken subscriber never
+// delays its lane-mates, and waiting costs no slot.
+//
+// Held and in-flight messages are kept alive with InProgress every quarter
+// of the ack wait; a message whose keep-alive the server could not confirm
+// for most of its ack wait (a NATS outage) is let go unsent, since JetStream
+// may have given it to another relay. On shutdown a lane stops pulling,
+// hands back what the last pull brings and what it holds, and lets its
+// requests finish: nothing waits out its ack wait.
+//
+// Holding a message is never an attempt: only a started HTTP request is, and
+// the count rides on the copy parked for a retry (Relay-Attempt). A local
+// failure (no descriptor, no port) is not one either. A delivery whose
+// subscriber is not in the relay_subscribers bucket is dead-lettered as
+// unroutable; one whose key is there but unusable to this relay is held.
 package lanes

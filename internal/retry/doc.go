@@ -14,6 +14,11 @@
 // Relay-Attempt and Relay-First-Attempt-At, so attempts are counted exactly
 // whatever the consumer's delivery count says.
 //
+// A due delivery whose subscriber the mover's view lacks goes to that id's
+// shared lane all the same: the lane asks the relay_subscribers bucket and
+// holds it or dead-letters it as unroutable, so nothing leaves RETRIES
+// without a trace.
+//
 // Parking and moving are idempotent: the parked copy's Nats-Msg-Id is
 // derived from the DELIVERIES sequence it came from, and the moved copy's
 // from the schedule it fired from, so a crash between any publish and its
