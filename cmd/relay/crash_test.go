@@ -3,10 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 )
 
@@ -87,127 +93,365 @@ func buildRelay(t *testing.T) string {
 	return binPath
 }
 
-func freePort(t *testing.T) string {
+// listenAddr returns a free loopback address for the embedded server. relay
+// must listen on it again after the kill, so it is taken outside the
+// kernel's ephemeral port range when that range is known: a port inside it
+// may be handed, between the kill and the restart, to any connection or
+// listener that a parallel test opens.
+func listenAddr(t *testing.T) string {
 	t.Helper()
+	const lowest = 10000
+	if low := ephemeralPortsFrom(); low > lowest {
+		for range 100 {
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lowest+rand.IntN(low-lowest)))
+			if ln, err := net.Listen("tcp", addr); err == nil {
+				_ = ln.Close()
+				return addr
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return ln.Addr().String()
+}
+
+// ephemeralPortsFrom is the first port of Linux's ephemeral range, or 0.
+func ephemeralPortsFrom() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return 0
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
 
 // TestKillDashNineMidBurstThenRestartLosesNothing runs the real binary,
-// kills it with SIGKILL in the middle of a burst, and starts it again:
-// every event published before the kill is delivered.
+// kills it with SIGKILL while it has deliveries of a burst in flight, starts
+// it again and publishes the rest of the burst: every event is delivered,
+// and every request carries the webhook-id of a published event.
 //
-// Against a NATS server that survives (production: relay beside a cluster),
-// the duplicates are bounded by what the relay had in flight: one
-// subscriber's --max-in-flight, plus acks still in the dead process's
-// buffer. On the embedded server the kill takes the server down too, and it
-// also forgets the consumer acks it had not yet written (nats-server writes
-// consumer state at most every 100 ms): those deliveries come again, so the
-// bound there is about 100 ms of deliveries, measured and logged.
+// The receiver, not the clock, places the kill: it answers a quarter of the
+// burst, then holds every request unanswered, and relay is killed once one
+// is held. Against a NATS server that survives (production: relay beside a
+// cluster), the duplicates are then bounded by what the relay had in
+// flight: one subscriber's --max-in-flight (the held requests, which must
+// come again), plus acks still in the dead process's buffer. On the
+// embedded server the kill takes the server down too, and it also forgets
+// the consumer acks it had not yet written (nats-server writes consumer
+// state at most every 100 ms): those deliveries come again, so the bound
+// there is about 100 ms of deliveries, measured and logged.
 func TestKillDashNineMidBurstThenRestartLosesNothing(t *testing.T) {
 	t.Parallel()
 	t.Run("relay beside a server", func(t *testing.T) {
 		t.Parallel()
 		n := testutil.StartRelayNATS(t)
-		dups := killMidBurst(t, []string{"--nats", n.URL}, n.URL)
-		if dups > 2*16 {
-			t.Fatalf("%d duplicates after kill -9, more than twice --max-in-flight", dups)
+		dups := killMidBurst(t, []string{"--nats", n.URL}, n.URL, false)
+		if limit := 2 * subscribers.DefaultMaxInFlight; dups > limit {
+			t.Fatalf("%d duplicates after kill -9, more than twice --max-in-flight (%d)", dups, limit)
 		}
 	})
 	t.Run("embedded server", func(t *testing.T) {
 		t.Parallel()
-		listen := "127.0.0.1:" + freePort(t)
-		killMidBurst(t, []string{"--data", t.TempDir(), "--listen", listen}, "nats://"+listen)
+		listen := listenAddr(t)
+		killMidBurst(t, []string{"--data", t.TempDir(), "--listen", listen}, "nats://"+listen, true)
 	})
 }
 
-// killMidBurst publishes a burst, kills relay -9 once deliveries flow,
-// restarts it, and waits for every event; it returns the duplicates.
-func killMidBurst(t *testing.T, natsArgs []string, url string) int {
+// killMidBurst publishes half a burst, kills relay -9 while the receiver
+// holds some of its requests, restarts it, publishes the other half, and
+// waits for every event; it returns the duplicate requests. serverDies says
+// that the kill takes the NATS server down with relay (the embedded one).
+func killMidBurst(t *testing.T, natsArgs []string, url string, serverDies bool) int {
 	t.Helper()
-	const events = 400
+	const (
+		events = 400
+		// answered is how many requests the receiver answers before it
+		// holds the others.
+		answered = events / 4
+		// patience bounds every wait. Each takes well under a few seconds
+		// even on a slow machine; the bound is there so that a stuck
+		// relay fails the test with its state instead of hanging it.
+		patience = time.Minute
+	)
 	bin := buildRelay(t)
-	rcv := newReceiver(t)
+	rcv := newCrashSink(t)
 	logs := &testutil.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("relay's log:\n%s", logs)
 		}
 	})
-	start := func() *exec.Cmd {
+	start := func() *testutil.Process {
 		args := append([]string{"run", "--metrics", "", "--lanes", "4", "--allow-private-targets",
 			"--ack-wait", "2s"}, natsArgs...)
 		cmd := exec.Command(bin, args...)
 		cmd.Stderr = logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
+		return testutil.StartProcess(t, cmd)
+	}
+	burst := make([]string, events)
+	for i := range burst {
+		burst[i] = fmt.Sprintf("k%03d", i)
 	}
 	relay := start()
-	t.Cleanup(func() {
-		if relay.ProcessState == nil {
-			_ = relay.Process.Kill()
-			_ = relay.Wait()
+	var js jetstream.JetStream
+	state := func() string {
+		s := rcv.summary(burst)
+		if js != nil {
+			s += "\n" + jetStreamState(js)
 		}
-	})
+		return s
+	}
+	// await waits until cond holds. It fails at once if the running relay
+	// exits (its log says why), and after patience with the state.
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		exited := false
+		ok := testutil.Within(patience, func() bool {
+			if cond() {
+				return true
+			}
+			select {
+			case <-relay.Exited():
+				exited = true
+				return true
+			default:
+				return false
+			}
+		})
+		switch {
+		case exited:
+			t.Fatalf("waiting for %s: relay run exited: %v\n%s", what, relay.Err(), state())
+		case !ok:
+			t.Fatalf("waiting for %s: not within %v\n%s", what, patience, state())
+		}
+	}
+
 	var nc *nats.Conn
-	testutil.Eventually(t, func() bool {
+	await("NATS to accept connections", func() bool {
 		var err error
 		nc, err = nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		return err == nil
-	}, "NATS not up")
+	})
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	var err error
+	js, err = jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, func() bool {
-		_, err := js.Consumer(context.Background(), "EVENTS", "fanout")
+	ctx := testutil.Context(t)
+	await("relay to create its fan-out consumer", func() bool {
+		_, err := js.Consumer(ctx, "EVENTS", "fanout")
 		return err == nil
-	}, "relay did not start")
+	})
 	mustRelay(t, "sub", "add", "demo", "--nats", url, "--url", rcv.URL, "--secret", testSecret)
-	// Wait until deliveries flow before the burst, so that the kill lands
-	// in the middle of it.
-	probes := 0
-	testutil.Eventually(t, func() bool {
-		probes++
-		publish(t, js, "warmup", fmt.Sprintf("warm%d", probes), []byte(`{}`))
-		return rcv.count() > 0
-	}, "nothing delivered before the burst")
-	warm, _ := uniqueIDs(rcv)
 
-	published := 0
-	for ; published < events/2; published++ {
-		publish(t, js, "burst", fmt.Sprintf("k%03d", published), []byte(`{}`))
+	// The running relay picks the new subscriber up within a second, and
+	// an event fanned out before that is not for it: probe until one is
+	// delivered, so that the burst is.
+	published := map[string]bool{}
+	var lastProbe time.Time
+	await("a first delivery", func() bool {
+		if time.Since(lastProbe) >= 100*time.Millisecond {
+			id := fmt.Sprintf("warm%d", len(published))
+			publishUntilAcked(t, js, "warmup", id, []byte(`{}`))
+			published[id] = true
+			lastProbe = time.Now()
+		}
+		return rcv.deliveredCount() > 0
+	})
+
+	for _, id := range burst {
+		published[id] = true
 	}
-	testutil.Eventually(t, func() bool { return rcv.count() > 0 }, "nothing delivered before the kill")
-	_ = relay.Process.Kill()
-	_ = relay.Wait()
-	killedAt := rcv.count()
+	rcv.holdAfter(answered)
+	for _, id := range burst[:events/2] {
+		publishUntilAcked(t, js, "burst", id, []byte(`{}`))
+	}
+	await("a delivery held in flight", func() bool { return rcv.heldCount() > 0 })
+	relay.Kill()
+	killedAt, held := rcv.deliveredCount(), rcv.heldCount()
+	if serverDies {
+		// Let the client see the connection drop before it publishes
+		// again: a publish written on the dead connection is lost with
+		// its PubAck (publishUntilAcked would send it again, but only
+		// after waiting for that PubAck).
+		if !testutil.Within(patience, func() bool { return !nc.IsConnected() }) {
+			t.Fatal("the client did not see the embedded server die with relay")
+		}
+	}
+	rcv.answerAll()
 
 	relay = start()
-	for ; published < events; published++ {
-		publish(t, js, "burst", fmt.Sprintf("k%03d", published), []byte(`{}`))
+	if serverDies {
+		await("the client to reconnect to the restarted server", nc.IsConnected)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for d, _ := uniqueIDs(rcv); d < events+warm; d, _ = uniqueIDs(rcv) {
-		if time.Now().After(deadline) {
-			t.Fatalf("events lost across kill -9: %d of %d delivered\n%s", d-warm, events, jetStreamState(js))
-		}
-		time.Sleep(20 * time.Millisecond)
+	for _, id := range burst[events/2:] {
+		publishUntilAcked(t, js, "burst", id, []byte(`{}`))
 	}
-	_ = relay.Process.Signal(os.Interrupt)
-	if err := relay.Wait(); err != nil {
+	await("every event to be delivered", func() bool { return len(rcv.missing(burst)) == 0 })
+	// Every delivery has left DELIVERIES, acked: no duplicate is still
+	// on its way when they are counted.
+	waitIdle(t, js)
+	if err := relay.Stop(os.Interrupt, patience); err != nil {
 		t.Fatalf("relay run after the restart did not stop cleanly: %v", err)
 	}
-	_, dups := uniqueIDs(rcv)
-	t.Logf("killed after %d deliveries; %d of %d events delivered twice", killedAt, dups, events)
+	for _, id := range rcv.attemptIDs() {
+		if !published[id] {
+			t.Fatalf("a request carried webhook-id %q, which no published event has", id)
+		}
+	}
+	dups := rcv.duplicates()
+	t.Logf("killed after %d requests answered, with %d held; %d duplicate requests for %d events",
+		killedAt, held, dups, len(published))
 	return dups
+}
+
+// crashSink is the webhook endpoint of the kill -9 test. It answers 200
+// until told to hold; from then on it leaves every request unanswered, as a
+// slow receiver does, so that relay has deliveries in flight when it is
+// killed. A held request is an attempt, not a delivery: the receiver never
+// accepted it, so it must come again.
+type crashSink struct {
+	*httptest.Server
+	mu        sync.Mutex
+	attempts  []string       // webhook-id of every request, in arrival order
+	delivered map[string]int // 200 answers by webhook-id
+	budget    int            // 200 answers left before holding; -1: no limit
+	held      int
+	release   chan struct{} // closed when held requests may return
+	released  bool
+}
+
+func newCrashSink(t *testing.T) *crashSink {
+	t.Helper()
+	r := &crashSink{delivered: map[string]int{}, budget: -1, release: make(chan struct{})}
+	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.Close)
+	t.Cleanup(r.answerAll) // first: Close waits for the held requests
+	return r
+}
+
+func (r *crashSink) serve(w http.ResponseWriter, req *http.Request) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	id := req.Header.Get("webhook-id")
+	r.mu.Lock()
+	r.attempts = append(r.attempts, id)
+	hold := r.budget == 0
+	if hold {
+		r.held++
+	} else {
+		if r.budget > 0 {
+			r.budget--
+		}
+		r.delivered[id]++
+	}
+	r.mu.Unlock()
+	if !hold {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	select {
+	case <-req.Context().Done(): // relay is gone
+	case <-r.release:
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+}
+
+// holdAfter makes the sink hold every request after n more 200 answers.
+func (r *crashSink) holdAfter(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.budget = n
+}
+
+// answerAll lets the held requests return (unaccepted) and answers every
+// later request with 200.
+func (r *crashSink) answerAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.budget = -1
+	if !r.released {
+		r.released = true
+		close(r.release)
+	}
+}
+
+func (r *crashSink) heldCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held
+}
+
+// deliveredCount is the number of requests answered 200.
+func (r *crashSink) deliveredCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.delivered {
+		n += c
+	}
+	return n
+}
+
+// missing returns the ids that no request answered 200 carried.
+func (r *crashSink) missing(ids []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.missingLocked(ids)
+}
+
+func (r *crashSink) missingLocked(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if r.delivered[id] == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (r *crashSink) attemptIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.attempts)
+}
+
+// duplicates is the number of requests beyond the first for each
+// webhook-id, held ones included.
+func (r *crashSink) duplicates() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	dups := 0
+	for _, id := range r.attempts {
+		if seen[id] {
+			dups++
+		}
+		seen[id] = true
+	}
+	return dups
+}
+
+// summary says what the sink got, for the message of a failing test.
+func (r *crashSink) summary(want []string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	missing := r.missingLocked(want)
+	if len(missing) > 20 {
+		missing = append(missing[:20], "…")
+	}
+	return fmt.Sprintf("receiver: %d requests, %d webhook-ids delivered, %d held; not delivered: %v",
+		len(r.attempts), len(r.delivered), r.held, missing)
 }
 
 // jetStreamState describes the relay's streams and consumers, for the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -139,6 +140,59 @@ func publish(t *testing.T, js jetstream.JetStream, eventType, id string, body []
 		t.Fatalf("publish %s: %v", eventType, err)
 	}
 	return ack
+}
+
+// publishUntilAcked publishes like publish, and keeps publishing the same
+// message until a PubAck comes: when the server restarts (relay's embedded
+// server after kill -9), a publish written just before the client saw the
+// connection drop is lost with its PubAck, and nats.go does not send a
+// request again. A re-send is safe: the Nats-Msg-Id makes it idempotent
+// (the PubAck then says Duplicate). Each attempt waits pubAckWait; the test
+// fails on an error that a restart does not explain, or if no PubAck comes
+// within a minute.
+func publishUntilAcked(t *testing.T, js jetstream.JetStream, eventType, id string, body []byte) *jetstream.PubAck {
+	t.Helper()
+	const pubAckWait = 5 * time.Second
+	if id == "" {
+		t.Fatal("publishUntilAcked: a re-sent publish is idempotent only with a Nats-Msg-Id")
+	}
+	ctx, cancel := context.WithTimeout(testutil.Context(t), time.Minute)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		m := &nats.Msg{Subject: fanout.SubjectPrefix + eventType, Data: body, Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		attemptCtx, cancelAttempt := context.WithTimeout(ctx, pubAckWait)
+		ack, err := js.PublishMsg(attemptCtx, m)
+		cancelAttempt()
+		switch {
+		case err == nil:
+			return ack
+		case ctx.Err() != nil:
+			t.Fatalf("publish %s %s: no PubAck in %d attempts: %v", eventType, id, attempt, err)
+		case !serverUnavailable(err):
+			t.Fatalf("publish %s %s: %v", eventType, id, err)
+		}
+		t.Logf("publish %s %s: %v; sending it again", eventType, id, err)
+		// Some of these errors come at once: do not spin while the
+		// server restarts.
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// serverUnavailable reports whether a publish failed as it does while the
+// server is down or restarting: no PubAck in time, no stream listening yet,
+// or the client's reconnect buffer full.
+func serverUnavailable(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrReconnectBufExceeded) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected)
 }
 
 // waitIdle waits until every event published so far has been fanned out and

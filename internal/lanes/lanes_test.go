@@ -94,10 +94,10 @@ type bundle struct {
 	maxAckPending int
 	// maxRequests is the relays' --max-requests; 0 takes the default.
 	maxRequests int
-	n             *testutil.NATS
-	store         *subscribers.Store
-	rcv           *httptest.Server
-	arr           *arrivals
+	n           *testutil.NATS
+	store       *subscribers.Store
+	rcv         *httptest.Server
+	arr         *arrivals
 }
 
 func setup(t *testing.T) *bundle {
@@ -217,6 +217,11 @@ func (b *bundle) enqueue(t testing.TB, sub subscribers.Subscriber, shared, count
 		}
 		if _, err := b.n.JS.PublishMsgAsync(m); err != nil {
 			t.Fatal(err)
+		}
+		if i%1000 == 999 {
+			// A busy machine stalls a long async burst: wait for the
+			// PubAcks a thousand at a time.
+			b.flush(t)
 		}
 	}
 }
