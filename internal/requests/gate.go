@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"sync"
@@ -25,8 +26,9 @@ type Gate struct {
 	waiting int
 	// keys holds the queue of every key that has waiters, and no other.
 	keys map[string]*keyQueue
-	// turns is the FIFO of keys with waiters: the front key is served next.
-	turns turnList
+	// turns is the FIFO of the keys with waiters (*keyQueue): the front key
+	// is served next.
+	turns list.List
 }
 
 // NewGate returns a gate that lets at most limit requests be in flight at
@@ -132,21 +134,22 @@ func (g *Gate) releaser() func() {
 // turn it is, which then goes to the back of the turns if it still has
 // waiters, or to the gate when nobody waits. g.mu must be held.
 func (g *Gate) releaseLocked() {
-	q := g.turns.front
-	if q == nil {
+	front := g.turns.Front()
+	if front == nil {
 		g.inFlight--
 		return
 	}
-	w := q.popFront()
+	q := front.Value.(*keyQueue)
+	w := q.waiters.Remove(q.waiters.Front()).(*waiter)
 	g.waiting--
 	w.granted = true
 	close(w.ready)
-	g.turns.remove(q)
-	if q.head == nil {
+	if q.waiters.Len() == 0 {
+		g.turns.Remove(q.turn)
 		delete(g.keys, q.key)
 		return
 	}
-	g.turns.pushBack(q)
+	g.turns.MoveToBack(q.turn)
 }
 
 // enqueue adds a waiter for key at the back of key's queue, and key at the
@@ -158,11 +161,11 @@ func (g *Gate) enqueue(key string) *waiter {
 			g.keys = make(map[string]*keyQueue)
 		}
 		q = &keyQueue{key: key}
+		q.turn = g.turns.PushBack(q)
 		g.keys[key] = q
-		g.turns.pushBack(q)
 	}
 	w := &waiter{ready: make(chan struct{}), queue: q}
-	q.pushBack(w)
+	w.place = q.waiters.PushBack(w)
 	g.waiting++
 	return w
 }
@@ -171,10 +174,10 @@ func (g *Gate) enqueue(key string) *waiter {
 // turns if that was the key's last waiter. g.mu must be held.
 func (g *Gate) dequeue(w *waiter) {
 	q := w.queue
-	q.remove(w)
+	q.waiters.Remove(w.place)
 	g.waiting--
-	if q.head == nil {
-		g.turns.remove(q)
+	if q.waiters.Len() == 0 {
+		g.turns.Remove(q.turn)
 		delete(g.keys, q.key)
 	}
 }
@@ -186,75 +189,16 @@ type waiter struct {
 	// granted is set, under Gate.mu, when ready is closed; a waiter whose
 	// ctx ended reads it to know whether it holds a slot it must pass on.
 	granted bool
-	// queue is the key's queue this waiter is in.
-	queue      *keyQueue
-	prev, next *waiter
+	// queue is the key's queue this waiter is in, place its element there.
+	queue *keyQueue
+	place *list.Element
 }
 
-// keyQueue is one key's waiters in arrival order, and that key's place in
-// the turns.
+// keyQueue is one key's waiters (*waiter) in arrival order, and that key's
+// element in the turns. Both are linked lists, so that a waiter that gives
+// up, and a key whose last waiter did, leave in O(1).
 type keyQueue struct {
-	key        string
-	head, tail *waiter
-	prev, next *keyQueue
-}
-
-func (q *keyQueue) pushBack(w *waiter) {
-	w.prev, w.next = q.tail, nil
-	if q.tail == nil {
-		q.head = w
-	} else {
-		q.tail.next = w
-	}
-	q.tail = w
-}
-
-func (q *keyQueue) remove(w *waiter) {
-	if w.prev == nil {
-		q.head = w.next
-	} else {
-		w.prev.next = w.next
-	}
-	if w.next == nil {
-		q.tail = w.prev
-	} else {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next = nil, nil
-}
-
-func (q *keyQueue) popFront() *waiter {
-	w := q.head
-	q.remove(w)
-	return w
-}
-
-// turnList is the FIFO of keys with waiters, doubly linked so that a key
-// whose last waiter gave up leaves it in O(1).
-type turnList struct {
-	front, back *keyQueue
-}
-
-func (l *turnList) pushBack(q *keyQueue) {
-	q.prev, q.next = l.back, nil
-	if l.back == nil {
-		l.front = q
-	} else {
-		l.back.next = q
-	}
-	l.back = q
-}
-
-func (l *turnList) remove(q *keyQueue) {
-	if q.prev == nil {
-		l.front = q.next
-	} else {
-		q.prev.next = q.next
-	}
-	if q.next == nil {
-		l.back = q.prev
-	} else {
-		q.next.prev = q.prev
-	}
-	q.prev, q.next = nil, nil
+	key     string
+	waiters list.List
+	turn    *list.Element
 }

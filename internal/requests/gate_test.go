@@ -82,8 +82,7 @@ func requireEmpty(t *testing.T, g *Gate) {
 	defer g.mu.Unlock()
 	require.Zero(t, g.waiting)
 	require.Empty(t, g.keys)
-	require.Nil(t, g.turns.front)
-	require.Nil(t, g.turns.back)
+	require.Zero(t, g.turns.Len())
 }
 
 // requireSlots checks that exactly want slots can be taken, then gives them
