@@ -255,7 +255,7 @@ type result struct {
 	writes    int64
 	conflicts int64
 	reads     int64
-	handBacks float64 // messages the lanes handed back with a delay
+	handBacks float64 // deliveries the lanes moved to overflow
 	complete  bool
 }
 
@@ -533,14 +533,14 @@ type relay struct {
 	done    chan error
 }
 
-// handBacks is how many messages the relay's lanes handed back so far.
+// handBacks is how many deliveries the relay's lanes moved to overflow so far.
 func (r *relay) handBacks() float64 {
 	families, err := r.metrics.Registry.Gather()
 	if err != nil {
 		return math.NaN()
 	}
 	for _, f := range families {
-		if f.GetName() == "relay_deliveries_handed_back_total" && len(f.GetMetric()) > 0 {
+		if f.GetName() == "relay_deliveries_overflowed_total" && len(f.GetMetric()) > 0 {
 			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
@@ -680,7 +680,7 @@ func timeline(at []time.Time, d time.Duration) string {
 func detail(r result) string {
 	s := fmt.Sprintf("%d requests (%d distinct of %d) over %.3fs; %.1f/s after the burst (%.3f of the rate); "+
 		"longest gap %.3fs at +%.3fs; worst window: %d requests in %.3fs from +%.3fs, %+.1f over burst + rate × T "+
-		"(%.2f leases of %d); KV %d writes, %d conflicts, %d reads; %.0f hand-backs",
+		"(%.2f leases of %d); KV %d writes, %d conflicts, %d reads; %.0f to overflow",
 		r.requests, r.distinct, r.backlog, r.span, r.achieved, r.ratio(), r.gap, r.gapAt,
 		r.worstN, r.worstT, r.worstAt, r.overshoot, r.leases(), r.lease, r.writes, r.conflicts, r.reads, r.handBacks)
 	if !r.complete {
@@ -706,7 +706,7 @@ func table(results []result) string {
 // did per request, which the rule does not bound but a deployment pays for.
 func costs(results []result) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%8s %6s %12s %15s\n", "rate", "relays", "kv-reads/req", "hand-backs/req")
+	fmt.Fprintf(&sb, "%8s %6s %12s %15s\n", "rate", "relays", "kv-reads/req", "overflow/req")
 	for _, r := range results {
 		fmt.Fprintf(&sb, "%8g %6d %12.3f %15.3f\n",
 			r.rate, r.relays, r.perReq(r.reads), r.handBacks/float64(max(1, r.requests)))

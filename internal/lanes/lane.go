@@ -166,7 +166,7 @@ func (l *lane) toOverflow(d delivery, id string, stored func()) {
 		l.letGo(d, id)
 		return
 	}
-	l.cfg.Metrics.HandBack()
+	l.cfg.Metrics.Overflow()
 	f, err := overflow.PutAsync(l.cfg.JS, id, d.msg.Data(), d.msg.Headers(), d.seq)
 	if err != nil {
 		l.log.Warn("lanes: moving a delivery to overflow", "subscriber", id, "err", err)

@@ -44,8 +44,8 @@ type Config struct {
 	// alive with InProgress well within it. Defaults to 60s.
 	AckWait time.Duration
 	// MaxAckPending of each lane consumer: the most messages a lane can
-	// have out, held, in flight or handed back with a delay. Defaults to
-	// 20,000.
+	// have out, held or in flight; the pool its busy subscribers share.
+	// Defaults to 20,000.
 	MaxAckPending int
 	// RetryPolicy gives a subscriber's retry schedule. Defaults to
 	// retry.Exponential with the subscriber's --retry-base and --retry-max

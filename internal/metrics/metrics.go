@@ -24,7 +24,7 @@ type Metrics struct {
 	Copies     prometheus.Counter
 	Deliveries *prometheus.CounterVec
 	Latency    prometheus.Histogram
-	HandedBack prometheus.Counter
+	Overflowed prometheus.Counter
 
 	ready atomic.Bool
 }
@@ -52,12 +52,12 @@ func New() *Metrics {
 			Help:    "Duration of HTTP delivery attempts.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
-		HandedBack: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_deliveries_handed_back_total",
-			Help: "Messages handed back to JetStream with a delay because their subscriber could not take them yet.",
+		Overflowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_deliveries_overflowed_total",
+			Help: "Deliveries moved to their subscriber's overflow because it could not take them now: a backlog beyond its share of the lane, a pause, an open circuit, a disabled subscriber.",
 		}),
 	}
-	r.MustRegister(m.FannedOut, m.Copies, m.Deliveries, m.Latency, m.HandedBack,
+	r.MustRegister(m.FannedOut, m.Copies, m.Deliveries, m.Latency, m.Overflowed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -80,12 +80,12 @@ func (m *Metrics) Event(n int) {
 	m.Copies.Add(float64(n))
 }
 
-// HandBack records a message handed back to JetStream.
-func (m *Metrics) HandBack() {
+// Overflow records a delivery moved to its subscriber's overflow.
+func (m *Metrics) Overflow() {
 	if m == nil {
 		return
 	}
-	m.HandedBack.Inc()
+	m.Overflowed.Inc()
 }
 
 // SetReady flips /readyz: ready once streams, fan-out and lanes run, not

@@ -42,13 +42,13 @@ func TestHandlerServesProbesAndCounters(t *testing.T) {
 	}
 	m.Event(3)
 	m.Attempt("delivered", 5*time.Millisecond)
-	m.HandBack()
+	m.Overflow()
 	_, body := get(t, srv.URL+"/metrics")
 	for _, want := range []string{
 		"relay_events_fanned_out_total 1",
 		"relay_delivery_copies_total 3",
 		`relay_delivery_attempts_total{outcome="delivered"} 1`,
-		"relay_deliveries_handed_back_total 1",
+		"relay_deliveries_overflowed_total 1",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -63,6 +63,6 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	var m *metrics.Metrics
 	m.Event(1)
 	m.Attempt("delivered", time.Millisecond)
-	m.HandBack()
+	m.Overflow()
 	m.SetReady(true)
 }
