@@ -21,5 +21,6 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1)
 	$(GO) vet ./...
 
-bench: ## rate accuracy with 1 and 3 relays (about 3 minutes; see bench/README.md)
+bench: ## bench/ratelimit (rate accuracy) then bench/engine (the built relay end to end): about 8 minutes; see bench/README.md
 	$(GO) run ./bench/ratelimit
+	$(GO) run ./bench/engine

@@ -1,0 +1,259 @@
+// Command engine measures the relay engine end to end, as a user runs it:
+// the real binary (built once with `go build ./cmd/relay`) runs
+// `relay run --allow-private-targets --nats URL` against a nats-server this
+// program starts in-process (the configuration of relay's embedded server,
+// streams.StartServer: JetStream in a temporary directory, a random loopback
+// port). Subscribers are added with `relay sub add`, events are published on
+// events.<type> with Nats-Msg-Id and JetStream PubAcks (async, then a wait
+// for every ack), and a plain Go receiver on 127.0.0.1 answers 204 and
+// records when each webhook-id arrived.
+//
+// Scenarios (-scenarios):
+//
+//   - burst: -burst-events to one subscriber (--rate 0 --max-in-flight 64),
+//     -burst-runs times, each on a fresh server and a fresh relay: the time to
+//     all delivered, deliveries/s, the worst idle gap between two arrivals
+//     (a stalled lane shows up as a gap of seconds), and the extra JetStream
+//     writes per delivered message.
+//   - writes: a backlog of -writes-events to one subscriber at
+//     -writes-rate/s, observed for -writes-window once it is fanned out and
+//     has left its lane: the extra JetStream writes (growth of the last
+//     sequence of DELIVERIES and RETRIES beyond the fan-out's copies) per
+//     message for the backlog and per delivered message in the window.
+//   - backlog: -backlog-events to one subscriber at -backlog-rate/s: how
+//     long the fan-out and the overflow take, the relay's VmRSS and VmHWM
+//     once they are done; and the publish→arrival latency of a lane-mate
+//     (same lane, --rate 0, another event type, -mate-rate events/s for
+//     -mate-for) beside that backlog, against a baseline measured on the same
+//     relay before the backlog was published.
+//
+// It measures and prints; it never fails on a threshold, only on errors.
+// Everything it starts (the relays, the servers, the receiver) is stopped on
+// exit, Ctrl-C included. The relays' stderr goes to files under -logs, which
+// are kept.
+//
+// Run it from the module root:
+//
+//	go run ./bench/engine                                  # everything, about 5 minutes on 2 cores
+//	go run ./bench/engine -scenarios burst -burst-runs 3   # one scenario, fewer runs
+//	go run ./bench/engine -backlog-events 100000           # a smaller backlog
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// The scenarios, in the order they run.
+var allScenarios = []string{"burst", "writes", "backlog"}
+
+type config struct {
+	scenarios map[string]bool
+
+	burstEvents   int
+	burstRuns     int
+	burstInFlight int
+	burstTimeout  time.Duration
+
+	writesEvents int
+	writesRate   float64
+	writesWindow time.Duration
+
+	backlogEvents int
+	backlogRate   float64
+	settle        time.Duration
+	mateRate      float64
+	mateFor       time.Duration
+
+	lanes    int
+	payload  int
+	stallGap time.Duration
+	timeout  time.Duration
+	relayBin string
+	logs     string
+	out      string
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
+	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
+	var cfg config
+	fs.IntVar(&cfg.burstEvents, "burst-events", 20_000, "burst: events per run")
+	fs.IntVar(&cfg.burstRuns, "burst-runs", 10, "burst: runs, each on a fresh server and relay")
+	fs.IntVar(&cfg.burstInFlight, "burst-in-flight", 64, "burst: the subscriber's --max-in-flight")
+	fs.DurationVar(&cfg.burstTimeout, "burst-timeout", 2*time.Minute, "burst: longest wait for one run's deliveries")
+	fs.IntVar(&cfg.writesEvents, "writes-events", 100_000, "writes: backlog, events")
+	fs.Float64Var(&cfg.writesRate, "writes-rate", 100, "writes: the subscriber's --rate")
+	fs.DurationVar(&cfg.writesWindow, "writes-window", 40*time.Second, "writes: how long to watch the backlog drain once it is fanned out")
+	fs.IntVar(&cfg.backlogEvents, "backlog-events", 1_000_000, "backlog: events")
+	fs.Float64Var(&cfg.backlogRate, "backlog-rate", 10, "backlog: the subscriber's --rate")
+	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "backlog: wait after the fan-out and overflow are done before reading the RSS")
+	fs.Float64Var(&cfg.mateRate, "mate-rate", 50, "backlog: events/s published to the lane-mate")
+	fs.DurationVar(&cfg.mateFor, "mate-for", 20*time.Second, "backlog: how long the lane-mate's events are published, baseline and beside the backlog")
+	fs.IntVar(&cfg.lanes, "lanes", 16, "shared lanes (relay run --lanes)")
+	fs.IntVar(&cfg.payload, "payload", 200, "body size in bytes")
+	fs.DurationVar(&cfg.stallGap, "stall-gap", 2*time.Second, "an idle gap at least this long counts as a stall (and is diagnosed on stderr)")
+	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "longest wait for any other step (a publish, a fan-out, a drain)")
+	fs.StringVar(&cfg.relayBin, "relay", "", "use this relay binary instead of building ./cmd/relay")
+	fs.StringVar(&cfg.logs, "logs", "", "directory for the relays' stderr (default: a new one under the temp dir; kept)")
+	fs.StringVar(&cfg.out, "out", "", "also write the tables to this file")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	cfg.scenarios = map[string]bool{}
+	for s := range strings.SplitSeq(*scenarios, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		known := false
+		for _, k := range allScenarios {
+			known = known || k == s
+		}
+		if !known {
+			return cfg, fmt.Errorf("-scenarios: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
+		}
+		cfg.scenarios[s] = true
+	}
+	switch {
+	case len(cfg.scenarios) == 0:
+		return cfg, errors.New("-scenarios: empty list")
+	case cfg.burstEvents < 1 || cfg.burstRuns < 1 || cfg.burstInFlight < 1:
+		return cfg, errors.New("-burst-events, -burst-runs and -burst-in-flight must be at least 1")
+	case cfg.writesEvents < 1 || cfg.backlogEvents < 1:
+		return cfg, errors.New("-writes-events and -backlog-events must be at least 1")
+	case !(cfg.writesRate > 0) || !(cfg.backlogRate > 0) || !(cfg.mateRate > 0):
+		return cfg, errors.New("-writes-rate, -backlog-rate and -mate-rate must be positive")
+	case cfg.writesWindow <= 0 || cfg.mateFor <= 0 || cfg.settle < 0:
+		return cfg, errors.New("-writes-window and -mate-for must be positive, -settle not negative")
+	case cfg.burstTimeout <= 0 || cfg.timeout <= 0 || cfg.stallGap <= 0:
+		return cfg, errors.New("-burst-timeout, -timeout and -stall-gap must be positive")
+	case cfg.lanes < 1 || cfg.lanes > 256:
+		return cfg, errors.New("-lanes must be between 1 and 256")
+	case cfg.payload < 2:
+		return cfg, errors.New("-payload must be at least 2 bytes")
+	}
+	return cfg, nil
+}
+
+func run(ctx context.Context, cfg config) error {
+	rev := revision() // at the start: the tree may change while this runs
+	started := time.Now()
+	work, err := os.MkdirTemp("", "relay-bench-engine-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if cfg.logs == "" {
+		cfg.logs = filepath.Join(os.TempDir(), "relay-bench-engine-logs-"+time.Now().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(cfg.logs, 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "relay logs in %s\n", cfg.logs)
+
+	bin := cfg.relayBin
+	if bin == "" {
+		bin = filepath.Join(work, "relay")
+		fmt.Fprintln(os.Stderr, "building ./cmd/relay")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/relay")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("go build ./cmd/relay: %w", err)
+		}
+	}
+	e, err := newEnv(cfg, bin, work)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+
+	var report strings.Builder
+	var runErr error
+	if cfg.scenarios["burst"] {
+		res, err := e.burst(ctx)
+		if len(res) > 0 {
+			report.WriteString(burstTable(cfg, res) + "\n")
+		}
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["writes"] && ctx.Err() == nil {
+		res, err := e.writes(ctx)
+		if err == nil { // a partial result is on stderr
+			report.WriteString(writesTable(*res) + "\n")
+		}
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["backlog"] && ctx.Err() == nil {
+		res, err := e.backlog(ctx)
+		if err == nil { // a partial result is on stderr
+			report.WriteString(backlogTable(*res) + "\n")
+		}
+		runErr = errors.Join(runErr, err)
+	}
+	report.WriteString(machine(rev, time.Since(started)))
+	fmt.Print("\n" + report.String())
+	if cfg.out != "" {
+		if err := os.WriteFile(cfg.out, []byte(report.String()), 0o644); err != nil {
+			runErr = errors.Join(runErr, err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "relay logs kept in %s\n", cfg.logs)
+	return runErr
+}
+
+func machine(rev string, took time.Duration) string {
+	return fmt.Sprintf("machine: %d CPUs, %s/%s, %s, nats-server %s (in-process, relay on --nats); %s%s; this run took %v\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), server.VERSION,
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), rev, took.Round(time.Second))
+}
+
+// revision names the commit the code was built from, when run inside a git
+// checkout. Empty when git cannot tell. The commands take no optional
+// locks: they never write to the repository.
+func revision() string {
+	git := func(args ...string) ([]byte, error) {
+		cmd := exec.Command("git", append([]string{"--no-optional-locks"}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0")
+		return cmd.Output()
+	}
+	out, err := git("rev-parse", "--short", "HEAD")
+	if err != nil {
+		return ""
+	}
+	rev := "; code at " + strings.TrimSpace(string(out))
+	dirty, err := git("status", "--porcelain", "--untracked-files=no", "--", "*.go", "go.mod", "go.sum")
+	if err == nil && len(dirty) > 0 {
+		rev += " with uncommitted changes"
+	}
+	return rev
+}

@@ -1,0 +1,451 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// Contract names (DESIGN.md): the fan-out's consumer on EVENTS and the lane
+// consumers on DELIVERIES.
+const (
+	fanoutConsumer = "fanout"
+	lanePrefix     = "lane_"
+	overflowPrefix = "deliveries.overflow."
+)
+
+// publishChunk is how many events are published before waiting for their
+// PubAcks, well under the client's limit of pending async publishes.
+const publishChunk = 4096
+
+// env is what every scenario shares: the relay binary, the receiver, the
+// signing secret and the body.
+type env struct {
+	cfg    config
+	bin    string
+	work   string
+	rcv    *receiver
+	hook   *httptest.Server
+	secret string
+	body   []byte
+	stacks int
+}
+
+func newEnv(cfg config, bin, work string) (*env, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	rcv := newReceiver()
+	// httptest listens on 127.0.0.1: every webhook stays on loopback.
+	hook := httptest.NewServer(rcv)
+	hook.Config.SetKeepAlivesEnabled(true)
+	return &env{
+		cfg: cfg, bin: bin, work: work, rcv: rcv, hook: hook,
+		secret: "whsec_" + base64.StdEncoding.EncodeToString(key),
+		body:   payload(cfg.payload),
+	}, nil
+}
+
+func (e *env) close() { e.hook.Close() }
+
+// payload is a JSON body of n bytes.
+func payload(n int) []byte {
+	const pre, post = `{"pad":"`, `"}`
+	if n < len(pre)+len(post) {
+		return []byte(`{}`)
+	}
+	return []byte(pre + strings.Repeat("x", n-len(pre)-len(post)) + post)
+}
+
+// stack is one fresh nats-server and one relay process running against it.
+type stack struct {
+	name  string
+	dir   string
+	srv   *server.Server
+	url   string
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	relay *relayProc
+}
+
+// up starts a nats-server in-process (relay's embedded configuration, on a
+// random loopback port, JetStream in a new directory) and a relay process
+// on it, and returns once the relay is ready.
+func (e *env) up(ctx context.Context, name string) (*stack, error) {
+	e.stacks++
+	s := &stack{name: name, dir: filepath.Join(e.work, fmt.Sprintf("%02d-%s", e.stacks, name))}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, err
+	}
+	srv, err := streams.StartServer(streams.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(s.dir, "jetstream")})
+	if err != nil {
+		return nil, err
+	}
+	s.srv, s.url = srv, srv.ClientURL()
+	fail := func(err error) (*stack, error) { return nil, errors.Join(err, s.down()) }
+	if s.nc, err = nats.Connect(s.url, nats.Name("bench/engine")); err != nil {
+		return fail(err)
+	}
+	if s.js, err = jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(2*publishChunk),
+		jetstream.WithPublishAsyncTimeout(30*time.Second)); err != nil {
+		return fail(err)
+	}
+	logPath := filepath.Join(e.cfg.logs, fmt.Sprintf("%02d-%s.log", e.stacks, name))
+	if s.relay, err = startRelay(ctx, e.bin, s.url, e.cfg.lanes, s.dir, logPath); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// down stops the relay (SIGTERM, then SIGKILL after 30 s), the connection
+// and the server, and removes the server's files. Safe on a partial stack.
+func (s *stack) down() error {
+	var errs []error
+	if s.relay != nil {
+		errs = append(errs, s.relay.stop())
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+	}
+	errs = append(errs, os.RemoveAll(s.dir))
+	return errors.Join(errs...)
+}
+
+// relayProc is one `relay run` process.
+type relayProc struct {
+	cmd     *exec.Cmd
+	logPath string
+	metrics string
+	done    chan struct{}
+	err     error // how it exited; set before done is closed
+	started time.Time
+}
+
+func startRelay(ctx context.Context, bin, natsURL string, lanes int, dir, logPath string) (*relayProc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &relayProc{logPath: logPath, metrics: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "run", "--allow-private-targets", "--nats", natsURL,
+		"--metrics", p.metrics, "--lanes", strconv.Itoa(lanes))
+	p.cmd.Dir = dir
+	p.cmd.Env = withoutNATSEnv(os.Environ())
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	ownProcess(p.cmd)
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting relay: %w", err)
+	}
+	logFile.Close() // the child has its own descriptor
+	p.started = time.Now()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	if err := p.waitReady(ctx, 30*time.Second); err != nil {
+		return nil, errors.Join(err, p.stop())
+	}
+	return p, nil
+}
+
+func (p *relayProc) pid() int { return p.cmd.Process.Pid }
+
+func (p *relayProc) waitReady(ctx context.Context, d time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := client.Get("http://" + p.metrics + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("relay exited before it was ready (%v); its log: %s\n%s", p.err, p.logPath, tail(p.logPath, 20))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("relay not ready after %v; its log: %s\n%s", d, p.logPath, tail(p.logPath, 20))
+		}
+	}
+}
+
+// exited reports whether the relay has exited on its own.
+func (p *relayProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop asks the relay to stop (SIGTERM, as a user's service manager would)
+// and waits for it; after 30 s it is killed, and that is reported.
+func (p *relayProc) stop() error {
+	if p.exited() {
+		return exitErr(p)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	start := time.Now()
+	select {
+	case <-p.done:
+		took := time.Since(start)
+		if took > 5*time.Second {
+			fmt.Fprintf(os.Stderr, "  relay (pid %d) took %v to stop after SIGTERM\n", p.pid(), took.Round(time.Millisecond))
+		}
+		if p.err != nil {
+			return fmt.Errorf("relay (pid %d) exited with %v after SIGTERM; its log: %s", p.pid(), p.err, p.logPath)
+		}
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("relay (pid %d) did not stop within 30 s of SIGTERM and was killed; its log: %s", p.pid(), p.logPath)
+	}
+}
+
+func exitErr(p *relayProc) error {
+	return fmt.Errorf("relay (pid %d) exited by itself after %v: %v; its log: %s\n%s",
+		p.pid(), time.Since(p.started).Round(time.Second), p.err, p.logPath, tail(p.logPath, 20))
+}
+
+// tail returns the last n lines of a file, indented.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "  (" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+func withoutNATSEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "NATS_URL=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// subAdd runs `relay sub add` for a subscriber whose webhook is the
+// receiver's /<id>.
+func (e *env) subAdd(ctx context.Context, s *stack, id string, rate float64, inFlight int, events string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, "sub", "add", id,
+		"--url", e.hook.URL+"/"+id, "--secret", e.secret,
+		"--rate", strconv.FormatFloat(rate, 'g', -1, 64), "--max-in-flight", strconv.Itoa(inFlight),
+		"--events", events, "--nats", s.url)
+	cmd.Dir = s.dir
+	cmd.Env = withoutNATSEnv(os.Environ())
+	ownProcess(cmd)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("relay sub add %s: %w: %s", id, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// publish publishes n events on events.<eventType> with Nats-Msg-Id
+// <prefix><i>, i from 0, async in chunks, and waits for every PubAck.
+func (e *env) publish(ctx context.Context, s *stack, eventType, prefix string, n int) error {
+	return e.publishFrom(ctx, s, eventType, prefix, 0, n)
+}
+
+// publishFrom is publish for i from first to first+n-1.
+func (e *env) publishFrom(ctx context.Context, s *stack, eventType, prefix string, first, n int) error {
+	subject := "events." + eventType
+	end := first + n
+	for from := first; from < end; from += publishChunk {
+		to := min(end, from+publishChunk)
+		acks := make([]jetstream.PubAckFuture, 0, to-from)
+		for i := from; i < to; i++ {
+			f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: e.body},
+				jetstream.WithMsgID(prefix+strconv.Itoa(i)))
+			if err != nil {
+				return fmt.Errorf("publishing: %w", err)
+			}
+			acks = append(acks, f)
+		}
+		if err := waitAcks(ctx, acks); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitAcks(ctx context.Context, acks []jetstream.PubAckFuture) error {
+	timeout := time.After(time.Minute)
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publishing: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout:
+			return errors.New("publishing: no PubAck within a minute")
+		}
+	}
+	return nil
+}
+
+// seqs are the last sequences of DELIVERIES and RETRIES: each stored
+// message, whatever its subject, adds one.
+type seqs struct{ deliveries, retries uint64 }
+
+func (a seqs) minus(b seqs) int64 {
+	return int64(a.deliveries-b.deliveries) + int64(a.retries-b.retries)
+}
+
+func (s *stack) lastSeqs(ctx context.Context) (seqs, error) {
+	var out seqs
+	for _, x := range []struct {
+		name string
+		seq  *uint64
+	}{{streams.Deliveries, &out.deliveries}, {streams.Retries, &out.retries}} {
+		st, err := s.js.Stream(ctx, x.name)
+		if err != nil {
+			return out, err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return out, err
+		}
+		*x.seq = info.State.LastSeq
+	}
+	return out, nil
+}
+
+// inOverflow is how many deliveries wait on deliveries.overflow.<id>, from
+// the stream's per-subject counts.
+func (s *stack) inOverflow(ctx context.Context, id string) (uint64, error) {
+	st, err := s.js.Stream(ctx, streams.Deliveries)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(overflowPrefix+id))
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Subjects[overflowPrefix+id], nil
+}
+
+// consumerInfo is the state of one consumer.
+func (s *stack) consumerInfo(ctx context.Context, stream, name string) (*jetstream.ConsumerInfo, error) {
+	c, err := s.js.Consumer(ctx, stream, name)
+	if err != nil {
+		return nil, err
+	}
+	return c.CachedInfo(), nil
+}
+
+// fannedOut reports whether the fan-out has copied every event: its
+// consumer has nothing pending and nothing unacknowledged.
+func (s *stack) fannedOut(ctx context.Context) (bool, *jetstream.ConsumerInfo, error) {
+	info, err := s.consumerInfo(ctx, streams.Events, fanoutConsumer)
+	if err != nil {
+		return false, nil, err
+	}
+	return info.NumPending == 0 && info.NumAckPending == 0, info, nil
+}
+
+// lanes describes every lane consumer that has messages pending, unacked or
+// waiting pulls, and the fan-out's: what a stall looks like from the server.
+func (s *stack) lanesState(ctx context.Context, lanes int) string {
+	var parts []string
+	if info, err := s.consumerInfo(ctx, streams.Events, fanoutConsumer); err == nil {
+		parts = append(parts, fmt.Sprintf("fanout pending %d ack_pending %d waiting %d",
+			info.NumPending, info.NumAckPending, info.NumWaiting))
+	}
+	for i := range lanes {
+		name := fmt.Sprintf("%ss%02d", lanePrefix, i)
+		info, err := s.consumerInfo(ctx, streams.Deliveries, name)
+		if err != nil {
+			parts = append(parts, name+": "+err.Error())
+			continue
+		}
+		if info.NumPending > 0 || info.NumAckPending > 0 || info.NumRedelivered > 0 {
+			parts = append(parts, fmt.Sprintf("%s pending %d ack_pending %d redelivered %d waiting %d",
+				name, info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// waitUntil polls cond every 100 ms until it holds, the relay exits, ctx is
+// done or timeout passes; every 5 s it prints progress() on stderr.
+func (s *stack) waitUntil(ctx context.Context, what string, timeout time.Duration, cond func() (bool, error), progress func() string) error {
+	start := time.Now()
+	lastProgress := start
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		if s.relay.exited() {
+			return fmt.Errorf("%s: %w", what, exitErr(s.relay))
+		}
+		now := time.Now()
+		if now.Sub(start) > timeout {
+			return fmt.Errorf("%s: not done after %v (%s); relay log: %s", what, timeout, progress(), s.relay.logPath)
+		}
+		if now.Sub(lastProgress) >= 5*time.Second {
+			lastProgress = now
+			fmt.Fprintf(os.Stderr, "  %5.0fs %s: %s\n", now.Sub(start).Seconds(), what, progress())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
