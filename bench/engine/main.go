@@ -82,6 +82,7 @@ type config struct {
 	stallGap time.Duration
 	timeout  time.Duration
 	relayBin string
+	embedded bool
 	logs     string
 	out      string
 }
@@ -121,6 +122,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.stallGap, "stall-gap", 2*time.Second, "an idle gap at least this long counts as a stall (and is diagnosed on stderr)")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "longest wait for any other step (a publish, a fan-out, a drain)")
 	fs.StringVar(&cfg.relayBin, "relay", "", "use this relay binary instead of building ./cmd/relay")
+	fs.BoolVar(&cfg.embedded, "embedded", false, "run each relay on its own embedded NATS server (relay run --data --listen) instead of one this program starts")
 	fs.StringVar(&cfg.logs, "logs", "", "directory for the relays' stderr (default: a new one under the temp dir; kept)")
 	fs.StringVar(&cfg.out, "out", "", "also write the tables to this file")
 	if err := fs.Parse(args); err != nil {
@@ -220,7 +222,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		runErr = errors.Join(runErr, err)
 	}
-	report.WriteString(machine(rev, time.Since(started)))
+	report.WriteString(machine(rev, cfg.embedded, time.Since(started)))
 	fmt.Print("\n" + report.String())
 	if cfg.out != "" {
 		if err := os.WriteFile(cfg.out, []byte(report.String()), 0o644); err != nil {
@@ -231,9 +233,13 @@ func run(ctx context.Context, cfg config) error {
 	return runErr
 }
 
-func machine(rev string, took time.Duration) string {
-	return fmt.Sprintf("machine: %d CPUs, %s/%s, %s, nats-server %s (in-process, relay on --nats); %s%s; this run took %v\n",
-		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), server.VERSION,
+func machine(rev string, embedded bool, took time.Duration) string {
+	where := "in-process, relay on --nats"
+	if embedded {
+		where = "embedded in each relay"
+	}
+	return fmt.Sprintf("machine: %d CPUs, %s/%s, %s, nats-server %s (%s); %s%s; this run took %v\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), server.VERSION, where,
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), rev, took.Round(time.Second))
 }
 

@@ -96,12 +96,27 @@ func (e *env) up(ctx context.Context, name string) (*stack, error) {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, err
 	}
-	srv, err := streams.StartServer(streams.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(s.dir, "jetstream")})
-	if err != nil {
-		return nil, err
-	}
-	s.srv, s.url = srv, srv.ClientURL()
+	logPath := filepath.Join(e.cfg.logs, fmt.Sprintf("%02d-%s.log", e.stacks, name))
 	fail := func(err error) (*stack, error) { return nil, errors.Join(err, s.down()) }
+	var err error
+	if e.cfg.embedded {
+		// The relay's own server, in its process, as `make run` has it.
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.url = "nats://" + listen
+		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, "--data", filepath.Join(s.dir, "relay-data"), "--listen", listen); err != nil {
+			return fail(err)
+		}
+	} else {
+		srv, err := streams.StartServer(streams.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(s.dir, "jetstream")})
+		if err != nil {
+			return nil, err
+		}
+		s.srv, s.url = srv, srv.ClientURL()
+	}
 	if s.nc, err = nats.Connect(s.url, nats.Name("bench/engine")); err != nil {
 		return fail(err)
 	}
@@ -109,9 +124,10 @@ func (e *env) up(ctx context.Context, name string) (*stack, error) {
 		jetstream.WithPublishAsyncTimeout(30*time.Second)); err != nil {
 		return fail(err)
 	}
-	logPath := filepath.Join(e.cfg.logs, fmt.Sprintf("%02d-%s.log", e.stacks, name))
-	if s.relay, err = startRelay(ctx, e.bin, s.url, e.cfg.lanes, s.dir, logPath); err != nil {
-		return fail(err)
+	if s.relay == nil {
+		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, "--nats", s.url); err != nil {
+			return fail(err)
+		}
 	}
 	return s, nil
 }
@@ -144,7 +160,7 @@ type relayProc struct {
 	started time.Time
 }
 
-func startRelay(ctx context.Context, bin, natsURL string, lanes int, dir, logPath string) (*relayProc, error) {
+func startRelay(ctx context.Context, bin string, lanes int, dir, logPath string, where ...string) (*relayProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -154,8 +170,8 @@ func startRelay(ctx context.Context, bin, natsURL string, lanes int, dir, logPat
 		return nil, err
 	}
 	p := &relayProc{logPath: logPath, metrics: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "run", "--allow-private-targets", "--nats", natsURL,
-		"--metrics", p.metrics, "--lanes", strconv.Itoa(lanes))
+	args := append([]string{"run", "--allow-private-targets", "--metrics", p.metrics, "--lanes", strconv.Itoa(lanes)}, where...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
 	p.cmd.Env = withoutNATSEnv(os.Environ())
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
