@@ -99,7 +99,7 @@ func (r *receiver) forget(id string) {
 type writeCounts struct {
 	copies     int64 // deliveries.<lane>.<id> with the fan-out's Nats-Msg-Id <event id>.<id>
 	puts       int64 // deliveries.overflow.<id>
-	bringBacks int64 // deliveries.<lane>.<id> with Nats-Msg-Id refill.<seq>
+	bringBacks int64 // deliveries.<lane>.<id> with Nats-Msg-Id refill-<seq>
 	other      int64 // any other publish on deliveries.> (a retry moved back, a replay)
 	parks      int64 // retries.wait.>
 	due        int64 // retries.due.> (if the server's schedule firing is visible to subscribers)
@@ -148,7 +148,7 @@ func (c *writeCounter) delivery(m *nats.Msg) {
 	}
 	id := m.Header.Get(nats.MsgIdHdr)
 	switch {
-	case strings.HasPrefix(id, "refill."):
+	case strings.HasPrefix(id, "refill-"):
 		c.bringBacks.Add(1)
 	case strings.HasPrefix(id, c.eventPrefix):
 		c.copies.Add(1)

@@ -177,7 +177,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		}
 	}()
 
-	js, err := jetstream.New(nc)
+	// A PubAck that never comes (a leader lost after it stored nothing)
+	// must end: the lanes wait for one before they ack what they moved.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return err
 	}

@@ -121,5 +121,5 @@ var relayOwned = []string{
 	streams.HeaderEventID, streams.HeaderEventType, streams.HeaderPublishedAt,
 	streams.HeaderAttempt, streams.HeaderFirstAttemptAt, streams.HeaderReason,
 	streams.HeaderAttempts, streams.HeaderLastStatus, streams.HeaderLastError,
-	streams.HeaderDeadAt, streams.HeaderOriginSeq,
+	streams.HeaderDeadAt, streams.HeaderOriginSeq, streams.HeaderOverflowSeq,
 }

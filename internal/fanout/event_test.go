@@ -251,9 +251,10 @@ func TestCopyHeaderDropsRelayHeadersOfThePublisher(t *testing.T) {
 	orig.Set("Relay-Attempt", "12")
 	orig.Set("relay-first-attempt-at", "2020-01-01T00:00:00Z")
 	orig.Set("Relay-Reason", "gone")
+	orig.Set("Relay-Overflow-Seq", "7") // would skip its subscriber's queue
 	orig.Set("Relay-Deadline", "2030-01-01T00:00:00Z")
 	got := fanout.CopyHeader(orig, "e1", "t", time.Now())
-	for _, k := range []string{"Relay-Attempt", "relay-first-attempt-at", "Relay-Reason"} {
+	for _, k := range []string{"Relay-Attempt", "relay-first-attempt-at", "Relay-Reason", "Relay-Overflow-Seq"} {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s kept on the copy", k)
 		}

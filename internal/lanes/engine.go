@@ -24,13 +24,16 @@ type engine struct {
 	store      *subscribers.Store
 
 	mu     sync.Mutex
-	known  map[string]lookup
+	known  map[string]*lookup
 	logged map[string]time.Time
 }
 
-// lookup is a cached answer of the bucket about one subscriber id.
+// lookup is the bucket's answer about one subscriber id, shared by every
+// delivery that asks while it is on its way.
 type lookup struct {
+	ready   chan struct{}
 	present bool
+	err     error
 	at      time.Time
 }
 
@@ -61,7 +64,7 @@ func newEngine(ctx context.Context, cfg Config) (*engine, error) {
 		refiller:   refiller,
 		deliveries: deliveries,
 		store:      store,
-		known:      make(map[string]lookup),
+		known:      make(map[string]*lookup),
 		logged:     make(map[string]time.Time),
 	}, nil
 }
@@ -70,24 +73,49 @@ func newEngine(ctx context.Context, cfg Config) (*engine, error) {
 // present with a value this build refuses counts as existing.
 func (e *engine) lookup(ctx context.Context, id string) (bool, error) {
 	e.mu.Lock()
-	if k, ok := e.known[id]; ok && time.Since(k.at) < lookupFor {
+	k, ok := e.known[id]
+	if ok && (k.at.IsZero() || time.Since(k.at) < lookupFor) {
 		e.mu.Unlock()
-		return k.present, nil
+		<-k.ready
+		return k.present, k.err
 	}
+	k = &lookup{ready: make(chan struct{})}
+	e.known[id] = k
 	e.mu.Unlock()
+
 	_, err := e.store.Get(ctx, id)
-	var present bool
 	switch {
 	case err == nil, errors.Is(err, subscribers.ErrCorrupt):
-		present = true
+		k.present = true
 	case errors.Is(err, subscribers.ErrNotFound), errors.Is(err, subscribers.ErrInvalid):
 	default:
-		return false, err
+		k.err = err
 	}
 	e.mu.Lock()
-	e.known[id] = lookup{present: present, at: time.Now()}
+	k.at = time.Now()
+	if k.err != nil {
+		delete(e.known, id) // ask again next time
+	}
 	e.mu.Unlock()
-	return present, nil
+	close(k.ready)
+	return k.present, k.err
+}
+
+// forget drops what is known of ids the live view now holds, and answers
+// older than a minute, so the cache stays the size of its misses.
+func (e *engine) forget(inView func(id string) bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id, k := range e.known {
+		if !k.at.IsZero() && (inView(id) || time.Since(k.at) > logEvery) {
+			delete(e.known, id)
+		}
+	}
+	for key, at := range e.logged {
+		if time.Since(at) > logEvery {
+			delete(e.logged, key)
+		}
+	}
 }
 
 // logOnce logs at warn, at most once every logEvery for the same key.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/deadletter"
@@ -169,6 +170,25 @@ func TestUnknownSubscriberIsDeadLetteredAsUnroutable(t *testing.T) {
 	for _, e := range dead {
 		require.Equal(t, deadletter.Unroutable, e.Reason)
 		require.Zero(t, e.Attempts)
+	}
+	b.waitSettled(t)
+}
+
+// TestBacklogOfARemovedSubscriberIsDeadLettered: deliveries that reached a
+// subscriber's overflow after `relay sub rm` purged it (they were on their
+// way) do not sit there for ever: a sweep takes them back to a lane, which
+// dead-letters them as unroutable.
+func TestBacklogOfARemovedSubscriberIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 4 {
+		h := nats.Header{streams.HeaderEventID: []string{fmt.Sprintf("late-%d", i)}}
+		require.NoError(t, overflow.Put(testutil.Context(t), b.n.JS, "removed", []byte(`{}`), h, uint64(i+1)))
+	}
+	b.startLanes(t, 4)
+	dead := b.deadLetters(t, "removed", 4)
+	for _, e := range dead {
+		require.Equal(t, deadletter.Unroutable, e.Reason)
 	}
 	b.waitSettled(t)
 }

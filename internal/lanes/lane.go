@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +35,10 @@ type lane struct {
 	runCtx context.Context
 
 	stopping atomic.Bool
+	// starting is held (read) by whoever starts a scheduler from outside
+	// the lane's own goroutines, and taken (write) before the lane waits
+	// for them, so that none starts once it waits.
+	starting sync.RWMutex
 	// busy counts the schedulers that hold, send or have a backlog: they
 	// share the lane's MaxAckPending.
 	busy atomic.Int64
@@ -110,7 +113,9 @@ func (l *lane) run(ctx context.Context) {
 		case <-time.After(time.Second):
 		}
 	}
+	l.starting.Lock()
 	l.stopping.Store(true)
+	l.starting.Unlock()
 	l.handBackAll()
 	l.work.Wait()
 }
@@ -174,6 +179,8 @@ func (l *lane) toOverflow(d delivery, id string, stored func()) {
 		return
 	}
 	l.work.Go(func() {
+		timeout := time.NewTimer(settleRetry)
+		defer timeout.Stop()
 		select {
 		case <-f.Ok():
 			if stored != nil {
@@ -184,6 +191,12 @@ func (l *lane) toOverflow(d delivery, id string, stored func()) {
 			}
 		case err := <-f.Err():
 			l.log.Warn("lanes: moving a delivery to overflow", "subscriber", id, "err", err)
+			_ = d.msg.NakWithDelay(settleRetry)
+		case <-timeout.C:
+			// No PubAck: whether the copy is stored is unknown. Handed
+			// back, the original comes again, and its put is deduplicated
+			// if the copy was stored after all.
+			l.log.Warn("lanes: moving a delivery to overflow: no PubAck", "subscriber", id)
 			_ = d.msg.NakWithDelay(settleRetry)
 		}
 	})
@@ -202,6 +215,17 @@ func (l *lane) scheduler(id string) *scheduler {
 	return s
 }
 
+// prune drops the idle schedulers of subscribers that are gone.
+func (l *lane) prune(inView func(id string) bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, s := range l.scheds {
+		if !inView(id) && s.idle() {
+			delete(l.scheds, id)
+		}
+	}
+}
+
 func (l *lane) schedulers() []*scheduler {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -214,9 +238,11 @@ func (l *lane) schedulers() []*scheduler {
 
 // keepAliveLoop extends the ack wait of every held and in-flight message
 // every quarter of it, so a message waiting for its subscriber is not
-// redelivered to another relay and POSTed twice at once. A round counts once
-// the server has answered a ping sent after it: a connection delivers in
-// order, so the server has then read every InProgress of the round.
+// redelivered to another relay and POSTed twice at once. The last
+// InProgress of a round is sent as a request, which the consumer's leader
+// answers once it has taken it; the round counts from then. (It proves the
+// round's other InProgress arrived too as far as one connection delivers in
+// order; with none to send, a ping proves the connection.)
 func (l *lane) keepAliveLoop(ctx context.Context) {
 	every := l.cfg.AckWait / 4
 	t := time.NewTicker(every)
@@ -228,12 +254,22 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		start := time.Now()
+		var last jetstream.Msg
 		for _, s := range l.schedulers() {
 			for _, msg := range s.outstanding() {
-				_ = msg.InProgress()
+				if last != nil {
+					_ = last.InProgress()
+				}
+				last = msg
 			}
 		}
-		if err := l.cfg.JS.Conn().FlushTimeout(every); err != nil {
+		var err error
+		if last != nil {
+			_, err = l.cfg.JS.Conn().Request(last.Reply(), []byte("+WPI"), every)
+		} else {
+			err = l.cfg.JS.Conn().FlushTimeout(every)
+		}
+		if err != nil {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
 			continue
 		}
@@ -273,9 +309,3 @@ func subscriberOf(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
 
-// overflowSeqOf is the Relay-Overflow-Seq of a message brought back from
-// overflow, 0 for any other.
-func overflowSeqOf(d delivery) uint64 {
-	n, _ := strconv.ParseUint(d.msg.Headers().Get(streams.HeaderOverflowSeq), 10, 64)
-	return n
-}

@@ -184,13 +184,41 @@ func (m *manager) sweep(ctx context.Context) {
 	}
 	for id := range backlogs {
 		sub, ok := m.cfg.Subscribers.Get(id)
-		if !ok {
-			m.env.logOnce("sweep."+id, "lanes: a backlog waits for a subscriber this relay cannot use", "subscriber", id, "waiting", backlogs[id])
+		if ok {
+			if l := m.lane(sub.Lane(m.cfg.SharedLanes)); l != nil {
+				l.scheduler(id).kick(l.ctx(), true)
+			}
 			continue
 		}
-		if l := m.lane(sub.Lane(m.cfg.SharedLanes)); l != nil {
-			l.scheduler(id).kick(l.ctx(), true)
+		switch present, err := m.env.lookup(ctx, id); {
+		case err != nil || present:
+			m.env.logOnce("sweep."+id, "lanes: a backlog waits for a subscriber this relay cannot use", "subscriber", id, "waiting", backlogs[id])
+		default:
+			// Left by a subscriber removed while its deliveries were on
+			// their way to overflow: back to its shared lane, whose
+			// relay dead-letters them as unroutable.
+			lane := deliverySubject(subscribers.LaneFor(id, m.cfg.SharedLanes), id)
+			if _, _, _, err := m.env.refiller.Refill(ctx, id, lane, 0, maxRefill); err != nil && ctx.Err() == nil {
+				m.cfg.Logger.Warn("lanes: settling the backlog of a removed subscriber", "subscriber", id, "err", err)
+			}
 		}
+	}
+	m.prune()
+}
+
+// prune forgets the schedulers of subscribers the view no longer holds once
+// they have nothing left to do, and the lookups it no longer needs.
+func (m *manager) prune() {
+	inView := func(id string) bool { _, ok := m.cfg.Subscribers.Get(id); return ok }
+	m.env.forget(inView)
+	m.mu.Lock()
+	all := make([]*lane, 0, len(m.lanes))
+	for _, rl := range m.lanes {
+		all = append(all, rl.lane)
+	}
+	m.mu.Unlock()
+	for _, l := range all {
+		l.prune(inView)
 	}
 }
 

@@ -28,9 +28,12 @@ import (
 //     its queue runs low (package overflow).
 //   - dead: in the DLQ (package deadletter).
 //
-// A held message goes to overflow at most once on its way (one write) and
-// comes back once (one more), whatever the backlog's length and the rate:
-// nothing cycles on a timer.
+// A held message goes to overflow once on its way (one write) and comes
+// back once (one more), whatever the backlog's length and the rate: nothing
+// cycles on a timer, and a message brought back stays held (through a
+// shrinking share, or a pause shorter than keepBroughtBack) rather than go
+// out again. Only a pause or open circuit longer than that sends it out a
+// second time: then two more writes are nothing beside the wait.
 const (
 	// holdWindow is how much work, at its rate, a rate-limited subscriber
 	// holds in its lane; at least max-in-flight messages.
@@ -52,6 +55,9 @@ const (
 	// parkAfter is the shortest pause or open circuit for which the held
 	// messages leave the lane: shorter waits are not worth two writes.
 	parkAfter = time.Second
+	// keepBroughtBack is the longest pause or open circuit through which
+	// messages already brought back from overflow stay held.
+	keepBroughtBack = 30 * time.Second
 	// assumedLatency stands for an unlimited subscriber's response time
 	// until one is seen; short, so that a burst to a fast subscriber is
 	// held rather than sent to overflow.
@@ -109,6 +115,9 @@ type scheduler struct {
 	// expectUntil.
 	expect      int
 	expectUntil time.Time
+	// puts counts the deliveries stored in overflow, so that a refill that
+	// read nothing does not clear a backlog stored while it ran.
+	puts uint64
 	// holdUntil: the subscriber is paused or its circuit open until then;
 	// nothing of it waits in the lane meanwhile.
 	holdUntil time.Time
@@ -162,7 +171,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 		return
 	}
 	now := s.lane.cfg.Clock.Now()
-	refilled := overflowSeqOf(d) != 0
+	refilled := d.broughtBack
 	if refilled && s.expect > 0 {
 		s.expect--
 	}
@@ -200,6 +209,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 func (s *scheduler) stored() {
 	s.mu.Lock()
 	s.backlog = true
+	s.puts++
 	s.setBusyLocked()
 	s.mu.Unlock()
 	s.signal()
@@ -208,8 +218,10 @@ func (s *scheduler) stored() {
 // kick makes sure a scheduler with a backlog runs: after a subscriber is
 // enabled, when a sweep finds a backlog, when a pause ends.
 func (s *scheduler) kick(ctx context.Context, backlog bool) {
+	s.lane.starting.RLock()
+	defer s.lane.starting.RUnlock()
 	s.mu.Lock()
-	if s.stopped {
+	if s.stopped || s.lane.stopping.Load() {
 		s.mu.Unlock()
 		return
 	}
@@ -246,11 +258,21 @@ func (s *scheduler) setBusyLocked() {
 	}
 }
 
-// takeLocked empties the queue and returns what it held.
-func (s *scheduler) takeLocked(from int) []delivery {
-	held := append([]delivery(nil), s.queue[from:]...)
-	clear(s.queue[from:])
-	s.queue = s.queue[:from]
+// takeLocked takes the held messages from the queue's from-th on and
+// returns them, but for those brought back from overflow when keep is set:
+// they stay, so that nothing goes out and back twice.
+func (s *scheduler) takeLocked(from int, keep bool) []delivery {
+	var held []delivery
+	kept := s.queue[:from]
+	for _, d := range s.queue[from:] {
+		if keep && d.broughtBack {
+			kept = append(kept, d)
+		} else {
+			held = append(held, d)
+		}
+	}
+	clear(s.queue[len(kept):])
+	s.queue = kept
 	if len(held) > 0 {
 		s.backlog = true
 	}
@@ -279,12 +301,13 @@ func (s *scheduler) loop(ctx context.Context) {
 		if !ok || sub.Disabled {
 			var held []delivery
 			if ok {
-				held = s.takeLocked(0)
+				held = s.takeLocked(0, false)
 			} else {
 				held = append([]delivery(nil), s.queue...)
 				s.queue = nil
 			}
 			s.running = false
+			s.expect = 0
 			s.setBusyLocked()
 			s.mu.Unlock()
 			for _, d := range held {
@@ -296,10 +319,14 @@ func (s *scheduler) loop(ctx context.Context) {
 			}
 			return
 		}
+		if s.expect > 0 && !now.Before(s.expectUntil) {
+			s.expect = 0
+		}
 		if now.Before(s.holdUntil) {
 			// Paused or open: what it holds leaves the lane until then,
-			// holding no slot and burning no attempt.
-			held := s.takeLocked(0)
+			// holding no slot and burning no attempt (what was brought back
+			// already stays through a short wait).
+			held := s.takeLocked(0, s.holdUntil.Sub(now) < keepBroughtBack)
 			until := s.holdUntil
 			s.setBusyLocked()
 			s.mu.Unlock()
@@ -313,10 +340,15 @@ func (s *scheduler) loop(ctx context.Context) {
 			// overflow rather than in their way. (Only the share: a hold
 			// that follows the response time would move messages out and
 			// back whenever the response time moved.)
-			excess := s.takeLocked(share)
+			excess := s.takeLocked(share, true)
 			s.mu.Unlock()
 			s.toOverflow(excess)
-			continue
+			if len(excess) == 0 {
+				// All of it was brought back: it stays, and is sent.
+				s.mu.Lock()
+			} else {
+				continue
+			}
 		}
 		s.refillLocked(ctx, sub, hold, now)
 		if len(s.queue) == 0 {
@@ -324,6 +356,7 @@ func (s *scheduler) loop(ctx context.Context) {
 				(s.backlog && len(s.inFlight) > 0) // a probe out: bring back after it
 			if !waiting {
 				s.running = false
+				s.expect = 0
 				s.setBusyLocked()
 				s.mu.Unlock()
 				return
@@ -439,7 +472,7 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 	}
 	room = min(room, maxRefill)
 	s.refilling = true
-	from, subject := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id)
+	from, subject, puts := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
 	s.lane.work.Go(func() {
 		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
 		if err != nil {
@@ -451,8 +484,13 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 		s.next = next
 		s.expect += moved
 		s.expectUntil = s.lane.cfg.Clock.Now().Add(expectFor)
-		if err == nil && moved == 0 && !more {
-			s.backlog = false
+		if err == nil && !more {
+			// Nothing left from next on: read from the start next time,
+			// whatever became of the stream's sequence meanwhile.
+			s.next = 0
+			if s.puts == puts {
+				s.backlog = false
+			}
 		}
 		s.setBusyLocked()
 		s.mu.Unlock()
@@ -487,6 +525,13 @@ func (s *scheduler) sleep(ctx context.Context, d time.Duration, woken bool) {
 	case <-wake:
 	case <-timer:
 	}
+}
+
+// idle reports whether the scheduler holds, sends and waits for nothing.
+func (s *scheduler) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.running && !s.busy && !s.backlog && len(s.queue) == 0 && len(s.inFlight) == 0
 }
 
 // outstanding lists the messages held or in flight.

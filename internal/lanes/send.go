@@ -35,6 +35,9 @@ type delivery struct {
 	// received is when this relay got it (unix nanoseconds, real time):
 	// JetStream's ack wait for it started about then.
 	received int64
+	// broughtBack: it came back from its subscriber's overflow
+	// (Relay-Overflow-Seq).
+	broughtBack bool
 }
 
 func newDelivery(msg jetstream.Msg) delivery {
@@ -48,6 +51,7 @@ func newDelivery(msg jetstream.Msg) delivery {
 	}
 	d.firstAt, _ = time.Parse(time.RFC3339Nano, h.Get(streams.HeaderFirstAttemptAt))
 	d.deadline, _ = time.Parse(time.RFC3339Nano, streams.HeaderValue(h, streams.HeaderDeadline))
+	d.broughtBack = h.Get(streams.HeaderOverflowSeq) != ""
 	return d
 }
 

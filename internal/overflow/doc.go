@@ -18,7 +18,7 @@
 // with the rest of the subscriber's queue (deliveries.*.<subscriber>).
 //
 // Bringing back is safe from several relays at once and across crashes: the
-// republished copy's Nats-Msg-Id is refill.<overflow sequence>, so two
+// republished copy's Nats-Msg-Id is refill-<overflow sequence>, so two
 // relays reading the same messages within the stream's duplicate window
 // store one copy, and a relay that dies between its republish and its purge
 // leaves messages that the next reader brings back again (at-least-once,

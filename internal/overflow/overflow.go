@@ -34,6 +34,10 @@ const readBatch = 256
 // subject and returns once it is stored, so the caller may then ack the
 // original. seq is the original's DELIVERIES sequence: it makes the copy's
 // Nats-Msg-Id, so a crash between Put and the ack stores one copy.
+//
+// The ids relay gives its own copies in DELIVERIES (overflow-<seq>,
+// refill-<seq>, retry-<id>) have no dot, so none can equal a fan-out copy's
+// <event id>.<subscriber> and be taken for its duplicate.
 func Put(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, seq uint64) error {
 	h := streams.CopyHeader(header, 0)
 	h.Del(streams.HeaderOverflowSeq)
@@ -144,7 +148,8 @@ func NewRefiller(ctx context.Context, js jetstream.JetStream) (*Refiller, error)
 // Refill brings back up to n of the subscriber's oldest overflowed
 // deliveries, from sequence from on, to subject (its lane's): each is
 // republished with Relay-Overflow-Seq and waits for its PubAck, then what was
-// read is purged. It returns how many it moved, the sequence to read from
+// read is purged. It returns how many new copies it stored (a copy another
+// relay had brought back already is not counted), the sequence to read from
 // next time, and whether the overflow may hold more.
 func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from uint64, n int) (moved int, next uint64, more bool, err error) {
 	msgs, err := Read(ctx, r.js.Conn(), subscriber, from, n)
@@ -156,7 +161,7 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 	for _, m := range msgs {
 		m.Header.Set(streams.HeaderOverflowSeq, strconv.FormatUint(m.Seq, 10))
 		f, perr := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data},
-			jetstream.WithMsgID("refill."+strconv.FormatUint(m.Seq, 10)))
+			jetstream.WithMsgID(refillID(m.Seq)))
 		if perr != nil {
 			err = perr
 			break
@@ -165,17 +170,20 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 	}
 	// Only a prefix whose copies are all stored may be purged.
 	stored := 0
+	timeout := time.NewTimer(pubAckWait)
+	defer timeout.Stop()
 	for _, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			if !ack.Duplicate {
+				moved++
+			}
 		case e := <-f.Err():
-			if err == nil {
-				err = e
-			}
+			err = e
+		case <-timeout.C:
+			err = fmt.Errorf("no PubAck within %v", pubAckWait)
 		case <-ctx.Done():
-			if err == nil {
-				err = ctx.Err()
-			}
+			err = ctx.Err()
 		}
 		if err != nil {
 			break
@@ -191,7 +199,7 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		// removes these too, and a reader before it is deduplicated.
 		err = fmt.Errorf("overflow: purging %s: %w", subscriber, perr)
 	}
-	return stored, next, true, err
+	return moved, next, true, err
 }
 
 // Backlogs returns, by subscriber, how many deliveries wait in overflow. It
@@ -226,4 +234,10 @@ func PutAsync(js jetstream.JetStream, subscriber string, body []byte, header nat
 	return f, nil
 }
 
-func putID(seq uint64) string { return "overflow." + strconv.FormatUint(seq, 10) }
+func putID(seq uint64) string { return "overflow-" + strconv.FormatUint(seq, 10) }
+
+func refillID(seq uint64) string { return "refill-" + strconv.FormatUint(seq, 10) }
+
+// pubAckWait bounds the wait for one batch's PubAcks, whatever the
+// JetStream context's own timeout.
+const pubAckWait = 10 * time.Second

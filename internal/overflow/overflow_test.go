@@ -88,7 +88,7 @@ func TestRefillFromTwoReadersStoresOneCopy(t *testing.T) {
 	for _, m := range msgs {
 		m.Header.Set(streams.HeaderOverflowSeq, strconv.FormatUint(m.Seq, 10))
 		ack, err := n.JS.PublishMsg(ctx, &nats.Msg{Subject: "deliveries.s01.a", Header: m.Header, Data: m.Data},
-			jetstream.WithMsgID("refill."+strconv.FormatUint(m.Seq, 10)))
+			jetstream.WithMsgID("refill-"+strconv.FormatUint(m.Seq, 10)))
 		require.NoError(t, err)
 		require.True(t, ack.Duplicate)
 	}

@@ -52,7 +52,7 @@ func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body [
 // make a second copy.
 func movedID(due nats.Header, seq uint64) string {
 	if s := due.Get(headerScheduler); s != "" {
-		return "retry." + s[strings.LastIndexByte(s, '.')+1:]
+		return "retry-" + s[strings.LastIndexByte(s, '.')+1:]
 	}
-	return fmt.Sprintf("retry.seq.%d", seq)
+	return fmt.Sprintf("retry-seq-%d", seq)
 }
