@@ -308,4 +308,3 @@ func (l *lane) handBackAll() {
 func subscriberOf(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
-
