@@ -20,6 +20,7 @@ import (
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -220,9 +221,13 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		metricsAddr = ln.Addr()
 		wg.Go(func() { errs <- m.ServeListener(runCtx, ln) })
 	}
+	// The lanes tell the fan-out which subscribers have a backlog, so that
+	// their copies skip the lane (see overflow.Backlogged).
+	backlogs := &overflow.Backlogged{}
 	wg.Go(func() {
 		errs <- fanout.Run(runCtx, fanout.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log, Metrics: m,
+			Backlogs: backlogs,
 		})
 	})
 	wg.Go(func() {
@@ -233,7 +238,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() {
 		errs <- lanes.Run(runCtx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
-			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests),
+			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests), Backlogs: backlogs,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -37,6 +38,11 @@ type Config struct {
 	// AckWait bounds how long an event may wait for its copies' PubAcks
 	// before JetStream redelivers it. Defaults to 30s.
 	AckWait time.Duration
+	// Backlogs holds the subscribers whose lanes have a backlog in
+	// overflow on this relay: their copies go to their overflow at once,
+	// behind the backlog, rather than through a lane that would move them
+	// there after every message ahead of them. May be nil.
+	Backlogs *overflow.Backlogged
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.
@@ -167,8 +173,12 @@ func publishCopies(js jetstream.JetStream, cfg Config, msg jetstream.Msg) pendin
 		if !sub.Matches(eventType) {
 			continue
 		}
+		subject := DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID)
+		if cfg.Backlogs.Has(sub.ID) {
+			subject = overflow.Subject(sub.ID)
+		}
 		m := &nats.Msg{
-			Subject: DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID),
+			Subject: subject,
 			Header:  CopyHeader(orig, id, eventType, md.Timestamp),
 			Data:    msg.Data(),
 		}

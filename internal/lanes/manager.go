@@ -56,6 +56,10 @@ type Config struct {
 	// Disable turns a subscriber off after a 410 Gone (DESIGN.md: "the
 	// subscriber is disabled until relay sub enable"). Nil leaves it on.
 	Disable func(ctx context.Context, id, reason string) error
+	// Backlogs is told which subscribers have a backlog in overflow, for
+	// the fan-out to write their copies there at once (see
+	// [overflow.Backlogged]). May be nil.
+	Backlogs *overflow.Backlogged
 	// MaxRequests bounds the requests in flight over all subscribers of
 	// this relay (--max-requests), shared fairly among them. Defaults to
 	// 4096; negative means unlimited.

@@ -118,6 +118,8 @@ type scheduler struct {
 	// puts counts the deliveries stored in overflow, so that a refill that
 	// read nothing does not clear a backlog stored while it ran.
 	puts uint64
+	// marked: the relay's Backlogs holds this subscriber.
+	marked bool
 	// holdUntil: the subscriber is paused or its circuit open until then;
 	// nothing of it waits in the lane meanwhile.
 	holdUntil time.Time
@@ -187,13 +189,13 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	}
 	if !hold {
 		s.backlog = true
-		s.setBusyLocked()
+		s.syncLocked()
 		s.mu.Unlock()
 		s.lane.toOverflow(d, s.id, s.stored)
 		return
 	}
 	s.queue = append(s.queue, d)
-	s.setBusyLocked()
+	s.syncLocked()
 	start := !s.running
 	s.running = true
 	s.mu.Unlock()
@@ -210,7 +212,7 @@ func (s *scheduler) stored() {
 	s.mu.Lock()
 	s.backlog = true
 	s.puts++
-	s.setBusyLocked()
+	s.syncLocked()
 	s.mu.Unlock()
 	s.signal()
 }
@@ -226,7 +228,7 @@ func (s *scheduler) kick(ctx context.Context, backlog bool) {
 		return
 	}
 	s.backlog = s.backlog || backlog
-	s.setBusyLocked()
+	s.syncLocked()
 	start := !s.running && (s.backlog || len(s.queue) > 0)
 	s.running = s.running || start
 	s.mu.Unlock()
@@ -244,8 +246,9 @@ func (s *scheduler) signal() {
 	}
 }
 
-// setBusyLocked keeps the lane's count of busy schedulers.
-func (s *scheduler) setBusyLocked() {
+// syncLocked keeps the lane's count of busy schedulers, and the relay's set
+// of subscribers with a backlog, in step with this scheduler.
+func (s *scheduler) syncLocked() {
 	// A backlog alone (a disabled or paused subscriber's) holds no slot.
 	busy := len(s.queue) > 0 || len(s.inFlight) > 0 || s.refilling || s.expect > 0
 	if busy != s.busy {
@@ -255,6 +258,10 @@ func (s *scheduler) setBusyLocked() {
 		} else {
 			s.lane.busy.Add(-1)
 		}
+	}
+	if s.backlog != s.marked {
+		s.marked = s.backlog
+		s.lane.cfg.Backlogs.Set(s.id, s.backlog)
 	}
 }
 
@@ -308,7 +315,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			}
 			s.running = false
 			s.expect = 0
-			s.setBusyLocked()
+			s.syncLocked()
 			s.mu.Unlock()
 			for _, d := range held {
 				if ok {
@@ -328,7 +335,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			// already stays through a short wait).
 			held := s.takeLocked(0, s.holdUntil.Sub(now) < keepBroughtBack)
 			until := s.holdUntil
-			s.setBusyLocked()
+			s.syncLocked()
 			s.mu.Unlock()
 			s.toOverflow(held)
 			s.sleep(ctx, until.Sub(now), false)
@@ -341,6 +348,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			// that follows the response time would move messages out and
 			// back whenever the response time moved.)
 			excess := s.takeLocked(share, true)
+			s.syncLocked()
 			s.mu.Unlock()
 			s.toOverflow(excess)
 			if len(excess) == 0 {
@@ -357,7 +365,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			if !waiting {
 				s.running = false
 				s.expect = 0
-				s.setBusyLocked()
+				s.syncLocked()
 				s.mu.Unlock()
 				return
 			}
@@ -424,7 +432,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			if out.Class == deliver.Delivered {
 				s.cautious = false
 			}
-			s.setBusyLocked()
+			s.syncLocked()
 			s.mu.Unlock()
 			s.signal()
 		})
@@ -447,7 +455,7 @@ func (s *scheduler) pop() (delivery, bool) {
 		s.inFlight[d.msg] = struct{}{}
 		return d, true
 	}
-	s.setBusyLocked()
+	s.syncLocked()
 	return delivery{}, false
 }
 
@@ -492,7 +500,7 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 				s.backlog = false
 			}
 		}
-		s.setBusyLocked()
+		s.syncLocked()
 		s.mu.Unlock()
 		s.signal()
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -200,6 +201,40 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		err = fmt.Errorf("overflow: purging %s: %w", subscriber, perr)
 	}
 	return moved, next, true, err
+}
+
+// Backlogged is one relay's set of the subscribers whose queue has a backlog
+// in overflow, kept by its lanes and read by its fan-out: a copy for such a
+// subscriber goes straight to its overflow, behind its backlog, instead of
+// onto its lane, where it would only be moved to overflow again, after the
+// lane had handed out every message in front of it, lane-mates' included.
+// So a backlog of a million costs one write a message less, and its
+// lane-mates do not wait while the lane moves it. It is a hint: a subscriber
+// it misses (one with a backlog on another relay only) gets its copies on
+// its lane as usual. Safe for concurrent use; a nil set holds nobody.
+type Backlogged struct {
+	m sync.Map
+}
+
+// Set records whether a subscriber has a backlog.
+func (b *Backlogged) Set(id string, backlog bool) {
+	if b == nil {
+		return
+	}
+	if backlog {
+		b.m.Store(id, struct{}{})
+	} else {
+		b.m.Delete(id)
+	}
+}
+
+// Has reports whether a subscriber has a backlog.
+func (b *Backlogged) Has(id string) bool {
+	if b == nil {
+		return false
+	}
+	_, ok := b.m.Load(id)
+	return ok
 }
 
 // Backlogs returns, by subscriber, how many deliveries wait in overflow. It
