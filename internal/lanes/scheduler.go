@@ -179,8 +179,12 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	}
 	hold := true
 	switch {
-	case sub.Disabled, now.Before(s.holdUntil):
+	case sub.Disabled:
 		hold = false
+	case now.Before(s.holdUntil):
+		// Paused or open: only what was brought back already (a refill on
+		// its way as the pause began) stays, through a short pause.
+		hold = refilled && s.holdUntil.Sub(now) < keepBroughtBack
 	case refilled, d.attempts > 0:
 		// Brought back because there was room, or a retry of a message
 		// that was in flight: it has waited its turn.
