@@ -120,6 +120,10 @@ type scheduler struct {
 	puts uint64
 	// marked: the relay's Backlogs holds this subscriber.
 	marked bool
+	// kept is the queue's length after the last move of its excess to
+	// overflow (all of it brought back already, so kept): no excess to
+	// look for until the queue grows past it.
+	kept int
 	// holdUntil: the subscriber is paused or its circuit open until then;
 	// nothing of it waits in the lane meanwhile.
 	holdUntil time.Time
@@ -346,21 +350,17 @@ func (s *scheduler) loop(ctx context.Context) {
 			continue
 		}
 		hold := s.holdLimit(sub)
-		if share := s.share(); len(s.queue) > 2*share {
+		if share := s.share(); len(s.queue) > 2*share && len(s.queue) > s.kept {
 			// Its share shrank, lane-mates got busy: the excess waits in
 			// overflow rather than in their way. (Only the share: a hold
 			// that follows the response time would move messages out and
 			// back whenever the response time moved.)
 			excess := s.takeLocked(share, true)
+			s.kept = len(s.queue) // what stayed was brought back: not again
 			s.syncLocked()
 			s.mu.Unlock()
 			s.toOverflow(excess)
-			if len(excess) == 0 {
-				// All of it was brought back: it stays, and is sent.
-				s.mu.Lock()
-			} else {
-				continue
-			}
+			continue
 		}
 		s.refillLocked(ctx, sub, hold, now)
 		if len(s.queue) == 0 {
