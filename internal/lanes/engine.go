@@ -83,14 +83,7 @@ func (e *engine) lookup(ctx context.Context, id string) (bool, error) {
 	e.known[id] = k
 	e.mu.Unlock()
 
-	_, err := e.store.Get(ctx, id)
-	switch {
-	case err == nil, errors.Is(err, subscribers.ErrCorrupt):
-		k.present = true
-	case errors.Is(err, subscribers.ErrNotFound), errors.Is(err, subscribers.ErrInvalid):
-	default:
-		k.err = err
-	}
+	k.present, k.err = e.check(ctx, id)
 	e.mu.Lock()
 	k.at = time.Now()
 	if k.err != nil {
@@ -99,6 +92,18 @@ func (e *engine) lookup(ctx context.Context, id string) (bool, error) {
 	e.mu.Unlock()
 	close(k.ready)
 	return k.present, k.err
+}
+
+// check reads the bucket's answer about id, uncached.
+func (e *engine) check(ctx context.Context, id string) (bool, error) {
+	_, err := e.store.Get(ctx, id)
+	switch {
+	case err == nil, errors.Is(err, subscribers.ErrCorrupt):
+		return true, nil
+	case errors.Is(err, subscribers.ErrNotFound), errors.Is(err, subscribers.ErrInvalid):
+		return false, nil
+	}
+	return false, err
 }
 
 // forget drops what is known of ids the live view now holds, and answers

@@ -150,7 +150,13 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 // dead-lettered as unroutable. `relay sub rm` purges a removed subscriber's
 // queue, so what reaches here raced with it.
 func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
-	switch known, err := l.env.lookup(ctx, id); {
+	known, err := l.env.lookup(ctx, id)
+	if err == nil && !known {
+		// Not the cached answer: a dead letter is final, and the id may
+		// have been added since.
+		known, err = l.env.check(ctx, id)
+	}
+	switch {
 	case err != nil:
 		l.env.logOnce("lookup."+id, "lanes: cannot tell whether a subscriber exists; holding its deliveries", "subscriber", id, "err", err)
 		_ = d.msg.NakWithDelay(settleRetry)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -134,6 +135,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	m := &manager{cfg: cfg, env: env, lanes: make(map[string]*runningLane)}
+	defer m.work.Wait()
 	defer m.stopAll()
 
 	for i := range cfg.SharedLanes {
@@ -186,6 +188,7 @@ func (m *manager) sweep(ctx context.Context) {
 		}
 		return
 	}
+	var gone []string
 	for id := range backlogs {
 		sub, ok := m.cfg.Subscribers.Get(id)
 		if ok {
@@ -198,14 +201,23 @@ func (m *manager) sweep(ctx context.Context) {
 		case err != nil || present:
 			m.env.logOnce("sweep."+id, "lanes: a backlog waits for a subscriber this relay cannot use", "subscriber", id, "waiting", backlogs[id])
 		default:
-			// Left by a subscriber removed while its deliveries were on
-			// their way to overflow: back to its shared lane, whose
-			// relay dead-letters them as unroutable.
-			lane := deliverySubject(subscribers.LaneFor(id, m.cfg.SharedLanes), id)
-			if _, _, _, err := m.env.refiller.Refill(ctx, id, lane, 0, maxRefill); err != nil && ctx.Err() == nil {
-				m.cfg.Logger.Warn("lanes: settling the backlog of a removed subscriber", "subscriber", id, "err", err)
-			}
+			gone = append(gone, id)
 		}
+	}
+	if len(gone) > 0 && m.settling.CompareAndSwap(false, true) {
+		// Left by subscribers removed while their deliveries were on the
+		// way to overflow: back to their shared lanes, whose relays
+		// dead-letter them as unroutable. Aside, one batch at a time, so
+		// the sweep never waits on it.
+		m.work.Go(func() {
+			defer m.settling.Store(false)
+			for _, id := range gone {
+				lane := deliverySubject(subscribers.LaneFor(id, m.cfg.SharedLanes), id)
+				if _, _, _, err := m.env.refiller.Refill(ctx, id, lane, 0, maxRefill); err != nil && ctx.Err() == nil {
+					m.cfg.Logger.Warn("lanes: settling the backlog of a removed subscriber", "subscriber", id, "err", err)
+				}
+			}
+		})
 	}
 	m.prune()
 }
@@ -279,10 +291,14 @@ type runningLane struct {
 }
 
 type manager struct {
-	cfg   Config
-	env   *engine
-	mu    sync.Mutex
-	lanes map[string]*runningLane
+	cfg Config
+	env *engine
+	// work owns the settling of removed subscribers' backlogs; settling
+	// says one is running.
+	work     conc.WaitGroup
+	settling atomic.Bool
+	mu       sync.Mutex
+	lanes    map[string]*runningLane
 }
 
 // existingLanes lists lane consumers already on DELIVERIES.

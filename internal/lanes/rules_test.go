@@ -37,11 +37,13 @@ func (b *bundle) deadLetters(t *testing.T, id string, want int) []deadletter.Ent
 }
 
 // waitSettled waits until nothing is left queued, held or parked, so that a
-// test can count requests knowing no more will come.
+// test can count requests knowing no more will come. Empty must be seen on
+// several looks in a row: a retry's schedule firing, or a copy on its way
+// between two streams, can leave both empty for an instant.
 func (b *bundle) waitSettled(t *testing.T) {
 	t.Helper()
 	ctx := testutil.Context(t)
-	testutil.Eventually(t, func() bool {
+	empty := func() bool {
 		for _, name := range []string{streams.Deliveries, streams.Retries} {
 			s, err := b.n.JS.Stream(ctx, name)
 			if err != nil {
@@ -53,6 +55,15 @@ func (b *bundle) waitSettled(t *testing.T) {
 			}
 		}
 		return true
+	}
+	seen := 0
+	testutil.Eventually(t, func() bool {
+		if !empty() {
+			seen = 0
+			return false
+		}
+		seen++
+		return seen >= 10 // about 100 ms of looking
 	}, "deliveries not settled")
 }
 

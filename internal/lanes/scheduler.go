@@ -127,8 +127,8 @@ type scheduler struct {
 	// holdUntil: the subscriber is paused or its circuit open until then;
 	// nothing of it waits in the lane meanwhile.
 	holdUntil time.Time
-	// cautious: after an open circuit, bring back one message (the probe)
-	// at a time until a delivery succeeds.
+	// cautious: after an open circuit or a long pause, bring back one
+	// message (the probe) at a time until a delivery succeeds.
 	cautious bool
 	// localStreak counts its requests in a row that failed locally.
 	localStreak int
@@ -318,8 +318,10 @@ func (s *scheduler) loop(ctx context.Context) {
 			if ok {
 				held = s.takeLocked(0, false)
 			} else {
+				// Gone: what it left in overflow is the sweep's to settle.
 				held = append([]delivery(nil), s.queue...)
 				s.queue = nil
+				s.backlog, s.next = false, 0
 			}
 			s.running = false
 			s.expect = 0
@@ -350,7 +352,11 @@ func (s *scheduler) loop(ctx context.Context) {
 			continue
 		}
 		hold := s.holdLimit(sub)
-		if share := s.share(); len(s.queue) > 2*share && len(s.queue) > s.kept {
+		share := s.share()
+		if len(s.queue) <= share {
+			s.kept = 0
+		}
+		if len(s.queue) > 2*share && len(s.queue) > s.kept {
 			// Its share shrank, lane-mates got busy: the excess waits in
 			// overflow rather than in their way. (Only the share: a hold
 			// that follows the response time would move messages out and
@@ -398,7 +404,10 @@ func (s *scheduler) loop(ctx context.Context) {
 			if dec.Hold != ratelimit.Token && dec.Wait >= parkAfter {
 				s.mu.Lock()
 				s.holdUntil = s.lane.cfg.Clock.Now().Add(dec.Wait)
-				s.cautious = s.cautious || dec.Hold == ratelimit.CircuitOpen
+				// After an open circuit, or a pause long enough to send
+				// what was brought back out again, one message comes back
+				// first: a subscriber that is still down costs one.
+				s.cautious = s.cautious || dec.Hold == ratelimit.CircuitOpen || dec.Wait >= keepBroughtBack
 				s.mu.Unlock()
 				continue
 			}
@@ -571,6 +580,8 @@ func (s *scheduler) drain() []jetstream.Msg {
 		held = append(held, d.msg)
 	}
 	s.queue = nil
+	s.backlog = false // this relay's lane no longer brings it back
+	s.syncLocked()
 	return held
 }
 
