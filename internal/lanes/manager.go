@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-changed:
 			// An enabled subscriber, a lifted pause or one this relay
 			// could not use before: its backlog moves again at once.
-			m.kickAll(ctx)
+			m.kickAll()
 		case <-retry:
 		case <-sweep.C:
 			m.sweep(ctx)
@@ -227,26 +227,25 @@ func (m *manager) sweep(ctx context.Context) {
 func (m *manager) prune() {
 	inView := func(id string) bool { _, ok := m.cfg.Subscribers.Get(id); return ok }
 	m.env.forget(inView)
-	m.mu.Lock()
-	all := make([]*lane, 0, len(m.lanes))
-	for _, rl := range m.lanes {
-		all = append(all, rl.lane)
-	}
-	m.mu.Unlock()
-	for _, l := range all {
+	for _, l := range m.running() {
 		l.prune(inView)
 	}
 }
 
-// kickAll wakes every scheduler with a backlog.
-func (m *manager) kickAll(ctx context.Context) {
+// running lists the lanes running now.
+func (m *manager) running() []*lane {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	all := make([]*lane, 0, len(m.lanes))
 	for _, rl := range m.lanes {
 		all = append(all, rl.lane)
 	}
-	m.mu.Unlock()
-	for _, l := range all {
+	return all
+}
+
+// kickAll wakes every scheduler with a backlog.
+func (m *manager) kickAll() {
+	for _, l := range m.running() {
 		for _, s := range l.schedulers() {
 			s.kick(l.ctx(), false)
 		}
