@@ -9,6 +9,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/overflow"
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
@@ -25,43 +26,55 @@ func TestBacklogSkipsTheLane(t *testing.T) {
 	rcv := newReceiver(t)
 	mustRelay(t, "sub", "add", "slow", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--rate", "5", "--events", "x")
 	startRelay(t, n.URL, "--allow-private-targets")
-	// One event first, so that the relay has seen the subscriber.
-	publish(t, n.JS, "x", "first", []byte(`{}`))
-	testutil.Eventually(t, func() bool { return rcv.count() == 1 }, "first event not delivered")
-
 	ctx := testutil.Context(t)
-	for i := range events {
-		m := &nats.Msg{Subject: fanout.SubjectPrefix + "x", Data: []byte(`{}`), Header: nats.Header{}}
-		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("evt-%04d", i))
-		_, err := n.JS.PublishMsgAsync(m)
-		require.NoError(t, err)
-		if i%500 == 499 {
-			<-n.JS.PublishAsyncComplete()
-		}
-	}
-	<-n.JS.PublishAsyncComplete()
 	stream, err := n.JS.Stream(ctx, streams.Deliveries)
 	require.NoError(t, err)
-	var last uint64
+	burst := func(prefix string, count int) {
+		for i := range count {
+			m := &nats.Msg{Subject: fanout.SubjectPrefix + "x", Data: []byte(`{}`), Header: nats.Header{}}
+			m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s-%04d", prefix, i))
+			_, err := n.JS.PublishMsgAsync(m)
+			require.NoError(t, err)
+			if i%500 == 499 {
+				<-n.JS.PublishAsyncComplete()
+			}
+		}
+		<-n.JS.PublishAsyncComplete()
+	}
+	lastSeq := func() uint64 {
+		info, err := stream.Info(ctx)
+		require.NoError(t, err)
+		return info.State.LastSeq
+	}
+	// A first backlog, moved to overflow by the lane (the subscriber holds
+	// two seconds of its rate, at least its 16 in-flight slots).
+	burst("pre", 200)
 	testutil.Eventually(t, func() bool {
-		c, err := n.JS.Consumer(ctx, streams.Events, fanout.ConsumerName)
+		backlogs, err := overflow.Backlogs(ctx, stream)
+		return err == nil && backlogs["slow"] >= 100
+	}, "no backlog in overflow")
+	before := lastSeq()
+
+	burst("evt", events)
+	lane := "lane_" + subscribers.LaneFor("slow", 4)
+	testutil.Eventually(t, func() bool {
+		f, err := n.JS.Consumer(ctx, streams.Events, fanout.ConsumerName)
+		if err != nil {
+			return false
+		}
+		fi, err := f.Info(ctx)
+		if err != nil || fi.NumPending != 0 || fi.NumAckPending != 0 {
+			return false
+		}
+		c, err := n.JS.Consumer(ctx, streams.Deliveries, lane)
 		if err != nil {
 			return false
 		}
 		ci, err := c.Info(ctx)
-		if err != nil || ci.NumPending != 0 || ci.NumAckPending != 0 {
-			return false
-		}
-		backlogs, err := overflow.Backlogs(ctx, stream)
-		info, ierr := stream.Info(ctx)
-		if err != nil || ierr != nil {
-			return false
-		}
-		last = info.State.LastSeq
-		return backlogs["slow"] >= events/2
-	}, "backlog not in overflow")
-	// 1 + events copies, and what went out and back through the lane.
-	extra := int64(last) - 1 - events
-	t.Logf("%d events to a subscriber at 5/s: %d writes beyond the copies", events, extra)
+		return err == nil && ci.NumPending == 0
+	}, "burst not fanned out")
+	// events copies, and what went out and back through the lane.
+	extra := int64(lastSeq()-before) - events
+	t.Logf("%d events to a subscriber at 5/s with a backlog: %d writes beyond the copies", events, extra)
 	require.Less(t, extra, int64(events/4), "copies went through the lane and were moved again")
 }
