@@ -7,8 +7,8 @@
 // if the server has forgotten it). No pull request lives long enough to be
 // lost unnoticed: a consumer with messages pending is never left without a
 // pull outstanding for more than about two seconds, whatever happened to the
-// previous request, and a request that the server never ended is logged at
-// warn. (A long-lived Consume kept its own count of the messages its pull
+// previous request, and a request that the server did not end in time is
+// logged at warn. (A long-lived Consume kept its own count of the messages its pull
 // requests still had to bring; when the server ended a request without the
 // client seeing it, the count stayed up and no new request was sent until
 // the heartbeat check gave up, 30 s later.)
@@ -100,9 +100,9 @@ func Pull(ctx context.Context, cons jetstream.Consumer, batch int, log *slog.Log
 		failures = 0
 		if n < batch && time.Since(start)-handling > MaxWait+MaxWait/2 {
 			// The server neither filled nor ended the request in time (the
-			// time spent handling aside): it had lost it, and the client's
-			// own timer ended the fetch.
-			log.Warn("pull request lost on the server, pulling again", "consumer", name, "received", n)
+			// time spent handling aside): it had lost it, or this process
+			// got no CPU for a while; the client's own timer ended it.
+			log.Warn("pull request not ended by the server in time, pulling again", "consumer", name, "received", n)
 		}
 	}
 	return nil
