@@ -196,12 +196,14 @@ func serverUnavailable(err error) bool {
 }
 
 // waitIdle waits until every event published so far has been fanned out and
-// every delivery has left DELIVERIES (delivered, or dropped), so that a test
-// can assert that something did not happen without sleeping.
+// every delivery has left DELIVERIES and RETRIES (delivered, or dropped), so
+// that a test can assert that something did not happen without sleeping.
+// Idle must be seen on several looks in a row: a copy on its way between two
+// streams can leave them all empty for an instant.
 func waitIdle(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx := testutil.Context(t)
-	testutil.Eventually(t, func() bool {
+	idle := func() bool {
 		c, err := js.Consumer(ctx, streams.Events, fanout.ConsumerName)
 		if err != nil {
 			return false
@@ -210,12 +212,26 @@ func waitIdle(t *testing.T, js jetstream.JetStream) {
 		if err != nil || ci.NumPending != 0 || ci.NumAckPending != 0 {
 			return false
 		}
-		s, err := js.Stream(ctx, streams.Deliveries)
-		if err != nil {
+		for _, name := range []string{streams.Deliveries, streams.Retries} {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return false
+			}
+			si, err := s.Info(ctx)
+			if err != nil || si.State.Msgs != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	seen := 0
+	testutil.Eventually(t, func() bool {
+		if !idle() {
+			seen = 0
 			return false
 		}
-		si, err := s.Info(ctx)
-		return err == nil && si.State.Msgs == 0
+		seen++
+		return seen >= 5
 	}, "relay did not go idle")
 }
 

@@ -46,7 +46,7 @@ func TestRepublishedMsgIDIsDeliveredOnce(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	rcv := newReceiver(t)
 	mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret)
-	startRelay(t, n.URL, "--allow-private-targets")
+	r := startRelay(t, n.URL, "--allow-private-targets")
 
 	first := publish(t, n.JS, "video.trending", "evt_dup", []byte(`{"n":1}`))
 	second := publish(t, n.JS, "video.trending", "evt_dup", []byte(`{"n":2}`))
@@ -55,7 +55,7 @@ func TestRepublishedMsgIDIsDeliveredOnce(t *testing.T) {
 	}
 	waitIdle(t, n.JS)
 	if got := rcv.count(); got != 1 {
-		t.Fatalf("deliveries = %d, want 1", got)
+		t.Fatalf("deliveries = %d, want 1; relay log:\n%s", got, r.stderr.String())
 	}
 }
 
