@@ -148,13 +148,20 @@ func TestDisabledSubscriberCostsNothingWhileItWaits(t *testing.T) {
 	require.Equal(t, r0, r1, "RETRIES written while the subscriber was disabled")
 	require.Zero(t, b.arr.count("off"))
 
+	enabled := time.Now()
 	require.NoError(t, b.store.SetDisabled(testutil.Context(t), "off", false, ""))
 	testutil.Eventually(t, func() bool { return b.arr.count("off") >= queued },
 		"%d of %d delivered after enable", b.arr.count("off"), queued)
 	b.waitSettled(t)
 	require.Equal(t, queued, b.arr.count("off"))
 	d2, _ := b.lastSeqs(t)
-	t.Logf("%d writes for %d deliveries: %.2f a delivery", d2-queued, queued, float64(d2-queued)/queued)
+	at := b.arr.times("off")
+	gap := worstGap(append([]time.Time{enabled}, at...))
+	t.Logf("%d writes for %d deliveries: %.2f a delivery; all back in %v, worst gap %v", d2-queued, queued,
+		float64(d2-queued)/queued, at[len(at)-1].Sub(enabled).Round(time.Millisecond), gap.Round(time.Millisecond))
+	// The backlog comes back batch after batch without the queue running
+	// dry: no pause near the two seconds a refill's copies are waited for.
+	require.Less(t, gap, 1500*time.Millisecond, "the queue sat idle between refills")
 	require.LessOrEqual(t, d2-queued, uint64(2*queued), "more than two writes a delivery")
 }
 

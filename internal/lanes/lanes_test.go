@@ -312,8 +312,9 @@ func TestHoldLimit(t *testing.T) {
 		{"fast beside three busy lane-mates", subscribers.Subscriber{MaxInFlight: 64}, 4, 64_000, 4_375},
 		{"1 per second holds max-in-flight", subscribers.Subscriber{Rate: 1, MaxInFlight: 16}, 1, 1, 16},
 		{"1000 per second holds two seconds", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 1, 1000, 2000},
-		{"unlimited holds ten seconds of its pace", subscribers.Subscriber{MaxInFlight: 16}, 1, 100, 1000},
-		{"slow unlimited: 16 in flight at 10 s each", subscribers.Subscriber{MaxInFlight: 16}, 1, 1.6, 16},
+		{"unlimited beside a busy lane-mate: ten seconds of its pace", subscribers.Subscriber{MaxInFlight: 16}, 2, 100, 1000},
+		{"slow unlimited beside a busy lane-mate: 16 in flight at 10 s each", subscribers.Subscriber{MaxInFlight: 16}, 2, 1.6, 16},
+		{"unlimited and alone: its share, whatever its pace", subscribers.Subscriber{MaxInFlight: 16}, 1, 1.6, 17_500},
 		{"a share never falls below one", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 100_000, 1000, 1},
 	}
 	for _, tt := range tests {

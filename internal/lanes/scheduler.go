@@ -79,6 +79,12 @@ func HoldLimit(sub subscribers.Subscriber, maxAckPending, busy int, drainRate fl
 	share := (maxAckPending - maxAckPending/reserveDiv) / max(1, busy)
 	window := holdWindow
 	if sub.Rate <= 0 {
+		if busy <= 1 {
+			// Alone on its lane, an unlimited subscriber takes its share
+			// whatever its pace (a response time estimated on a loaded
+			// machine would send a burst to overflow for nobody's sake).
+			return max(1, share)
+		}
 		window = unlimitedHoldWindow
 	}
 	want := sub.MaxInFlight
@@ -493,6 +499,10 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 	}
 	room = min(room, maxRefill)
 	s.refilling = true
+	// The copies may arrive before the refill returns: they are expected
+	// from now on, and what did not come back is taken off after.
+	s.expect += room
+	s.expectUntil = now.Add(expectFor)
 	from, subject, puts := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
 	s.lane.work.Go(func() {
 		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
@@ -503,7 +513,7 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 		s.mu.Lock()
 		s.refilling = false
 		s.next = next
-		s.expect += moved
+		s.expect = max(0, s.expect-(room-moved))
 		s.expectUntil = s.lane.cfg.Clock.Now().Add(expectFor)
 		if err == nil && !more {
 			// Nothing left from next on: read from the start next time,
