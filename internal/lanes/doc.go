@@ -18,9 +18,10 @@
 // subscriber.
 //
 // The lane's MaxAckPending is a pool its busy subscribers share: each may
-// hold a few seconds of its own work, at most its share (the pool less a
-// reserve, split between the busy ones), so a subscriber alone on its lane
-// takes a burst whole and shares shrink as lane-mates get busy. What a
+// hold a few seconds of its own work (an unlimited one alone on its lane,
+// its whole share), at most its share (the pool less a reserve, split
+// between the busy ones), so a subscriber alone on its lane takes a burst
+// whole and shares shrink as lane-mates get busy. What a
 // subscriber cannot hold, and everything of a subscriber that is paused, has
 // its circuit open or is disabled, waits in its overflow (package overflow)
 // and comes back in order when its queue runs low: one write out, one back,
