@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -93,48 +90,6 @@ func buildRelay(t *testing.T) string {
 	return binPath
 }
 
-// listenAddr returns a free loopback address for the embedded server. relay
-// must listen on it again after the kill, so it is taken outside the
-// kernel's ephemeral port range when that range is known: a port inside it
-// may be handed, between the kill and the restart, to any connection or
-// listener that a parallel test opens.
-func listenAddr(t *testing.T) string {
-	t.Helper()
-	const lowest = 10000
-	if low := ephemeralPortsFrom(); low > lowest {
-		for range 100 {
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lowest+rand.IntN(low-lowest)))
-			if ln, err := net.Listen("tcp", addr); err == nil {
-				_ = ln.Close()
-				return addr
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// ephemeralPortsFrom is the first port of Linux's ephemeral range, or 0.
-func ephemeralPortsFrom() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	fields := strings.Fields(string(b))
-	if len(fields) != 2 {
-		return 0
-	}
-	low, err := strconv.Atoi(fields[0])
-	if err != nil {
-		return 0
-	}
-	return low
-}
-
 // TestKillDashNineMidBurstThenRestartLosesNothing runs the real binary,
 // kills it with SIGKILL while it has deliveries of a burst in flight, starts
 // it again and publishes the rest of the burst: every event is delivered,
@@ -162,7 +117,7 @@ func TestKillDashNineMidBurstThenRestartLosesNothing(t *testing.T) {
 	})
 	t.Run("embedded server", func(t *testing.T) {
 		t.Parallel()
-		listen := listenAddr(t)
+		listen := testutil.FreeAddr(t)
 		killMidBurst(t, []string{"--data", t.TempDir(), "--listen", listen}, "nats://"+listen, true)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -106,12 +107,17 @@ func StartRelayCluster(t testing.TB) *Cluster {
 	return c
 }
 
+// freeTCPPort is a port for a cluster node: outside the ephemeral range (see
+// [FreeAddr]), so that no connection of a parallel test takes it first.
 func freeTCPPort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(FreeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
