@@ -40,13 +40,18 @@ const readBatch = 256
 // refill-<seq>, retry-<id>) have no dot, so none can equal a fan-out copy's
 // <event id>.<subscriber> and be taken for its duplicate.
 func Put(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, seq uint64) error {
-	h := streams.CopyHeader(header, 0)
-	h.Del(streams.HeaderOverflowSeq)
-	m := &nats.Msg{Subject: Subject(subscriber), Header: h, Data: body}
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(putID(seq))); err != nil {
-		return fmt.Errorf("overflow: storing a delivery for %s: %w", subscriber, err)
+	f, err := PutAsync(js, subscriber, body, header, seq)
+	if err != nil {
+		return err
 	}
-	return nil
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return fmt.Errorf("overflow: storing a delivery for %s: %w", subscriber, err)
+	case <-ctx.Done():
+		return fmt.Errorf("overflow: storing a delivery for %s: %w", subscriber, ctx.Err())
+	}
 }
 
 // Msg is one message read from an overflow subject.
