@@ -51,6 +51,11 @@ type Options struct {
 	// `nats stream add` is not overruled) and creates new ones with 1,
 	// which is what an embedded server can hold.
 	Replicas int
+	// DLQMaxAge is how long the DLQ stream keeps a dead letter. Zero keeps
+	// the age of a DLQ stream that exists already (an operator who changed
+	// it with `nats stream edit` is not overruled by a restart) and creates
+	// a new one with DLQ.json's 30 days.
+	DLQMaxAge time.Duration
 }
 
 // Ensure creates the relay streams and KV buckets, or updates them to the
@@ -75,6 +80,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			return err
 		}
 		cfg.Replicas = replicas(name)
+		if name == DLQ {
+			cfg.MaxAge = dlqMaxAge(ctx, js, cfg.MaxAge, opts.DLQMaxAge)
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("streams: creating or updating %s: %w", name, err)
 		}
@@ -83,7 +91,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		{
 			Bucket:      SubscribersBucket,
 			Description: "relay subscribers: key = subscriber id, value = JSON",
-			History:     5,
+			// One value a key: an older value holds secrets that a
+			// rotation retired, and must not stay readable.
+			History: 1,
 		},
 		{
 			Bucket:      RateLimitBucket,
@@ -98,4 +108,16 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		}
 	}
 	return nil
+}
+
+// dlqMaxAge is the max age the DLQ stream gets: the one asked for, else the
+// existing stream's, else the definition's.
+func dlqMaxAge(ctx context.Context, js jetstream.JetStream, def, asked time.Duration) time.Duration {
+	if asked > 0 {
+		return asked
+	}
+	if s, err := js.Stream(ctx, DLQ); err == nil {
+		return s.CachedInfo().Config.MaxAge
+	}
+	return def
 }
