@@ -2,9 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -20,40 +27,72 @@ import (
 // shows; relay dlq ls --json has the whole (≤ 1 KiB) text.
 const dlqErrorWidth = 60
 
+// tableChunk is how many rows of a long table are aligned together: a
+// listing streams, so its columns are measured a chunk at a time.
+const tableChunk = 1000
+
+// maxSeqRange bounds one N-M range of --seq.
+const maxSeqRange = 1_000_000
+
 func newDLQCmd(conn *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List dead-lettered deliveries",
+		Short: "List, show, replay and purge dead-lettered deliveries",
 		Long: `Deliveries that could not succeed are kept in the DLQ stream, on subjects
-dlq.<subscriber>.<reason>, with why and when they died. Reasons: ` + reasonNames() + `.`,
+dlq.<subscriber>.<reason>, with why and when they died, for --dlq-max-age of
+relay run (30 days by default). Reasons: ` + reasonNames() + `.`,
 	}
 	cmd.AddCommand(
 		newDLQLsCmd(conn),
+		newDLQShowCmd(conn),
+		newDLQReplayCmd(conn),
+		newDLQPurgeCmd(conn),
 	)
 	return cmd
 }
 
-// withDLQ connects for a relay dlq subcommand.
+// withDLQ connects for a relay dlq subcommand. Listing, replaying or
+// purging a large DLQ takes as long as it takes, so there is no overall
+// timeout: each NATS request has its own, and Ctrl-C stops the command.
 func withDLQ(ctx context.Context, conn *connFlags, fn func(ctx context.Context, js jetstream.JetStream) error) error {
-	return withJetStream(ctx, conn, "relay dlq", fn)
+	nc, err := conn.connect("relay dlq")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, js)
 }
 
-// dlqFilterFlags are the --subscriber and --reason flags of the relay dlq
-// subcommands that select entries.
+// dlqFilterFlags are the flags of the relay dlq subcommands that select
+// entries.
 type dlqFilterFlags struct {
 	subscriber string
 	reason     string
+	eventType  string
+	since      string
+	until      string
+	seqs       string
 }
 
-func (d *dlqFilterFlags) add(cmd *cobra.Command) {
+func (d *dlqFilterFlags) add(cmd *cobra.Command, withSeq bool) {
 	f := cmd.Flags()
 	f.StringVar(&d.subscriber, "subscriber", "", "only this subscriber's dead letters")
 	f.StringVar(&d.reason, "reason", "", "only dead letters of this reason: "+reasonNames())
+	f.StringVar(&d.eventType, "type", "", "only events of this type; wildcards as in relay sub add --events (video.*)")
+	f.StringVar(&d.since, "since", "", "only dead letters stored at or after TIME: RFC 3339, or a duration ago such as 24h")
+	f.StringVar(&d.until, "until", "", "only dead letters stored at or before TIME: RFC 3339, or a duration ago such as 1h")
+	if withSeq {
+		f.StringVar(&d.seqs, "seq", "", "only these DLQ sequences: N,M,… and ranges N-M, instead of the other filters")
+	}
 }
 
 // filter validates the flags into a deadletter.Filter; a bad value is a
 // usage error naming its flag.
-func (d *dlqFilterFlags) filter(cmd *cobra.Command) (deadletter.Filter, error) {
+func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.Filter, error) {
 	var f deadletter.Filter
 	fl := cmd.Flags()
 	if fl.Changed("subscriber") {
@@ -73,7 +112,92 @@ func (d *dlqFilterFlags) filter(cmd *cobra.Command) (deadletter.Filter, error) {
 		}
 		f.Reason = r
 	}
+	if fl.Changed("type") {
+		if err := subscribers.ValidateFilter(d.eventType); err != nil {
+			var ve *subscribers.ValidationError
+			if errors.As(err, &ve) {
+				return f, usagef("--type: %s", ve.Msg)
+			}
+			return f, usagef("--type: %v", err)
+		}
+		f.Type = d.eventType
+	}
+	var err error
+	if fl.Changed("since") {
+		if f.Since, err = parseTimeFlag("--since", d.since, now); err != nil {
+			return f, err
+		}
+	}
+	if fl.Changed("until") {
+		if f.Until, err = parseTimeFlag("--until", d.until, now); err != nil {
+			return f, err
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		return f, usagef("--until: %s is before --since %s; swap them", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+	}
+	if fl.Lookup("seq") != nil && fl.Changed("seq") {
+		for _, other := range []string{"subscriber", "reason", "type", "since", "until"} {
+			if fl.Changed(other) {
+				return f, usagef("--seq: names the entries on its own; leave out --%s", other)
+			}
+		}
+		if f.Seqs, err = parseSeqs(d.seqs); err != nil {
+			return f, err
+		}
+	}
 	return f, nil
+}
+
+// parseTimeFlag reads a time flag: an RFC 3339 time, or a duration meaning
+// that long before now, as the nats CLI's --since does.
+func parseTimeFlag(flag, v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC(), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d).UTC(), nil
+	}
+	return time.Time{}, usagef("%s: %q is neither an RFC 3339 time (2026-12-01T08:00:00Z) nor a duration ago (24h, 90m)", flag, v)
+}
+
+// parseSeqs reads --seq: sequences and ranges separated by commas, in the
+// order given, each once.
+func parseSeqs(v string) ([]uint64, error) {
+	bad := func(part, why string) error {
+		return usagef("--seq: %q %s; give DLQ sequences such as 12,15,20-30 (relay dlq ls shows them)", part, why)
+	}
+	var seqs []uint64
+	seen := map[uint64]bool{}
+	addSeq := func(n uint64) {
+		if !seen[n] {
+			seen[n] = true
+			seqs = append(seqs, n)
+		}
+	}
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 64)
+		if err != nil || a == 0 {
+			return nil, bad(part, "is not a sequence")
+		}
+		if !isRange {
+			addSeq(a)
+			continue
+		}
+		b, err := strconv.ParseUint(strings.TrimSpace(hi), 10, 64)
+		if err != nil || b < a {
+			return nil, bad(part, "is not a range from low to high")
+		}
+		if b-a >= maxSeqRange {
+			return nil, bad(part, fmt.Sprintf("spans more than %d sequences (select by --subscriber, --reason or time instead)", maxSeqRange))
+		}
+		for n := a; n <= b; n++ {
+			addSeq(n)
+		}
+	}
+	return seqs, nil
 }
 
 func reasonNames() string {
@@ -85,6 +209,15 @@ func reasonNames() string {
 	return strings.Join(s, ", ")
 }
 
+// dlqErr turns what the deadletter package refuses into the CLI's exit
+// codes: a filter it cannot use is a usage error.
+func dlqErr(err error) error {
+	if errors.Is(err, deadletter.ErrInvalidFilter) {
+		return usageError{err}
+	}
+	return err
+}
+
 func newDLQLsCmd(conn *connFlags) *cobra.Command {
 	var (
 		filter dlqFilterFlags
@@ -94,30 +227,42 @@ func newDLQLsCmd(conn *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List dead-lettered deliveries, oldest first",
-		Long: `Lists the dead-lettered deliveries, oldest first, optionally only one
-subscriber's or one reason's. At most --limit are listed; when more match, the
-oldest are printed and a note on stderr says how many were left out.`,
+		Long: `Lists the dead-lettered deliveries, oldest first. --subscriber, --reason and
+--since are applied by the server; --type and --until on each entry, reading
+headers only. At most --limit are listed (0: all; the listing streams, so a
+large one costs time, not memory); when more match, a note on stderr says so.`,
 		Example: `  relay dlq ls
-  relay dlq ls --subscriber demo --reason max_attempts --json`,
+  relay dlq ls --subscriber demo --reason max_attempts --since 24h --json
+  relay dlq ls --type 'video.*' --limit 0`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := filter.filter(cmd)
+			f, err := filter.filter(cmd, time.Now())
 			if err != nil {
 				return err
 			}
-			if limit < 1 {
-				return usagef("--limit: must be at least 1, got %d", limit)
+			if limit < 0 {
+				return usagef("--limit: must be 0 (all) or more, got %d", limit)
 			}
 			return withDLQ(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream) error {
-				entries, err := deadletter.List(ctx, js, f, limit)
-				if err != nil && !errors.Is(err, deadletter.ErrTruncated) && !errors.Is(err, deadletter.ErrMalformedEntry) {
-					return err
+				p := newEntryPrinter(cmd.OutOrStdout(), asJSON)
+				n := 0
+				more := false
+				err := deadletter.Scan(ctx, js, f, func(e deadletter.Entry) error {
+					if limit > 0 && n == limit {
+						more = true
+						return errLimitReached
+					}
+					n++
+					return p.add(e)
+				})
+				if err != nil && !errors.Is(err, errLimitReached) && !errors.Is(err, deadletter.ErrMalformedEntry) {
+					return dlqErr(err)
 				}
-				if perr := printDLQEntries(cmd, entries, asJSON); perr != nil {
+				if perr := p.close(); perr != nil {
 					return perr
 				}
-				if errors.Is(err, deadletter.ErrTruncated) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "relay: only the oldest %d dead letters are listed; raise --limit or narrow with --subscriber/--reason\n", len(entries))
+				if more {
+					fmt.Fprintf(cmd.ErrOrStderr(), "relay: only the oldest %d dead letters are listed; raise --limit (0 for all) or narrow with --subscriber, --reason, --type, --since\n", n)
 				}
 				if errors.Is(err, deadletter.ErrMalformedEntry) {
 					return err
@@ -126,25 +271,80 @@ oldest are printed and a note on stderr says how many were left out.`,
 			})
 		},
 	}
-	filter.add(cmd)
+	filter.add(cmd, false)
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array")
-	f.IntVar(&limit, "limit", deadletter.DefaultLimit, "list at most this many dead letters")
+	f.IntVar(&limit, "limit", deadletter.DefaultLimit, "list at most this many dead letters; 0 lists all")
 	return cmd
 }
 
-func printDLQEntries(cmd *cobra.Command, entries []deadletter.Entry, asJSON bool) error {
-	return printList(cmd.OutOrStdout(), entries, asJSON, "no dead letters",
-		"DLQ_SEQ\tSUBSCRIBER\tEVENT_ID\tTYPE\tREASON\tATTEMPTS\tLAST_STATUS\tDEAD_AT\tLAST_ERROR",
-		func(e deadletter.Entry) string {
-			status := "-"
-			if e.LastStatus != 0 {
-				status = fmt.Sprint(e.LastStatus)
-			}
-			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s",
-				e.DLQSeq, cell(e.Subscriber, 0), cell(e.EventID, 0), cell(e.EventType, 0), cell(string(e.Reason), 0),
-				e.Attempts, status, e.DeadAt.UTC().Format(time.RFC3339), cell(e.LastError, dlqErrorWidth))
-		})
+// errLimitReached ends a listing at --limit.
+var errLimitReached = errors.New("limit reached")
+
+// entryPrinter prints DLQ entries as they are read: a JSON array written
+// element by element, or a table aligned a chunk of rows at a time.
+type entryPrinter struct {
+	out    io.Writer
+	asJSON bool
+	n      int
+	tw     *tabwriter.Writer
+	rows   int
+}
+
+func newEntryPrinter(out io.Writer, asJSON bool) *entryPrinter {
+	return &entryPrinter{out: out, asJSON: asJSON}
+}
+
+func (p *entryPrinter) add(e deadletter.Entry) error {
+	p.n++
+	if p.asJSON {
+		b, err := json.MarshalIndent(e, "  ", "  ")
+		if err != nil {
+			return err
+		}
+		sep := ",\n  "
+		if p.n == 1 {
+			sep = "[\n  "
+		}
+		_, err = fmt.Fprintf(p.out, "%s%s", sep, b)
+		return err
+	}
+	if p.tw == nil {
+		p.tw = tabwriter.NewWriter(p.out, 0, 4, 2, ' ', 0)
+		if p.n == 1 {
+			fmt.Fprintln(p.tw, "DLQ_SEQ\tSUBSCRIBER\tEVENT_ID\tTYPE\tREASON\tATTEMPTS\tLAST_STATUS\tDEAD_AT\tLAST_ERROR")
+		}
+	}
+	status := "-"
+	if e.LastStatus != 0 {
+		status = fmt.Sprint(e.LastStatus)
+	}
+	fmt.Fprintf(p.tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+		e.DLQSeq, cell(e.Subscriber, 0), cell(e.EventID, 0), cell(e.EventType, 0), cell(string(e.Reason), 0),
+		e.Attempts, status, e.DeadAt.UTC().Format(time.RFC3339), cell(e.LastError, dlqErrorWidth))
+	if p.rows++; p.rows == tableChunk {
+		err := p.tw.Flush()
+		p.tw, p.rows = nil, 0
+		return err
+	}
+	return nil
+}
+
+func (p *entryPrinter) close() error {
+	switch {
+	case p.asJSON && p.n == 0:
+		_, err := fmt.Fprintln(p.out, "[]")
+		return err
+	case p.asJSON:
+		_, err := fmt.Fprintln(p.out, "\n]")
+		return err
+	case p.n == 0:
+		_, err := fmt.Fprintln(p.out, "no dead letters")
+		return err
+	case p.tw != nil:
+		return p.tw.Flush()
+	}
+	return nil
 }
 
 // cell makes a value safe for one table cell: no tab or line break can shift
@@ -164,4 +364,296 @@ func cell(s string, width int) string {
 		s = string([]rune(s)[:width-1]) + "…"
 	}
 	return s
+}
+
+// parseSeqArg reads the SEQ argument of relay dlq show.
+func parseSeqArg(v string) (uint64, error) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n == 0 {
+		return 0, usagef("SEQ: %q is not a DLQ sequence; relay dlq ls shows them in its DLQ_SEQ column", v)
+	}
+	return n, nil
+}
+
+// shownEntry is relay dlq show --json: the entry's fields, its subject,
+// every header and the body, as text when it is UTF-8 and else in base64.
+type shownEntry struct {
+	deadletter.Entry
+	Subject    string              `json:"subject"`
+	StoredAt   time.Time           `json:"stored_at"`
+	Headers    map[string][]string `json:"headers"`
+	Body       *string             `json:"body,omitempty"`
+	BodyBase64 *string             `json:"body_base64,omitempty"`
+}
+
+func newDLQShowCmd(conn *connFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show SEQ",
+		Short: "Show one dead letter: every header and the body",
+		Long: `Shows the dead letter at DLQ sequence SEQ (the DLQ_SEQ column of relay dlq ls):
+why and when it died, every header it carries and its body, exactly as it was
+published. A body that is not UTF-8 text is shown in base64.`,
+		Example: `  relay dlq show 42
+  relay dlq show 42 --json | jq -r .body`,
+		Args: exactArgs(1, "a DLQ sequence"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			seq, err := parseSeqArg(args[0])
+			if err != nil {
+				return err
+			}
+			return withDLQ(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream) error {
+				m, err := deadletter.Get(ctx, js, seq)
+				if err != nil {
+					return err
+				}
+				return printDLQMessage(cmd.OutOrStdout(), m, asJSON)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
+	text := utf8.Valid(m.Body)
+	if asJSON {
+		v := shownEntry{Entry: m.Entry, Subject: m.Subject, StoredAt: m.Stored, Headers: map[string][]string(m.Header)}
+		if v.Headers == nil {
+			v.Headers = map[string][]string{}
+		}
+		if text {
+			s := string(m.Body)
+			v.Body = &s
+		} else {
+			s := base64.StdEncoding.EncodeToString(m.Body)
+			v.BodyBase64 = &s
+		}
+		return writeJSON(out, v)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	e := m.Entry
+	row("dlq seq", e.DLQSeq)
+	row("subject", m.Subject)
+	row("subscriber", e.Subscriber)
+	row("event id", cell(e.EventID, 0))
+	row("event type", cell(e.EventType, 0))
+	row("reason", e.Reason)
+	row("attempts", e.Attempts)
+	if e.LastStatus != 0 {
+		row("last status", e.LastStatus)
+	}
+	row("last error", cell(e.LastError, 0))
+	if e.FirstAttemptAt != nil {
+		row("first attempt", e.FirstAttemptAt.Format(time.RFC3339Nano))
+	}
+	row("dead at", e.DeadAt.Format(time.RFC3339Nano))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "headers:")
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range m.Header {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		for _, v := range m.Header[k] {
+			fmt.Fprintf(out, "  %s: %s\n", cell(k, 0), cell(v, 0))
+		}
+	}
+	if text {
+		fmt.Fprintf(out, "body (%d bytes):\n%s\n", len(m.Body), m.Body)
+		return nil
+	}
+	_, err := fmt.Fprintf(out, "body (%d bytes, not UTF-8, in base64):\n%s\n", len(m.Body), base64.StdEncoding.EncodeToString(m.Body))
+	return err
+}
+
+func newDLQReplayCmd(conn *connFlags) *cobra.Command {
+	var (
+		filter         dlqFilterFlags
+		sharedLanes    int
+		dryRun         bool
+		enable         bool
+		ignoreDeadline bool
+	)
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Put dead letters back on their subscriber's lane",
+		Long: `Puts the selected dead letters back on their subscriber's lane, oldest first,
+with the same event id (the receiver sees the same webhook-id) and a fresh
+attempt count. Replayed deliveries go through the lane like any other: they obey
+the subscriber's rate, pause and circuit. An entry leaves the DLQ only once
+JetStream has acknowledged its copy, and each copy has Nats-Msg-Id
+replay.<DLQ seq>: two replays at once, or a replay run again after it was
+stopped, deliver each entry once.
+
+Nothing is replayed when a selected subscriber does not exist; a disabled one
+needs --enable. Entries that died of their deadline (deadline, expired) or whose
+Relay-Deadline has passed would die again: they are skipped unless
+--ignore-deadline, which replays them without it. --lanes must be relay run's.`,
+		Example: `  relay dlq replay --subscriber demo --dry-run
+  relay dlq replay --subscriber demo --reason max_attempts
+  relay dlq replay --seq 12,15,20-30`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := filter.filter(cmd, time.Now())
+			if err != nil {
+				return err
+			}
+			if sharedLanes < 1 || sharedLanes > maxSharedLanes {
+				return usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, sharedLanes)
+			}
+			return withDLQ(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream) error {
+				store, err := subscribers.Open(ctx, js)
+				if err != nil {
+					return err
+				}
+				r := &deadletter.Replayer{JS: js, Store: store, SharedLanes: sharedLanes, IgnoreDeadline: ignoreDeadline, Enable: enable || dryRun}
+				return replay(ctx, cmd, r, f, dryRun, enable)
+			})
+		},
+	}
+	filter.add(cmd, true)
+	fl := cmd.Flags()
+	fl.IntVar(&sharedLanes, "lanes", 16, fmt.Sprintf("number of shared lanes relay run uses (1-%d)", maxSharedLanes))
+	fl.BoolVar(&dryRun, "dry-run", false, "list what would be replayed, and change nothing")
+	fl.BoolVar(&enable, "enable", false, "enable the disabled subscribers of the selection, then replay")
+	fl.BoolVar(&ignoreDeadline, "ignore-deadline", false, "replay entries past their deadline too, without their Relay-Deadline")
+	return cmd
+}
+
+func replay(ctx context.Context, cmd *cobra.Command, r *deadletter.Replayer, f deadletter.Filter, dryRun, enable bool) error {
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	plan, err := r.Plan(ctx, f)
+	if errors.Is(err, deadletter.ErrSubscriberDisabled) {
+		return usagef("%v; add --enable to enable and replay, or run relay sub enable first", err)
+	}
+	if err != nil && !errors.Is(err, deadletter.ErrMalformedEntry) {
+		return fmt.Errorf("%w; nothing was replayed", dlqErr(err))
+	}
+	if err != nil {
+		fmt.Fprintf(errOut, "relay: %v; it is left in the DLQ\n", err)
+	}
+	skipLate := 0
+	if !r.IgnoreDeadline {
+		skipLate = plan.Late
+	}
+	lateNote := func() {
+		if skipLate > 0 {
+			fmt.Fprintf(errOut, "relay: %d dead letters died of their deadline or are past it and are left in the DLQ; add --ignore-deadline to replay them without it\n", skipLate)
+		}
+	}
+	if dryRun {
+		p := newEntryPrinter(out, false)
+		err := deadletter.Scan(ctx, r.JS, f, func(e deadletter.Entry) error {
+			if r.Skips(e) {
+				return nil
+			}
+			return p.add(e)
+		})
+		if err != nil && !errors.Is(err, deadletter.ErrMalformedEntry) {
+			return err
+		}
+		if err := p.close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "dry run: would replay %d, skip %d\n", plan.Selected-skipLate, skipLate)
+		if len(plan.Disabled) > 0 && !enable {
+			fmt.Fprintf(errOut, "relay: disabled subscribers need --enable: %s\n", strings.Join(plan.Disabled, ", "))
+		}
+		lateNote()
+		return nil
+	}
+	progress := newProgress(errOut)
+	r.Progress = progress.update
+	sum, err := r.Run(ctx, plan)
+	progress.done()
+	fmt.Fprintf(out, "replayed %d, skipped %d, failed %d\n", sum.Replayed, sum.Skipped, sum.Failed)
+	lateNote()
+	if err != nil {
+		return fmt.Errorf("replay: %w (what was not replayed is still in the DLQ; run the same command again)", err)
+	}
+	return nil
+}
+
+// progress draws one line on a terminal while a long replay runs; on
+// anything else (a pipe, a file, a test) it prints nothing.
+type progress struct {
+	w    io.Writer
+	on   bool
+	last time.Time
+	drew bool
+}
+
+// progressEvery is how often the progress line is redrawn.
+const progressEvery = 200 * time.Millisecond
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.on = true
+		}
+	}
+	return p
+}
+
+func (p *progress) update(done, total int) {
+	if !p.on || (time.Since(p.last) < progressEvery && done < total) {
+		return
+	}
+	p.last = time.Now()
+	p.drew = true
+	fmt.Fprintf(p.w, "\rreplaying: %d of %d (%d%%)", done, total, done*100/max(total, 1))
+}
+
+func (p *progress) done() {
+	if p.drew {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+func newDLQPurgeCmd(conn *connFlags) *cobra.Command {
+	var (
+		filter dlqFilterFlags
+		yes    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge --yes",
+		Short: "Remove dead letters for good",
+		Long: `Removes the selected dead letters (all of them without a filter) for good.
+Without --yes it only says how many would go, and exits 2. A selection by
+--subscriber and --reason alone is one server-side purge, whatever its size.`,
+		Example: `  relay dlq purge --subscriber demo --reason rejected
+  relay dlq purge --subscriber demo --reason rejected --yes`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := filter.filter(cmd, time.Now())
+			if err != nil {
+				return err
+			}
+			return withDLQ(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream) error {
+				if !yes {
+					n, err := deadletter.Count(ctx, js, f)
+					if err != nil {
+						return dlqErr(err)
+					}
+					return usagef("%d dead letters would be purged; add --yes to purge them", n)
+				}
+				n, err := deadletter.Purge(ctx, js, f)
+				if err != nil {
+					return fmt.Errorf("purged %d dead letters, then: %w", n, dlqErr(err))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead letters\n", n)
+				return nil
+			})
+		},
+	}
+	filter.add(cmd, true)
+	cmd.Flags().BoolVar(&yes, "yes", false, "really purge")
+	return cmd
 }

@@ -31,6 +31,14 @@ import (
 // ack on a work-queue stream scans them all.
 const maxSharedLanes = 256
 
+// defaultDLQMaxAge is how long a new DLQ keeps dead letters: a month to
+// notice, fix and replay.
+const defaultDLQMaxAge = 30 * 24 * time.Hour
+
+// minDLQMaxAge keeps --dlq-max-age above the DLQ's duplicate window, which
+// JetStream requires, with room for an operator to act.
+const minDLQMaxAge = time.Hour
+
 type runFlags struct {
 	data         string
 	listen       string
@@ -43,6 +51,9 @@ type runFlags struct {
 	ackWait      time.Duration
 	maxRequests  int
 	logFormat    string
+	// dlqMaxAge is --dlq-max-age when given, else 0: keep the age of a DLQ
+	// stream that exists.
+	dlqMaxAge time.Duration
 	// ready, when set (by tests), is called once the relay consumes, with
 	// the client URL of the NATS server and the metrics address.
 	ready func(natsURL string, metricsAddr net.Addr)
@@ -63,6 +74,12 @@ Stops cleanly on SIGINT or SIGTERM: deliveries in flight finish or are handed
 back to JetStream, nothing is lost.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case !cmd.Flags().Changed("dlq-max-age"):
+				f.dlqMaxAge = 0
+			case f.dlqMaxAge < minDLQMaxAge:
+				return usagef("--dlq-max-age: must be at least %s, got %s", minDLQMaxAge, f.dlqMaxAge)
+			}
 			return runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
 		},
 	}
@@ -76,6 +93,7 @@ back to JetStream, nothing is lost.`,
 	fl.DurationVar(&f.maxPause, "max-pause", retry.DefaultMaxPause, "longest Retry-After relay obeys")
 	fl.DurationVar(&f.ackWait, "ack-wait", 60*time.Second, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed")
 	fl.IntVar(&f.maxRequests, "max-requests", lanes.DefaultMaxRequests, "most HTTP requests in flight over all subscribers, shared fairly among them (0: unlimited)")
+	fl.DurationVar(&f.dlqMaxAge, "dlq-max-age", defaultDLQMaxAge, "how long dead letters are kept; a DLQ that exists keeps its age (nats stream edit DLQ --max-age) unless this is given")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -186,7 +204,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas}); err != nil {
+	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas, DLQMaxAge: f.dlqMaxAge}); err != nil {
 		return err
 	}
 	store, err := subscribers.Open(setupCtx, js)

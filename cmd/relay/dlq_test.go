@@ -161,7 +161,10 @@ func TestDLQLsInvalidFlagsExit2BeforeConnecting(t *testing.T) {
 		{"subscriber with a space", []string{"--subscriber", "a b"}, []string{"--subscriber"}},
 		{"subscriber wildcard", []string{"--subscriber", "*"}, []string{"--subscriber"}},
 		{"empty subscriber", []string{"--subscriber", ""}, []string{"--subscriber"}},
-		{"zero limit", []string{"--limit", "0"}, []string{"--limit"}},
+		{"negative limit", []string{"--limit", "-1"}, []string{"--limit"}},
+		{"bad type", []string{"--type", "video..x"}, []string{"--type"}},
+		{"bad since", []string{"--since", "yesterday"}, []string{"--since", "RFC 3339"}},
+		{"until before since", []string{"--since", "2026-12-01T10:00:00Z", "--until", "2026-12-01T09:00:00Z"}, []string{"--until"}},
 		{"limit not a number", []string{"--limit", "many"}, []string{"limit"}},
 		{"an argument", []string{"extra"}, []string{"expects"}},
 	}

@@ -38,6 +38,8 @@ type Entry struct {
 	DeadAt time.Time `json:"dead_at"`
 	// PublishedAt is when the event was published on EVENTS, when known.
 	PublishedAt *time.Time `json:"published_at,omitempty"`
+	// Deadline is the event's Relay-Deadline, when it had a valid one.
+	Deadline *time.Time `json:"deadline,omitempty"`
 	// DLQSeq is the entry's sequence in the DLQ stream, the handle that
 	// `relay dlq show` and `relay dlq replay` take.
 	DLQSeq uint64 `json:"dlq_seq"`
@@ -115,6 +117,11 @@ func EntryFromMsg(subject string, header nats.Header, body []byte, seq uint64) (
 		if ok {
 			*f.dst = &t
 		}
+	}
+	// The publisher sets Relay-Deadline: one that does not parse is ignored
+	// here as the lanes ignore it, not a sign of a foreign message.
+	if t, ok, err := headerTime(header, streams.HeaderDeadline); ok && err == nil {
+		e.Deadline = &t
 	}
 	deadAt, _, err := headerTime(header, streams.HeaderDeadAt)
 	if err != nil {

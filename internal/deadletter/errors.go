@@ -26,6 +26,24 @@ var (
 	// sequence, so that an operator can inspect or remove it.
 	ErrMalformedEntry = errors.New("deadletter: malformed DLQ message")
 
+	// ErrNotFound means the DLQ holds no entry at a sequence: it was never
+	// written, or it was replayed, purged or aged out since.
+	ErrNotFound = errors.New("deadletter: no such entry")
+
+	// ErrUnknownSubscriber means a replay selected entries of a subscriber
+	// the relay_subscribers bucket does not hold: they would only die again,
+	// as unroutable, so nothing is replayed.
+	ErrUnknownSubscriber = errors.New("deadletter: no such subscriber")
+
+	// ErrSubscriberDisabled means a replay selected entries of a disabled
+	// subscriber without being asked to enable it: they would be held until
+	// `relay sub enable`, which the operator should decide.
+	ErrSubscriberDisabled = errors.New("deadletter: subscriber is disabled")
+
+	// ErrNoLane means a replay would put entries on a lane that has no
+	// consumer on DELIVERIES, where no relay would ever read them.
+	ErrNoLane = errors.New("deadletter: no such lane")
+
 	// ErrTruncated means [List] stopped at its limit while more entries
 	// matched. The entries returned with it are valid: the oldest ones. The
 	// wrapping error says how many more matched.

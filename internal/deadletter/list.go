@@ -8,161 +8,194 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
-// DefaultLimit is how many entries [List] returns at most when given no
-// limit. Entries are small (headers only), but a DLQ can hold millions after
-// a long outage; ten thousand is more than a terminal can show and little
-// enough memory for any machine.
+// DefaultLimit is how many entries `relay dlq ls` lists unless told
+// otherwise: a DLQ can hold millions after a long outage, and ten thousand
+// lines are more than a terminal can show. Listing streams, so a larger
+// limit costs time, not memory.
 const DefaultLimit = 10_000
 
-// listBuffer bounds how many messages the ordered consumer of [List] keeps
+// listBuffer bounds how many messages the ordered consumer of [Scan] keeps
 // in the client at once.
 const listBuffer = 500
 
 // listConsumerIdle is how long the server keeps the ephemeral consumer of a
-// [List] that ended without deleting it (its context cancelled, the
+// [Scan] that ended without deleting it (its context cancelled, the
 // connection lost).
 const listConsumerIdle = time.Minute
 
-// Filter selects DLQ entries by subscriber and reason. An empty field matches
-// everything, so the zero Filter selects the whole DLQ.
-type Filter struct {
-	// Subscriber is the subscriber id to select, or "" for all.
-	Subscriber string
-	// Reason is the reason to select, or "" for all.
-	Reason Reason
-}
+// errStop ends a [Scan] from its callback without an error.
+var errStop = errors.New("deadletter: stop")
 
-// Subject returns the DLQ filter subject that selects f's entries:
-// dlq.<subscriber or *>.<reason or *>. The server does the filtering, so a
-// narrow filter reads only the entries it selects.
-func (f Filter) Subject() string {
-	sub, reason := f.Subscriber, string(f.Reason)
-	if sub == "" {
-		sub = "*"
-	}
-	if reason == "" {
-		reason = "*"
-	}
-	return "dlq." + sub + "." + reason
-}
-
-// validate reports a field of f that would change the meaning of its
-// subject (a dot or a wildcard in a subscriber id, an unknown reason).
-func (f Filter) validate() error {
-	if f.Subscriber != "" {
-		if err := subscribers.ValidateID(f.Subscriber); err != nil {
-			return fmt.Errorf("%w: subscriber: %v", ErrInvalidFilter, err)
-		}
-	}
-	if f.Reason != "" && !f.Reason.Valid() {
-		return fmt.Errorf("%w: reason %q: valid reasons are %s", ErrInvalidFilter, f.Reason, reasonList())
-	}
-	return nil
-}
-
-// List returns the DLQ entries f selects, oldest first (in DLQ stream order),
-// and an empty, non-nil slice when there are none.
+// Scan calls fn with each DLQ entry f selects, oldest first (in DLQ stream
+// order), and returns the first error fn returns. It holds one batch of
+// entries at a time, whatever the DLQ's size, so that listing, replaying or
+// purging millions of entries costs the memory of a few hundred.
 //
-// It reads with an ordered consumer filtered on [Filter.Subject] that
-// delivers headers only: the server does the filtering, messages come in
-// batches rather than one request each, and the bodies (up to the maximum
-// event size each) never reach the client; Size comes from the server's
-// Nats-Msg-Size header. It never waits for messages to arrive: it returns at
-// once when the DLQ stream is empty or the consumer starts with nothing
-// pending, and stops at the message after which the consumer reports nothing
-// pending. Entries dead-lettered while it reads may or may not be included.
-// The consumer is deleted before List returns; if that fails, the server
-// removes it after a minute of inactivity.
-//
-// At most limit entries are returned, [DefaultLimit] when limit is 0 or less,
-// so that a huge DLQ cannot exhaust memory. Past the limit, List returns the
-// oldest limit entries together with an error wrapping [ErrTruncated] that
-// says how many more matched; narrow the filter to see the others.
+// It reads with an ordered consumer filtered on [Filter.Subject], starting
+// at f.Since, that delivers headers only: the server does that filtering,
+// messages come in batches rather than one request each, and the bodies (up
+// to the maximum event size each) never reach the client; Size comes from
+// the server's Nats-Msg-Size header. Type and Until are judged on each
+// entry; the scan ends at the first entry stored after Until. It never
+// waits for messages to arrive: it returns at once when the DLQ stream is
+// empty or the consumer starts with nothing pending, and stops at the
+// message after which the consumer reports nothing pending. Entries
+// dead-lettered while it reads may or may not be included. The consumer is
+// deleted before Scan returns; if that fails, the server removes it after a
+// minute of inactivity. With f.Seqs, Scan reads those entries one by one,
+// bodies included, in the order given, and leaves out those not in the DLQ.
 //
 // A message that is not a DLQ copy relay could have written is left out, and
-// List returns the others with an error wrapping [ErrMalformedEntry] that
-// names the first such DLQ sequence and counts the rest. When the error
-// wraps only [ErrTruncated] and [ErrMalformedEntry], the entries are valid.
-// An invalid f returns an error wrapping [ErrInvalidFilter].
-func List(ctx context.Context, js jetstream.JetStream, f Filter, limit int) ([]Entry, error) {
+// Scan returns, after the others, an error wrapping [ErrMalformedEntry] that
+// names the first such DLQ sequence and counts the rest. An invalid f
+// returns an error wrapping [ErrInvalidFilter] before reading anything.
+func Scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) error) error {
+	_, err := scan(ctx, js, f, fn)
+	return err
+}
+
+// scan is [Scan], and also says how many messages of the subject filter
+// were still pending when fn stopped it with errStop.
+func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) error) (uint64, error) {
 	if err := f.validate(); err != nil {
-		return nil, err
-	}
-	if limit <= 0 {
-		limit = DefaultLimit
+		return 0, err
 	}
 	stream, err := js.Stream(ctx, streams.DLQ)
 	if err != nil {
-		return nil, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+		return 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
 	}
-	entries := []Entry{}
+	if f.Seqs != nil {
+		return 0, scanSeqs(ctx, stream, f.Seqs, fn)
+	}
 	if info := stream.CachedInfo(); info != nil && info.State.Msgs == 0 {
-		return entries, nil
+		return 0, nil
 	}
-	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{f.Subject()},
 		HeadersOnly:       true,
 		InactiveThreshold: listConsumerIdle,
 		MaxResetAttempts:  3,
-	})
+	}
+	if !f.Since.IsZero() {
+		since := f.Since
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = &since
+	}
+	oc, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+		return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
 	}
 	defer deleteConsumer(ctx, js, oc)
 	if info := oc.CachedInfo(); info != nil && info.NumPending == 0 {
-		return entries, nil
+		return 0, nil
 	}
-	it, err := oc.Messages(jetstream.PullMaxMessages(min(limit, listBuffer)))
+	it, err := oc.Messages(jetstream.PullMaxMessages(listBuffer))
 	if err != nil {
-		return nil, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+		return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
 	}
 	defer it.Stop()
 
-	var (
-		malformed []error
-		pending   uint64
-	)
+	var bad malformed
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+			return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return nil, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+			return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+		}
+		if !f.Until.IsZero() && meta.Timestamp.After(f.Until) {
+			break
 		}
 		e, err := EntryFromMsg(msg.Subject(), msg.Headers(), msg.Data(), meta.Sequence.Stream)
-		if err != nil {
-			malformed = append(malformed, err)
-		} else {
+		switch {
+		case err != nil:
+			bad.add(err)
+		case f.matches(e, meta.Timestamp):
 			if e.DeadAt.IsZero() {
 				// Relay always sets Relay-Dead-At; for a copy that lacks it,
 				// the time JetStream stored it is the next best thing.
 				e.DeadAt = meta.Timestamp.UTC()
 			}
-			entries = append(entries, e)
+			if err := fn(e); err != nil {
+				return meta.NumPending, err
+			}
 		}
-		pending = meta.NumPending
-		if pending == 0 || len(entries) == limit {
+		if meta.NumPending == 0 {
 			break
 		}
 	}
-	var errs []error
-	if len(malformed) > 0 {
-		err := malformed[0]
-		if len(malformed) > 1 {
-			err = fmt.Errorf("%w (and %d more malformed messages)", err, len(malformed)-1)
+	return 0, bad.err()
+}
+
+// scanSeqs is [Scan] of named sequences.
+func scanSeqs(ctx context.Context, stream jetstream.Stream, seqs []uint64, fn func(Entry) error) error {
+	var bad malformed
+	for _, seq := range seqs {
+		m, err := get(ctx, stream, seq)
+		if errors.Is(err, ErrNotFound) {
+			continue
 		}
-		errs = append(errs, err)
+		if errors.Is(err, ErrMalformedEntry) {
+			bad.add(err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(m.Entry); err != nil {
+			return err
+		}
 	}
-	if pending > 0 {
-		errs = append(errs, fmt.Errorf("%w: listed the oldest %d, %d more match", ErrTruncated, len(entries), pending))
+	return bad.err()
+}
+
+// malformed gathers the messages a scan left out.
+type malformed []error
+
+func (m *malformed) add(err error) { *m = append(*m, err) }
+
+// err names the first and counts the rest.
+func (m malformed) err() error {
+	if len(m) == 0 {
+		return nil
 	}
-	return entries, errors.Join(errs...)
+	if len(m) > 1 {
+		return fmt.Errorf("%w (and %d more malformed messages)", m[0], len(m)-1)
+	}
+	return m[0]
+}
+
+// List returns the DLQ entries f selects, oldest first, as [Scan] reads
+// them, and an empty, non-nil slice when there are none.
+//
+// At most limit entries are returned, all of them when limit is 0 or less.
+// Past the limit, List returns the oldest limit entries together with an
+// error wrapping [ErrTruncated] that says how many more messages of the
+// subject filter remain (an upper bound when Type or Until narrow it).
+// Malformed messages are left out as [Scan] does, with its error. When the
+// error wraps only [ErrTruncated] and [ErrMalformedEntry], the entries are
+// valid.
+func List(ctx context.Context, js jetstream.JetStream, f Filter, limit int) ([]Entry, error) {
+	entries := []Entry{}
+	pending, err := scan(ctx, js, f, func(e Entry) error {
+		if limit > 0 && len(entries) == limit {
+			return errStop
+		}
+		entries = append(entries, e)
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return entries, fmt.Errorf("%w: listed the oldest %d, up to %d more match", ErrTruncated, len(entries), pending+1)
+	}
+	if err != nil && !errors.Is(err, ErrMalformedEntry) {
+		return nil, err
+	}
+	return entries, err
 }
 
 // deleteConsumer removes the ordered consumer of a finished [List] at once

@@ -65,6 +65,14 @@ func (s Subscriber) Matches(eventType string) bool {
 	return false
 }
 
+// MatchFilter reports whether one event filter (as [ValidateFilter]
+// accepts) matches an event type, with the wildcards of
+// [Subscriber.Matches]. `relay dlq` selects dead letters by event type with
+// it, so that --type means what --events means.
+func MatchFilter(filter, eventType string) bool {
+	return matchFilter(filter, eventType)
+}
+
 // matchFilter matches one filter against an event type token by token,
 // without splitting either into a slice.
 func matchFilter(filter, subject string) bool {

@@ -1,0 +1,87 @@
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// Count returns how many DLQ entries f selects. A filter of subscriber and
+// reason alone is counted by the server from its subject index, without
+// reading an entry; any other is a headers-only [Scan].
+func Count(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error) {
+	if err := f.validate(); err != nil {
+		return 0, err
+	}
+	if f.bySubject() {
+		return subjectCount(ctx, js, f.Subject())
+	}
+	var n uint64
+	err := Scan(ctx, js, f, func(Entry) error {
+		n++
+		return nil
+	})
+	if errors.Is(err, ErrMalformedEntry) {
+		err = nil // not entries relay would purge
+	}
+	return n, err
+}
+
+// subjectCount is how many messages of the DLQ stream a subject filter
+// holds.
+func subjectCount(ctx context.Context, js jetstream.JetStream, subject string) (uint64, error) {
+	stream, err := js.Stream(ctx, streams.DLQ)
+	if err != nil {
+		return 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, fmt.Errorf("deadletter: counting %s: %w", subject, err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n, nil
+}
+
+// Purge removes the DLQ entries f selects for good and returns how many it
+// removed. A filter of subscriber and reason alone is one server-side purge
+// of its subject, whatever the number of entries (the count is the one just
+// before it); any other removes the entries a [Scan] selects one by one.
+// Messages that are not DLQ copies relay could have written are left alone.
+func Purge(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error) {
+	if err := f.validate(); err != nil {
+		return 0, err
+	}
+	stream, err := js.Stream(ctx, streams.DLQ)
+	if err != nil {
+		return 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+	}
+	if f.bySubject() {
+		n, err := subjectCount(ctx, js, f.Subject())
+		if err != nil || n == 0 {
+			return 0, err
+		}
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(f.Subject())); err != nil {
+			return 0, fmt.Errorf("deadletter: purging %s: %w", f.Subject(), err)
+		}
+		return n, nil
+	}
+	var n uint64
+	err = Scan(ctx, js, f, func(e Entry) error {
+		if err := remove(ctx, stream, e.DLQSeq); err != nil {
+			return fmt.Errorf("deadletter: removing DLQ sequence %d: %w", e.DLQSeq, err)
+		}
+		n++
+		return nil
+	})
+	if errors.Is(err, ErrMalformedEntry) {
+		err = nil
+	}
+	return n, err
+}
