@@ -23,6 +23,9 @@ const (
 	HeaderLastError      = "Relay-Last-Error"
 	HeaderDeadAt         = "Relay-Dead-At"
 	HeaderOriginSeq      = "Relay-Origin-Seq"
+	// HeaderOriginSubject is the DELIVERIES subject a dead letter came
+	// from, deliveries.<lane>.<subscriber>, for a replay by hand.
+	HeaderOriginSubject = "Relay-Origin-Subject"
 	// HeaderOverflowSeq marks a delivery brought back from its subscriber's
 	// overflow: the DELIVERIES sequence it waited at. A lane takes such a
 	// message into its subscriber's queue whatever the queue holds, since

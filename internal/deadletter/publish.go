@@ -52,6 +52,10 @@ type Death struct {
 	// OriginSeq is the DELIVERIES stream sequence of the message that died.
 	// It makes the copy's Nats-Msg-Id, so it must not be zero.
 	OriginSeq uint64
+	// OriginSubject is the DELIVERIES subject of the message that died,
+	// deliveries.<lane>.<subscriber>: where a replay by hand, with the nats
+	// CLI alone, puts it back. Empty leaves the header out.
+	OriginSubject string
 }
 
 // validate reports the first field of d that Publish cannot store.
@@ -92,6 +96,7 @@ var ownHeaders = []string{
 	streams.HeaderDeadAt,
 	streams.HeaderFirstAttemptAt,
 	streams.HeaderOriginSeq,
+	streams.HeaderOriginSubject,
 }
 
 func isOwnHeader(name string) bool {
@@ -112,7 +117,8 @@ func isOwnHeader(name string) bool {
 // Relay-Reason, Relay-Attempts, Relay-Last-Status (omitted when 0),
 // Relay-Last-Error (cut by [Publish] to one line of at most [MaxLastError]
 // bytes, omitted when empty), Relay-Dead-At (RFC 3339 UTC with nanoseconds),
-// Relay-First-Attempt-At (omitted when zero) and Relay-Origin-Seq set from d,
+// Relay-First-Attempt-At (omitted when zero), Relay-Origin-Seq and
+// Relay-Origin-Subject (omitted when empty) set from d,
 // replacing any value the original had. Its Nats-Msg-Id is
 // dlq.<d.OriginSeq>, so that a crash between this publish and the Term cannot
 // create a second entry: a publish JetStream reports as a duplicate is a
@@ -148,6 +154,9 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 		h.Set(streams.HeaderFirstAttemptAt, d.FirstAttemptAt.UTC().Format(time.RFC3339Nano))
 	}
 	h.Set(streams.HeaderOriginSeq, strconv.FormatUint(d.OriginSeq, 10))
+	if d.OriginSubject != "" {
+		h.Set(streams.HeaderOriginSubject, d.OriginSubject)
+	}
 
 	msg := &nats.Msg{Subject: Subject(d.Subscriber, d.Reason), Header: h, Data: body}
 	// No Nats-Expected-Stream: JetStream would store it on the copy, and

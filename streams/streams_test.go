@@ -1,0 +1,61 @@
+package streams_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+func dlqAge(t *testing.T, js jetstream.JetStream) time.Duration {
+	t.Helper()
+	s, err := js.Stream(testutil.Context(t), streams.DLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().Config.MaxAge
+}
+
+// TestEnsureKeepsTheDLQAgeUnlessAskedOtherwise: an operator's `nats stream
+// edit DLQ --max-age` survives a restart of relay run, and --dlq-max-age
+// overrules it.
+func TestEnsureKeepsTheDLQAgeUnlessAskedOtherwise(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	ctx := testutil.Context(t)
+	ensure := func(age time.Duration) {
+		t.Helper()
+		if err := streams.Ensure(ctx, n.JS, streams.Options{DLQMaxAge: age}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ensure(0)
+	if got := dlqAge(t, n.JS); got != 30*24*time.Hour {
+		t.Fatalf("a new DLQ keeps dead letters %s, want 30 days", got)
+	}
+	cfg := streamConfig(t, n.JS)
+	cfg.MaxAge = 90 * 24 * time.Hour
+	if _, err := n.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ensure(0)
+	if got := dlqAge(t, n.JS); got != 90*24*time.Hour {
+		t.Fatalf("after a restart the DLQ keeps %s, want the operator's 90 days", got)
+	}
+	ensure(48 * time.Hour)
+	if got := dlqAge(t, n.JS); got != 48*time.Hour {
+		t.Fatalf("--dlq-max-age 48h gave %s", got)
+	}
+}
+
+func streamConfig(t *testing.T, js jetstream.JetStream) jetstream.StreamConfig {
+	t.Helper()
+	s, err := js.Stream(testutil.Context(t), streams.DLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().Config
+}
