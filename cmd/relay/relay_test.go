@@ -59,23 +59,32 @@ func TestRepublishedMsgIDIsDeliveredOnce(t *testing.T) {
 	}
 }
 
-func TestEventIDFallsBackToJSONIDThenSequence(t *testing.T) {
+// TestEventIDIsTheHeaderElseTheSequence: the body is opaque. Two events
+// that share a body "id" (an entity's: an order paid, then shipped) are two
+// deliveries, and an event without Nats-Msg-Id gets EVENTS-<sequence>.
+func TestEventIDIsTheHeaderElseTheSequence(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
 	rcv := newReceiver(t)
 	mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret)
 	startRelay(t, n.URL, "--allow-private-targets")
 
-	publish(t, n.JS, "a", "", []byte(`{"id":"from_body"}`))
-	ack := publish(t, n.JS, "b", "", []byte(`not json`))
+	paid := publish(t, n.JS, "order.paid", "", []byte(`{"id":"ord_1","status":"paid"}`))
+	shipped := publish(t, n.JS, "order.shipped", "", []byte(`{"id":"ord_1","status":"shipped"}`))
+	publish(t, n.JS, "order.paid", "evt_hdr", []byte(`{"id":"ord_2"}`))
 	waitIdle(t, n.JS)
 	ids := map[string]bool{}
 	for _, d := range rcv.deliveries() {
 		ids[d.header.Get("webhook-id")] = true
 	}
-	want := fmt.Sprintf("EVENTS-%d", ack.Sequence)
-	if !ids["from_body"] || !ids[want] || len(ids) != 2 {
-		t.Fatalf("webhook-ids %v, want from_body and %s", ids, want)
+	want := []string{fmt.Sprintf("EVENTS-%d", paid.Sequence), fmt.Sprintf("EVENTS-%d", shipped.Sequence), "evt_hdr"}
+	for _, id := range want {
+		if !ids[id] {
+			t.Errorf("no delivery with webhook-id %s", id)
+		}
+	}
+	if len(ids) != 3 || rcv.count() != 3 {
+		t.Fatalf("webhook-ids %v (%d requests), want %v", ids, rcv.count(), want)
 	}
 }
 

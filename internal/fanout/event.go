@@ -1,8 +1,6 @@
 package fanout
 
 import (
-	"bytes"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -17,59 +15,22 @@ import (
 // rest of the subject.
 const SubjectPrefix = "events."
 
-// maxIDLen bounds an event id taken from a header or body, since it becomes
+// maxIDLen bounds an event id taken from the Nats-Msg-Id header, since it becomes
 // part of a Nats-Msg-Id and of every webhook-id header.
 const maxIDLen = 200
 
 // EventID returns the id of an event as DESIGN.md defines it: the
-// Nats-Msg-Id header; else a top-level JSON "id" (string or number); else
-// EVENTS-<stream sequence>. An id that is empty, too long or holds spaces or
-// control characters is not usable as a header value and is skipped.
-func EventID(h nats.Header, body []byte, seq uint64) string {
+// Nats-Msg-Id header, else EVENTS-<stream sequence>. The body is opaque
+// bytes and never parsed: a body's own "id" is often an entity's, shared by
+// many events ({"id":"ord_1","status":"paid"}, then "shipped"), and taking
+// it would make the second a duplicate of the first. A header that is
+// empty, too long or holds spaces or control characters is not usable as a
+// webhook-id and falls back to the sequence.
+func EventID(h nats.Header, seq uint64) string {
 	if id := h.Get(jetstream.MsgIDHeader); validID(id) {
 		return id
 	}
-	if id := jsonID(body); validID(id) {
-		return id
-	}
 	return "EVENTS-" + strconv.FormatUint(seq, 10)
-}
-
-func jsonID(body []byte) string {
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
-		return ""
-	}
-	// Walk the top-level keys: decoding into a struct would match "ID" or
-	// "Id" too (encoding/json ignores case), and two events sharing a user
-	// "ID" would then share an event id and be deduplicated into one.
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if _, err := dec.Token(); err != nil {
-		return ""
-	}
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return ""
-		}
-		if key != "id" {
-			continue
-		}
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-		var n json.Number
-		if json.Unmarshal(raw, &n) == nil {
-			return n.String()
-		}
-		return ""
-	}
-	return ""
 }
 
 func validID(id string) bool {
@@ -121,5 +82,5 @@ var relayOwned = []string{
 	streams.HeaderEventID, streams.HeaderEventType, streams.HeaderPublishedAt,
 	streams.HeaderAttempt, streams.HeaderFirstAttemptAt, streams.HeaderReason,
 	streams.HeaderAttempts, streams.HeaderLastStatus, streams.HeaderLastError,
-	streams.HeaderDeadAt, streams.HeaderOriginSeq, streams.HeaderOverflowSeq,
+	streams.HeaderDeadAt, streams.HeaderOriginSeq, streams.HeaderOriginSubject, streams.HeaderOverflowSeq,
 }

@@ -167,7 +167,7 @@ func publishCopies(js jetstream.JetStream, cfg Config, msg jetstream.Msg) pendin
 		return p
 	}
 	orig := msg.Headers()
-	id := EventID(orig, msg.Data(), md.Sequence.Stream)
+	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
 	for _, sub := range cfg.Subscribers.Enabled() {
 		if !sub.Matches(eventType) {
