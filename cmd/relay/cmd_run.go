@@ -262,6 +262,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 			},
 		})
 	})
+	// Rewrites subscribers whose retired secrets or timed pause have ended
+	// (nil: the real clock).
+	wg.Go(func() { store.RunJanitor(runCtx, live, nil, log) })
 	m.SetReady(true)
 	log.Info("relay running", "nats", url, "metrics", addrString(metricsAddr), "lanes", f.lanes,
 		"allow_private_targets", f.allowPrivate, "version", version)

@@ -24,6 +24,8 @@ func newStatusCmd(conn *connFlags) *cobra.Command {
 		Short: "Show each subscriber's queue, rate, pause and circuit",
 		Long: `Shows, for every subscriber sorted by id, what NATS holds for it right now:
 
+  STATE           enabled, paused (relay sub pause; "paused until <time>" with --until)
+                  or disabled (relay sub disable, or a 410 Gone)
   PENDING         deliveries queued in DELIVERIES (deliveries.*.<id>), held or on the wire
   PARKED          deliveries waiting in RETRIES for a retry or the end of a pause
   LANE_IN_FLIGHT  messages its lane's consumer has handed out and not had acked; JetStream
@@ -32,7 +34,7 @@ func newStatusCmd(conn *connFlags) *cobra.Command {
   DEAD            dead letters in DLQ (see relay dlq ls)
   RATE            the configured rate, and the rate in force (lower after 429s)
   TOKENS          what its token bucket holds now
-  PAUSED_UNTIL    the end of a Retry-After pause, when one is running
+  PAUSED_UNTIL    the end of the subscriber's own Retry-After pause, when one is running
   CIRCUIT         closed, open (cooling down after failures) or half-open (one probe)
   OLDEST          age of its oldest pending delivery
 
@@ -99,8 +101,11 @@ func printStatus(cmd *cobra.Command, rows []status.Subscriber, asJSON bool) erro
 }
 
 func statusState(r status.Subscriber) string {
-	if r.DisabledReason != "" {
+	switch {
+	case r.DisabledReason != "":
 		return r.State + " (" + r.DisabledReason + ")"
+	case !r.ResumesAt.IsZero():
+		return r.State + " until " + statusTime(r.ResumesAt)
 	}
 	return r.State
 }

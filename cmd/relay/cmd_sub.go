@@ -25,10 +25,14 @@ const cmdTimeout = 15 * time.Second
 func newSubCmd(conn *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sub",
-		Short: "Add, list, show, remove, enable and disable subscribers",
+		Short: "Add, change, list, show, remove, pause, enable and disable subscribers",
 	}
 	cmd.AddCommand(
 		newSubAddCmd(conn),
+		newSubUpdateCmd(conn),
+		newSubRotateSecretCmd(conn),
+		newSubPauseCmd(conn),
+		newSubResumeCmd(conn),
 		newSubLsCmd(conn),
 		newSubGetCmd(conn),
 		newSubRmCmd(conn),
@@ -76,16 +80,11 @@ func validationErr(err error) error {
 
 func newSubAddCmd(conn *connFlags) *cobra.Command {
 	var (
-		sub       subscribers.Subscriber
-		events    []string
-		headers   []string
-		lane      string
-		timeout   time.Duration
-		retryBase time.Duration
-		retryMax  time.Duration
+		f     subFlags
+		force bool
 	)
 	cmd := &cobra.Command{
-		Use:   "add ID --url URL --secret whsec_...",
+		Use:   "add ID --url URL (--secret whsec_...|--secret-file PATH|--secret-env NAME)",
 		Short: "Create or replace a subscriber",
 		Long: `Creates a subscriber, or replaces the one with the same ID. A running relay
 picks the change up within a second, without a restart. The subscriber receives
@@ -93,88 +92,67 @@ the events published after it was added whose type matches --events (NATS
 wildcards: video.* matches video.trending, video.> matches video.a.b; no
 --events means every event).
 
+The secret is given with exactly one of --secret, --secret-file (one secret a
+line, newest first) or --secret-env (the name of an environment variable); the
+last two keep it out of the process list and the shell history.
+
+Replacing a subscriber with another --url needs --force: an add repeated with
+an id already taken would otherwise send that subscriber's events elsewhere.
+To change some settings of a subscriber and keep the others, use relay sub
+update. Replacing keeps the subscriber's state: disabled, paused, and the old
+secrets of a rotation still in its grace.
+
 --lane dedicated gives the subscriber a JetStream consumer of its own; at most
 ` + fmt.Sprint(subscribers.MaxDedicated) + ` subscribers may have one.`,
-		Example: `  relay sub add demo --url https://example.com/hook --secret whsec_... --events 'video.*' --rate 50`,
-		Args:    exactArgs(1, "a subscriber ID"),
+		Example: `  relay sub add demo --url https://example.com/hook --secret whsec_... --events 'video.*' --rate 50
+  relay sub add demo --url https://example.com/hook --secret-file demo-secret.txt`,
+		Args: exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sub.ID = args[0]
-			for _, e := range events {
-				for _, part := range strings.Split(e, ",") {
-					if part = strings.TrimSpace(part); part != "" {
-						sub.Events = append(sub.Events, part)
-					}
-				}
+			sub := subscribers.Subscriber{ID: args[0]}
+			change, secretFlag, err := f.changes(cmd.Flags())
+			if err != nil {
+				return err
 			}
-			for _, h := range headers {
-				name, value, err := subscribers.ParseHeader(h)
-				if err != nil {
-					return validationErr(err)
-				}
-				if sub.Headers == nil {
-					sub.Headers = map[string]string{}
-				}
-				sub.Headers[name] = value
+			if secretFlag == "" {
+				return usagef("--secret: one of --secret, --secret-file or --secret-env is required: whsec_ followed by base64 of 24-64 bytes")
 			}
-			switch lane {
-			case "shared":
-			case "dedicated":
-				sub.Dedicated = true
-			default:
-				return usagef("--lane: must be shared or dedicated, got %q", lane)
-			}
-			fl := cmd.Flags()
-			if fl.Changed("timeout") && timeout <= 0 {
-				return usagef("--timeout: must be a positive duration such as 10s, got %s", timeout)
-			}
-			if fl.Changed("retry-base") && retryBase <= 0 {
-				return usagef("--retry-base: must be a positive duration such as 5s, got %s", retryBase)
-			}
-			if fl.Changed("max-attempts") && sub.MaxAttempts <= 0 {
-				return usagef("--max-attempts: must be at least 1, got %d", sub.MaxAttempts)
-			}
-			if fl.Changed("max-in-flight") && sub.MaxInFlight <= 0 {
-				return usagef("--max-in-flight: must be at least 1, got %d", sub.MaxInFlight)
-			}
-			if fl.Changed("burst") && sub.Burst < 0 {
-				return usagef("--burst: must not be negative, got %d", sub.Burst)
-			}
-			sub.Timeout = subscribers.Duration(timeout)
-			sub.RetryBase = subscribers.Duration(retryBase)
-			sub.RetryMax = subscribers.Duration(retryMax)
+			change(&sub)
 			sub.SetDefaults()
 			if err := sub.Validate(); err != nil {
-				return validationErr(err)
+				return secretErr(err, secretFlag)
+			}
+			var opts []subscribers.PutOption
+			if !force {
+				opts = append(opts, subscribers.SameURL())
 			}
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
-				if err := s.Put(ctx, sub); err != nil {
-					if errors.Is(err, subscribers.ErrTooManyDedicated) {
-						return usageError{err}
-					}
-					return validationErr(err)
+				err := s.Put(ctx, sub, opts...)
+				var changed *subscribers.URLChangedError
+				switch {
+				case errors.As(err, &changed):
+					return usagef("subscriber %s exists with URL %s, not %s: add --force to replace it, or change only what you give with relay sub update %s",
+						sub.ID, subscribers.RedactURL(changed.Stored), subscribers.RedactURL(changed.Given), sub.ID)
+				case errors.Is(err, subscribers.ErrTooManyDedicated):
+					return usageError{err}
+				case err != nil:
+					return secretErr(err, secretFlag)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s, events %s, rate %s\n",
-					sub.ID, sub.URL, eventsString(sub.Events), rateString(sub))
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
 				return nil
 			})
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&sub.URL, "url", "", "webhook URL (http or https)")
-	f.StringArrayVar(&sub.Secrets, "secret", nil, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
-	f.StringSliceVar(&events, "events", nil, "event types to receive, comma separated, NATS wildcards allowed (default all)")
-	f.Float64Var(&sub.Rate, "rate", 0, "requests per second, 0 = unlimited")
-	f.IntVar(&sub.Burst, "burst", 0, "bucket size: requests allowed at once (default the rate)")
-	f.IntVar(&sub.MaxAttempts, "max-attempts", subscribers.DefaultMaxAttempts, "attempts before a delivery is dead-lettered")
-	f.DurationVar(&timeout, "timeout", subscribers.DefaultTimeout, "HTTP timeout of one attempt")
-	f.DurationVar(&retryBase, "retry-base", subscribers.DefaultRetryBase, "delay before the first retry; doubles on each one")
-	f.DurationVar(&retryMax, "retry-max", subscribers.DefaultRetryMax, "longest delay between retries")
-	f.IntVar(&sub.MaxInFlight, "max-in-flight", subscribers.DefaultMaxInFlight, "requests in flight at once, per relay")
-	f.StringArrayVar(&headers, "header", nil, "extra request header 'Name: value'; repeatable")
-	f.StringVar(&lane, "lane", "shared", "shared or dedicated")
+	fl := cmd.Flags()
+	f.register(fl, true)
+	fl.BoolVar(&force, "force", false, "replace a subscriber stored with another --url")
 	_ = cmd.MarkFlagRequired("url")
-	_ = cmd.MarkFlagRequired("secret")
 	return cmd
+}
+
+// summary is the one-line description of a subscriber that add and update
+// print, its URL redacted.
+func summary(sub subscribers.Subscriber) string {
+	return fmt.Sprintf("%s, events %s, rate %s", subscribers.RedactURL(sub.URL), eventsString(sub.Events), rateString(sub))
 }
 
 func eventsString(events []string) string {
@@ -191,14 +169,30 @@ func rateString(s subscribers.Subscriber) string {
 	return fmt.Sprintf("%g/s burst %d", s.Rate, s.Burst)
 }
 
-func stateString(s subscribers.Subscriber) string {
-	if !s.Disabled {
-		return "enabled"
-	}
-	if s.DisabledReason != "" {
+// stateString is a subscriber's state at now: disabled (and why), paused
+// (and until when, if the pause ends by itself) or enabled.
+func stateString(s subscribers.Subscriber, now time.Time) string {
+	switch {
+	case s.Disabled && s.DisabledReason != "":
 		return "disabled (" + s.DisabledReason + ")"
+	case s.Disabled:
+		return "disabled"
+	case s.PausedAt(now) && !s.PausedUntil.IsZero():
+		return "paused until " + s.PausedUntil.UTC().Format(time.RFC3339)
+	case s.PausedAt(now):
+		return "paused"
 	}
-	return "disabled"
+	return "enabled"
+}
+
+// printable is what ls and get show of a subscriber: secrets and credential
+// headers masked, and the URL redacted unless showURL.
+func printable(s subscribers.Subscriber, showURL bool) subscribers.Subscriber {
+	r := s.Redacted()
+	if showURL {
+		r.URL = s.URL
+	}
+	return r
 }
 
 func laneString(s subscribers.Subscriber) string {
@@ -240,10 +234,10 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func newSubLsCmd(conn *connFlags) *cobra.Command {
-	var asJSON bool
+	var asJSON, showURL bool
 	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List subscribers (secrets masked)",
+		Short: "List subscribers (secrets masked, URLs without query string)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
@@ -253,24 +247,26 @@ func newSubLsCmd(conn *connFlags) *cobra.Command {
 				}
 				redacted := make([]subscribers.Subscriber, 0, len(subs))
 				for _, sub := range subs {
-					redacted = append(redacted, sub.Redacted())
+					redacted = append(redacted, printable(sub, showURL))
 				}
+				now := time.Now()
 				return printList(cmd.OutOrStdout(), redacted, asJSON, noSubscribers,
 					"ID\tURL\tEVENTS\tRATE\tLANE\tSTATE", func(sub subscribers.Subscriber) string {
-						return strings.Join([]string{sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub), stateString(sub)}, "\t")
+						return strings.Join([]string{sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub), stateString(sub, now)}, "\t")
 					})
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVar(&showURL, "show-url", false, "print URLs in full, with their query string and fragment")
 	return cmd
 }
 
 func newSubGetCmd(conn *connFlags) *cobra.Command {
-	var asJSON bool
+	var asJSON, showURL bool
 	cmd := &cobra.Command{
 		Use:   "get ID",
-		Short: "Show one subscriber (secrets masked)",
+		Short: "Show one subscriber (secrets masked, URL without query string)",
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := subscribers.ValidateID(args[0]); err != nil {
@@ -281,7 +277,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				sub = sub.Redacted()
+				sub = printable(sub, showURL)
 				out := cmd.OutOrStdout()
 				if asJSON {
 					return writeJSON(out, sub)
@@ -290,8 +286,11 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 				row("id", sub.ID)
 				row("url", sub.URL)
-				row("state", stateString(sub))
+				row("state", stateString(sub, time.Now()))
 				row("secrets", strings.Join(sub.Secrets, " "))
+				for _, p := range sub.PreviousSecrets {
+					row("previous secret", p.Secret+" until "+p.Until.UTC().Format(time.RFC3339))
+				}
 				row("events", eventsString(sub.Events))
 				row("rate", rateString(sub))
 				row("max attempts", sub.MaxAttempts)
@@ -309,6 +308,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&showURL, "show-url", false, "print the URL in full, with its query string and fragment")
 	return cmd
 }
 

@@ -316,7 +316,7 @@ func TestRunCopiesToMatchingSubscribers(t *testing.T) {
 			eventType: "video.uploaded",
 			// A body's "id" is not the event id: the body is never read.
 			body: []byte(`  {"id":"vid-9","title":"ünïcödé"}`),
-			to:        []string{"all", "videos"},
+			to:   []string{"all", "videos"},
 		},
 		{
 			eventType: "order.item.added",

@@ -76,7 +76,7 @@ func naiveDrain(b *testing.B, js jetstream.JetStream, sub subscribers.Subscriber
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys, _ := sub.Keys()
+	keys, _ := sub.Keys(time.Now())
 	iter, err := cons.Messages()
 	if err != nil {
 		b.Fatal(err)

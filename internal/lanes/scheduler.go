@@ -23,9 +23,12 @@ import (
 //   - parked: in RETRIES after a failed attempt, until its retry is due;
 //     the mover puts it back on the lane (package retry).
 //   - in overflow: on deliveries.overflow.<subscriber>, beyond the
-//     subscriber's share of the lane, or because the subscriber is paused,
-//     its circuit open or it is disabled; the scheduler brings it back when
-//     its queue runs low (package overflow).
+//     subscriber's share of the lane, or because the subscriber is paused
+//     (by a Retry-After or by an operator), its circuit open or it is
+//     disabled; the scheduler brings it back when its queue runs low
+//     (package overflow). An operator's pause is held as a disabled
+//     subscriber is: the loop stops, and a subscriber change (resume) or
+//     the sweep (a pause whose time has passed) starts it again.
 //   - dead: in the DLQ (package deadletter).
 //
 // A held message goes to overflow once on its way (one write) and comes
@@ -189,7 +192,9 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	}
 	hold := true
 	switch {
-	case sub.Disabled:
+	case sub.Disabled, sub.PausedAt(now):
+		// Disabled or paused by an operator: everything of it waits in
+		// overflow, at no cost, until it is enabled or resumed.
 		hold = false
 	case now.Before(s.holdUntil):
 		// Paused or open: only what was brought back already (a refill on
@@ -319,7 +324,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.mu.Unlock()
 			return
 		}
-		if !ok || sub.Disabled {
+		if !ok || sub.Disabled || sub.PausedAt(now) {
 			var held []delivery
 			if ok {
 				held = s.takeLocked(0, false)

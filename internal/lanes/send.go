@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -70,10 +72,11 @@ func (d delivery) lateReason() deadletter.Reason {
 	return deadletter.Deadline
 }
 
-// request builds the HTTP delivery of one DELIVERIES message.
-func request(d delivery, sub subscribers.Subscriber) (deliver.Request, error) {
+// request builds the HTTP delivery of one DELIVERIES message, signed with
+// the subscriber's keys in force at now.
+func request(d delivery, sub subscribers.Subscriber, now time.Time) (deliver.Request, error) {
 	h := d.msg.Headers()
-	keys, err := sub.Keys()
+	keys, err := sub.Keys(now)
 	if err != nil {
 		return deliver.Request{}, err
 	}
@@ -127,7 +130,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 		l.deadLetter(ctx, d, sub.ID, deadletter.Death{Reason: deadletter.MaxAttempts})
 		return out
 	}
-	req, err := request(d, sub)
+	req, err := request(d, sub, now)
 	if err != nil {
 		l.log.Error("lanes: building request", "subscriber", sub.ID, "err", err)
 		_ = d.msg.NakWithDelay(settleRetry)
@@ -166,7 +169,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	case deliver.Gone:
 		death.Reason = deadletter.Gone
 		if l.deadLetter(ctx, d, sub.ID, death) && l.cfg.Disable != nil {
-			reason := fmt.Sprintf("410 Gone from %s at %s", sub.URL, now.UTC().Format(time.RFC3339))
+			reason := fmt.Sprintf("410 Gone from %s at %s", subscribers.RedactURL(sub.URL), now.UTC().Format(time.RFC3339))
 			if err := l.cfg.Disable(ctx, sub.ID, reason); err != nil {
 				l.log.Error("lanes: disabling a gone subscriber", "subscriber", sub.ID, "err", err)
 			}
@@ -232,6 +235,9 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 	death.FirstAttemptAt = d.firstAt
 	death.DeadAt = l.cfg.Clock.Now()
 	death.OriginSeq = d.seq
+	if subj := d.msg.Subject(); !strings.HasPrefix(subj, overflow.Prefix) {
+		death.OriginSubject = subj
+	}
 	if death.LastStatus == 0 && death.LastError == "" {
 		// Died without an attempt of its own (expired, or max-attempts
 		// lowered): keep what the last attempt saw.

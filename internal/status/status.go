@@ -55,13 +55,17 @@ const HintBacklog = time.Minute
 // remote cluster with thousands of subscribers, few enough not to load it.
 const readers = 16
 
-// Enabled and Disabled are the values of [Subscriber.State].
+// Enabled, Paused and Disabled are the values of [Subscriber.State].
 const (
 	// Enabled: the fan-out copies matching events to the subscriber and
 	// its lane delivers them.
 	Enabled = "enabled"
+	// Paused: an operator's pause (`relay sub pause`); the fan-out still
+	// copies matching events to the subscriber, and its lane holds them
+	// all, sending nothing, until `relay sub resume` or [Subscriber.ResumesAt].
+	Paused = "paused"
 	// Disabled: the fan-out skips the subscriber and its lane holds what
-	// is queued, until `relay sub enable`.
+	// is queued, until `relay sub enable`. It wins over Paused.
 	Disabled = "disabled"
 )
 
@@ -71,9 +75,14 @@ const (
 type Subscriber struct {
 	// ID is the subscriber's id.
 	ID string `json:"subscriber"`
-	// State is [Enabled] or [Disabled], so that a queue that does not move
-	// is explained at once.
+	// State is [Enabled], [Paused] or [Disabled], so that a queue that
+	// does not move is explained at once.
 	State string `json:"state"`
+	// ResumesAt is when an operator's pause ends by itself (`relay sub
+	// pause --until`); zero when the subscriber is not paused, or paused
+	// until `relay sub resume`. PausedUntil is another pause, the
+	// subscriber's own Retry-After.
+	ResumesAt time.Time `json:"resumes_at,omitzero"`
 	// DisabledReason says why a disabled subscriber is disabled (a 410
 	// Gone, `relay sub disable`); empty while enabled.
 	DisabledReason string `json:"disabled_reason,omitempty"`
@@ -193,8 +202,11 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 			Burst:     sub.Burst,
 			Circuit:   ratelimit.Closed,
 		}
-		if sub.Disabled {
+		switch {
+		case sub.Disabled:
 			out[i].State, out[i].DisabledReason = Disabled, sub.DisabledReason
+		case sub.PausedAt(now):
+			out[i].State, out[i].ResumesAt = Paused, utcOrZero(sub.PausedUntil)
 		}
 		if _, seen := inFlight[lane]; !seen {
 			n, err := laneInFlight(ctx, deliveries, lane)
@@ -227,6 +239,14 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 	}
 	slices.SortFunc(out, func(a, b Subscriber) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// utcOrZero returns t in UTC, leaving the zero time zero.
+func utcOrZero(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
 }
 
 func streamErr(name string, err error) error {

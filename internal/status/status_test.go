@@ -310,3 +310,43 @@ func TestFormatAge(t *testing.T) {
 		}
 	}
 }
+
+// An operator's pause is the subscriber's state, with the time it ends by
+// itself if it has one; a pause already over is no pause, and disabled wins.
+func TestCollectShowsAnOperatorsPause(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	held, timed, over, both := limited("held", 1), limited("timed", 1), limited("over", 1), limited("both", 1)
+	held.Paused = true
+	timed.Paused, timed.PausedUntil = true, until
+	over.Paused, over.PausedUntil = true, time.Now().Add(-time.Hour)
+	both.Paused, both.Disabled = true, true
+	rows, err := Collect(testutil.Context(t), n.JS, []subscribers.Subscriber{held, timed, over, both}, testLanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Subscriber{}
+	for _, r := range rows {
+		got[r.ID] = r
+	}
+	if r := got["held"]; r.State != Paused || !r.ResumesAt.IsZero() {
+		t.Errorf("held: state %q resumes at %v, want paused until resume", r.State, r.ResumesAt)
+	}
+	if r := got["timed"]; r.State != Paused || !r.ResumesAt.Equal(until) || r.ResumesAt.Location() != time.UTC {
+		t.Errorf("timed: state %q resumes at %v, want paused until %v", r.State, r.ResumesAt, until)
+	}
+	if r := got["over"]; r.State != Enabled || !r.ResumesAt.IsZero() {
+		t.Errorf("over: state %q resumes at %v, want enabled", r.State, r.ResumesAt)
+	}
+	if r := got["both"]; r.State != Disabled {
+		t.Errorf("both: state %q, want disabled", r.State)
+	}
+	raw, err := json.Marshal(got["timed"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"state":"paused"`) || !strings.Contains(string(raw), `"resumes_at":"`+until.Format(time.RFC3339)+`"`) {
+		t.Errorf("JSON %s", raw)
+	}
+}

@@ -17,5 +17,20 @@
 // subscriber id. Durations are Go duration strings ("10s") so that an
 // operator reading the bucket with `nats kv get` understands them. Secrets are
 // stored in full, because the relay must sign with them; [Subscriber.Redacted]
-// is the form to print.
+// is the form to print, and [RedactURL] the form of a URL to print.
+//
+// # Rotation and pause
+//
+// [Store.RotateSecret] makes a new secret the active one and keeps the old
+// one as a [PreviousSecret] until the end of its grace: [Subscriber.Keys]
+// signs with both until then, and with the new one alone from then on,
+// whatever the bucket still holds. The bucket keeps one value a key, so that
+// an old value does not keep a retired secret readable, and every relay runs
+// [Store.RunJanitor], which rewrites a subscriber whose grace has ended
+// without its retired secrets, and one whose timed pause has passed without
+// the pause. [Store.Pause] and [Store.Resume] are an operator's pause: the
+// subscriber still gets new copies, and the lanes hold everything of it
+// while [Subscriber.PausedAt] says so. Every change of a stored subscriber
+// ([Store.Update] and the commands above) is a compare-and-set on the
+// revision read.
 package subscribers

@@ -1,6 +1,9 @@
 package subscribers
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotFound means no subscriber has the given id. It is wrapped with
@@ -27,7 +30,31 @@ var (
 	// around relay (for example with `nats kv put`); relay never writes one.
 	// It is wrapped with the key and with the underlying problem.
 	ErrCorrupt = errors.New("corrupt subscriber value in bucket")
+
+	// ErrURLChanged means `relay sub add` would replace a subscriber with
+	// one of another URL while asked not to (see [SameURL]); the error is a
+	// [*URLChangedError] naming both URLs.
+	ErrURLChanged = errors.New("subscriber exists with another URL")
 )
+
+// URLChangedError is returned by [Store.Put] with [SameURL] when the
+// subscriber exists with another URL. It carries both URLs so that the CLI
+// can name them, and wraps [ErrURLChanged].
+type URLChangedError struct {
+	// ID is the subscriber's id.
+	ID string
+	// Stored is the URL in the bucket, Given the one Put was asked to store.
+	Stored, Given string
+}
+
+// Error names both URLs in their redacted form ([RedactURL]), since an
+// error is printed and logged.
+func (e *URLChangedError) Error() string {
+	return fmt.Sprintf("subscriber %s exists with URL %s, not %s", e.ID, RedactURL(e.Stored), RedactURL(e.Given))
+}
+
+// Unwrap returns [ErrURLChanged].
+func (e *URLChangedError) Unwrap() error { return ErrURLChanged }
 
 // ValidationError is the error returned for a value that breaks a rule. It
 // names the `relay sub add` flag (or the positional "ID") that carries the

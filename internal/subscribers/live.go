@@ -49,8 +49,19 @@ type snapshot struct {
 	enabled []Subscriber
 	index   map[string]int // id -> position in all
 	invalid map[string]error
-	rev     uint64        // the bucket's last revision folded in
-	changed chan struct{} // closed when a newer snapshot replaces this one
+	// expiring lists the subscribers holding something that ends by
+	// itself (a previous secret's grace, a pause), soonest first, so that
+	// the janitor finds them without looking at every subscriber.
+	expiring []expiring
+	rev      uint64        // the bucket's last revision folded in
+	changed  chan struct{} // closed when a newer snapshot replaces this one
+}
+
+// expiring is a subscriber and the soonest time at which something it
+// holds ends.
+type expiring struct {
+	id string
+	at time.Time
 }
 
 // Watch starts a [Live] view of the bucket and returns once it holds every
@@ -160,6 +171,13 @@ func (l *Live) Enabled() []Subscriber {
 // map is shared with the view and must not be modified.
 func (l *Live) Invalid() map[string]error {
 	return l.snap.Load().invalid
+}
+
+// expiring returns the subscribers that hold a previous secret or a timed
+// pause, soonest end first. The slice is shared with the view and must not
+// be modified.
+func (l *Live) expiring() []expiring {
+	return l.snap.Load().expiring
 }
 
 // Changed returns a channel that is closed at the next change of the view.
@@ -283,7 +301,11 @@ func (st *liveState) snapshot() *snapshot {
 		if !sub.Disabled {
 			snap.enabled = append(snap.enabled, sub)
 		}
+		if at, ok := sub.expiry(); ok {
+			snap.expiring = append(snap.expiring, expiring{id: sub.ID, at: at})
+		}
 	}
+	slices.SortFunc(snap.expiring, func(a, b expiring) int { return a.at.Compare(b.at) })
 	return snap
 }
 

@@ -53,16 +53,37 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	return &Store{kv: kv, now: time.Now}, nil
 }
 
+// PutOption changes how [Store.Put] treats a subscriber that exists already.
+type PutOption func(*putOptions)
+
+type putOptions struct {
+	sameURL bool
+}
+
+// SameURL makes [Store.Put] refuse, with a [*URLChangedError], to replace a
+// subscriber stored with another URL: `relay sub add` without --force, so
+// that an add repeated with a reused id or a stale URL does not silently
+// send someone else's events elsewhere. The URL is compared with the value
+// Put would replace, in the same compare-and-set, so that a concurrent
+// change of URL cannot slip in between the check and the write.
+func SameURL() PutOption {
+	return func(o *putOptions) { o.sameURL = true }
+}
+
 // Put creates the subscriber or replaces the one with the same ID, as `relay
 // sub add` does. It applies [Subscriber.SetDefaults], then
 // [Subscriber.Validate], and stores nothing when the subscriber is invalid.
 //
 // Replacing keeps what belongs to the stored subscriber rather than to the
-// command line: its CreatedAt, and its Disabled state and reason, which only
+// command line: its CreatedAt; its Disabled state and reason, which only
 // [Store.SetDisabled] changes once a subscriber exists (a subscriber that
 // answered 410 Gone stays disabled until `relay sub enable`, even when it is
-// added again). A new subscriber takes CreatedAt (now, unless given) and
-// Disabled as given. UpdatedAt is set to now.
+// added again); its pause, which only [Store.Pause] and [Store.Resume]
+// change; and the previous secrets of a rotation still in its grace, but for
+// any that is now an active secret. A new subscriber takes CreatedAt (now,
+// unless given), Disabled and the pause as given. UpdatedAt is set to now,
+// and what has ended by then (a previous secret's grace, a pause) is
+// dropped.
 //
 // A subscriber that asks for a dedicated lane and does not have one yet is
 // refused with [ErrTooManyDedicated] when [MaxDedicated] others have one;
@@ -71,7 +92,11 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 //
 // A value in the bucket that is not a valid subscriber (see [ErrCorrupt]) is
 // replaced as if there were none.
-func (s *Store) Put(ctx context.Context, sub Subscriber) error {
+func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) error {
+	var o putOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	sub = sub.clone()
 	sub.SetDefaults()
 	if err := sub.Validate(); err != nil {
@@ -86,22 +111,23 @@ func (s *Store) Put(ctx context.Context, sub Subscriber) error {
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
 			return err
 		}
+		if exists && o.sameURL && cur.URL != sub.URL {
+			return &URLChangedError{ID: sub.ID, Stored: cur.URL, Given: sub.URL}
+		}
 		now := s.now().UTC()
-		next := sub
+		next := sub.clone()
 		if exists {
 			next.CreatedAt = cur.CreatedAt
 			next.Disabled = cur.Disabled
 			next.DisabledReason = cur.DisabledReason
+			next.Paused, next.PausedUntil = cur.Paused, cur.PausedUntil
+			next.PreviousSecrets = cur.PreviousSecrets
 		}
 		if next.CreatedAt.IsZero() {
 			next.CreatedAt = now
 		}
 		next.CreatedAt = next.CreatedAt.UTC()
-		if !next.Disabled {
-			next.DisabledReason = ""
-		}
-		next.DisabledReason = truncate(next.DisabledReason, maxReasonLen)
-		next.UpdatedAt = now
+		next.settle(now)
 		if next.Dedicated && !(exists && cur.Dedicated) {
 			if err := s.checkDedicated(ctx, next.ID); err != nil {
 				return err
@@ -112,6 +138,144 @@ func (s *Store) Put(ctx context.Context, sub Subscriber) error {
 			continue
 		}
 		return err
+	}
+}
+
+// settle prepares a subscriber to be stored at now: what has ended is
+// dropped, and so is a previous secret that is an active one again; a
+// reason only a disabled subscriber has is cleared or bounded; times are in
+// UTC, and UpdatedAt is now.
+func (s *Subscriber) settle(now time.Time) {
+	s.expire(now)
+	s.PreviousSecrets = slices.DeleteFunc(s.PreviousSecrets, func(p PreviousSecret) bool {
+		return slices.Contains(s.Secrets, p.Secret)
+	})
+	if len(s.PreviousSecrets) == 0 {
+		s.PreviousSecrets = nil
+	}
+	if !s.Disabled {
+		s.DisabledReason = ""
+	}
+	s.DisabledReason = truncate(s.DisabledReason, maxReasonLen)
+	s.PausedUntil = utc(s.PausedUntil)
+	for i := range s.PreviousSecrets {
+		s.PreviousSecrets[i].Until = s.PreviousSecrets[i].Until.UTC()
+	}
+	s.UpdatedAt = now
+}
+
+// utc returns t in UTC, leaving the zero time zero.
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
+}
+
+// Update changes the subscriber with the given id as change says and stores
+// the result, as `relay sub update` does, returning what it stored. change
+// edits a copy of the stored value and must depend on nothing else: when
+// another write gets in between the read and the write (compare-and-set on
+// the revision read), the value is read again and change is called again.
+// The result gets its defaults ([Subscriber.SetDefaults]) and must pass
+// [Subscriber.Validate], and a dedicated lane asked for anew is checked as
+// [Store.Put] checks it; nothing is stored when change returns an error or
+// the result is invalid. The id and CreatedAt cannot change. It returns an
+// error wrapping [ErrNotFound] when there is no such subscriber.
+func (s *Store) Update(ctx context.Context, id string, change func(sub *Subscriber) error) (Subscriber, error) {
+	sub, _, err := s.modify(ctx, id, func(sub *Subscriber, _ time.Time) (bool, error) {
+		return true, change(sub)
+	})
+	return sub, err
+}
+
+// Pause holds every delivery to the subscriber with the given id until
+// Resume, or until until when it is not zero, as `relay sub pause` does. The
+// subscriber still gets a copy of each new event; every relay sees the pause
+// through its [Live] view within a second, and its lanes then send nothing
+// to it. A pause replaces any earlier one. until, when set, must be after
+// now, else the error is a [*ValidationError] for --until. It returns what
+// it stored, or an error wrapping [ErrNotFound] when there is no such
+// subscriber.
+func (s *Store) Pause(ctx context.Context, id string, until time.Time) (Subscriber, error) {
+	sub, _, err := s.modify(ctx, id, func(sub *Subscriber, now time.Time) (bool, error) {
+		if !until.IsZero() && !until.After(now) {
+			return false, invalid("--until", fmt.Sprintf("must be in the future, got %s (now %s)",
+				until.UTC().Format(time.RFC3339), now.Format(time.RFC3339)))
+		}
+		sub.Paused, sub.PausedUntil = true, utc(until)
+		return true, nil
+	})
+	return sub, err
+}
+
+// Resume lifts an operator's pause of the subscriber with the given id, as
+// `relay sub resume` does: the lanes of every relay deliver what it holds as
+// soon as their view sees the change. It reports whether the subscriber was
+// paused; resuming one that is not is a no-op. It returns an error wrapping
+// [ErrNotFound] when there is no such subscriber.
+func (s *Store) Resume(ctx context.Context, id string) (bool, error) {
+	var was bool
+	_, _, err := s.modify(ctx, id, func(sub *Subscriber, now time.Time) (bool, error) {
+		was = sub.PausedAt(now)
+		if !sub.Paused && sub.PausedUntil.IsZero() {
+			return false, nil
+		}
+		sub.Paused, sub.PausedUntil = false, time.Time{}
+		return true, nil
+	})
+	return was, err
+}
+
+// tidy rewrites the subscriber with the given id without what has ended at
+// now: previous secrets past their grace, a pause past its time. It writes
+// nothing when nothing has ended, and reports whether it wrote.
+func (s *Store) tidy(ctx context.Context, id string, now time.Time) (bool, error) {
+	_, wrote, err := s.modify(ctx, id, func(sub *Subscriber, _ time.Time) (bool, error) {
+		return sub.expire(now), nil
+	})
+	return wrote, err
+}
+
+// modify reads the subscriber with the given id, lets change edit a copy of
+// it at the store's time now, and stores the result when change asks to,
+// compare-and-set on the revision read, starting over from a fresh read
+// when another write got in between. It returns the subscriber as stored
+// (or as read, when nothing was written) and whether it wrote.
+func (s *Store) modify(ctx context.Context, id string, change func(sub *Subscriber, now time.Time) (bool, error)) (Subscriber, bool, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return Subscriber{}, false, err
+		}
+		cur, rev, err := s.read(ctx, id)
+		if err != nil {
+			return Subscriber{}, false, err
+		}
+		now := s.now().UTC()
+		next := cur.clone()
+		write, err := change(&next, now)
+		if err != nil || !write {
+			return cur, false, err
+		}
+		next.ID, next.CreatedAt = cur.ID, cur.CreatedAt
+		next.SetDefaults()
+		next.settle(now)
+		if err := next.Validate(); err != nil {
+			return Subscriber{}, false, err
+		}
+		if next.Dedicated && !cur.Dedicated {
+			if err := s.checkDedicated(ctx, next.ID); err != nil {
+				return Subscriber{}, false, err
+			}
+		}
+		retry, err := s.write(ctx, next, rev)
+		if retry {
+			continue
+		}
+		if err != nil {
+			return Subscriber{}, false, err
+		}
+		return next, true, nil
 	}
 }
 

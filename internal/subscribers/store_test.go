@@ -38,6 +38,14 @@ type fakeClock struct {
 	now time.Time
 }
 
+// fakeNow sets st's clock to a fake one at a fixed start, returned with it.
+func fakeNow(st *Store) (time.Time, *fakeClock) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: t0}
+	st.now = clock.Now
+	return t0, clock
+}
+
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -61,10 +61,17 @@ type Subscriber struct {
 	ID string `json:"id"`
 	// URL is where events are POSTed: an http or https URL with a host.
 	URL string `json:"url"`
-	// Secrets are the "whsec_" signing secrets. During a rotation there are
-	// several, newest first, and every request carries a signature for each,
-	// so the receiver may verify with the old or the new one.
+	// Secrets are the active "whsec_" signing secrets, newest first. Every
+	// request carries a signature for each, so that a receiver may verify
+	// with any of them.
 	Secrets []string `json:"secrets"`
+	// PreviousSecrets are secrets that `relay sub rotate-secret` retired,
+	// newest first, each still signed with until its Until: during the
+	// grace a receiver that has not switched to the new secret yet keeps
+	// accepting requests. Past it they are no longer signed with, and a
+	// running relay rewrites the subscriber without them, so that a retired
+	// secret does not stay readable in the bucket.
+	PreviousSecrets []PreviousSecret `json:"previous_secrets,omitempty"`
 	// Events are NATS-style filters on the event type, such as "video.*" or
 	// "order.>"; an event is delivered when one matches. Empty means every
 	// event.
@@ -102,10 +109,39 @@ type Subscriber struct {
 	// DisabledReason says why the subscriber was disabled, for `relay sub
 	// get`; it is empty while the subscriber is enabled.
 	DisabledReason string `json:"disabled_reason,omitempty"`
+	// Paused is an operator's pause (`relay sub pause`): unlike a disabled
+	// subscriber, a paused one still gets a copy of every new event, but
+	// the lanes hold all of it, sending nothing, until `relay sub resume`
+	// or PausedUntil. See [Subscriber.PausedAt].
+	Paused bool `json:"paused,omitempty"`
+	// PausedUntil ends a pause by itself when it is set; zero means until
+	// `relay sub resume`. It is meaningless while Paused is false.
+	PausedUntil time.Time `json:"paused_until,omitzero"`
 	// CreatedAt is when the subscriber was first stored, in UTC.
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the subscriber was last stored, in UTC.
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PreviousSecret is a signing secret that a rotation retired, still used
+// until Until so that receivers have time to switch to the new one.
+type PreviousSecret struct {
+	// Secret is the retired "whsec_" secret.
+	Secret string `json:"secret"`
+	// Until is when requests stop carrying its signature, in UTC.
+	Until time.Time `json:"until"`
+}
+
+// MaxPreviousSecrets is the most retired secrets a subscriber keeps signing
+// with at once. Each adds a signature to every request; a rotation beyond it
+// drops the oldest.
+const MaxPreviousSecrets = 8
+
+// PausedAt reports whether an operator's pause holds the subscriber at now:
+// it is paused, and either until `relay sub resume` or until a time after
+// now.
+func (s Subscriber) PausedAt(now time.Time) bool {
+	return s.Paused && (s.PausedUntil.IsZero() || now.Before(s.PausedUntil))
 }
 
 // SetDefaults fills the zero fields of s with the defaults of `relay sub
@@ -155,11 +191,13 @@ func ValidateID(id string) error {
 // `relay sub add` flag at fault and what it expects. It judges s as given:
 // call [Subscriber.SetDefaults] first to accept the defaults. It checks the
 // id; that the URL is http or https with a host and without credentials; that
-// there is at least one secret and each is valid; every event filter; that
-// the rate is finite and from 0 to 1,000,000 and the burst at least 1 when
-// there is a rate; max attempts from 1 to 1000; a timeout above 0 and at most
-// 5m; a retry base above 0 and a retry max no lower; max in flight from 1 to
-// 1024; and that every header is valid and not reserved.
+// there is at least one secret and each is valid, as is each of at most
+// [MaxPreviousSecrets] previous secrets, with the end of its grace; every
+// event filter; that the rate is finite and from 0 to 1,000,000 and the
+// burst at least 1 when there is a rate; max attempts from 1 to 1000; a
+// timeout above 0 and at most 5m; a retry base above 0 and a retry max no
+// lower; max in flight from 1 to 1024; and that every header is valid and
+// not reserved.
 func (s Subscriber) Validate() error {
 	if err := ValidateID(s.ID); err != nil {
 		return err
@@ -168,6 +206,9 @@ func (s Subscriber) Validate() error {
 		return err
 	}
 	if err := validateSecrets(s.Secrets); err != nil {
+		return err
+	}
+	if err := validatePrevious(s.PreviousSecrets); err != nil {
 		return err
 	}
 	for _, f := range s.Events {
@@ -246,6 +287,24 @@ func validateSecrets(secrets []string) error {
 	return nil
 }
 
+// validatePrevious checks the retired secrets a rotation keeps, without
+// ever quoting one.
+func validatePrevious(prev []PreviousSecret) error {
+	if len(prev) > MaxPreviousSecrets {
+		return invalid("--secret", fmt.Sprintf("at most %d previous secrets are kept, got %d", MaxPreviousSecrets, len(prev)))
+	}
+	for i, p := range prev {
+		if _, err := deliver.ParseSecret(p.Secret); err != nil {
+			msg := strings.TrimPrefix(err.Error(), deliver.ErrInvalidSecret.Error()+": ")
+			return &ValidationError{Flag: "--secret", Msg: fmt.Sprintf("previous secret %d of %d: %s", i+1, len(prev), msg), Err: err}
+		}
+		if p.Until.IsZero() {
+			return invalid("--secret", fmt.Sprintf("previous secret %d of %d: has no end of its grace (until)", i+1, len(prev)))
+		}
+	}
+	return nil
+}
+
 // secretError turns an error of [deliver.ParseSecret] into a validation
 // error for --secret, keeping its explanation of what is wrong.
 func secretError(i, n int, err error) error {
@@ -256,11 +315,14 @@ func secretError(i, n int, err error) error {
 	return &ValidationError{Flag: "--secret", Msg: msg, Err: err}
 }
 
-// Keys returns the decoded signing keys of the subscriber's secrets, newest
-// first, for signing each request once per key during a rotation. The error
-// is a [*ValidationError] for --secret.
-func (s Subscriber) Keys() ([][]byte, error) {
-	keys := make([][]byte, 0, len(s.Secrets))
+// Keys returns the decoded signing keys a request made at now is signed
+// with, one signature each: the active secrets, newest first, then the
+// previous secrets whose grace has not ended at now, newest first. The lanes
+// pass their clock's time, so that a retired secret stops being used at the
+// end of its grace whether or not the bucket was cleaned yet. The error is a
+// [*ValidationError] for --secret.
+func (s Subscriber) Keys(now time.Time) ([][]byte, error) {
+	keys := make([][]byte, 0, len(s.Secrets)+len(s.PreviousSecrets))
 	for i, sec := range s.Secrets {
 		key, err := deliver.ParseSecret(sec)
 		if err != nil {
@@ -268,7 +330,51 @@ func (s Subscriber) Keys() ([][]byte, error) {
 		}
 		keys = append(keys, key)
 	}
+	for _, p := range s.PreviousSecrets {
+		if !now.Before(p.Until) {
+			continue
+		}
+		key, err := deliver.ParseSecret(p.Secret)
+		if err != nil {
+			return nil, validatePrevious(s.PreviousSecrets)
+		}
+		keys = append(keys, key)
+	}
 	return keys, nil
+}
+
+// expiry is the soonest time at which s holds something that must go: a
+// retired secret whose grace ends, or the end of a pause. ok is false when
+// s holds neither.
+func (s Subscriber) expiry() (at time.Time, ok bool) {
+	for _, p := range s.PreviousSecrets {
+		if !ok || p.Until.Before(at) {
+			at, ok = p.Until, true
+		}
+	}
+	if s.Paused && !s.PausedUntil.IsZero() && (!ok || s.PausedUntil.Before(at)) {
+		at, ok = s.PausedUntil, true
+	}
+	return at, ok
+}
+
+// expire drops from s what has ended at now: the previous secrets whose
+// grace is over, and a pause whose time has passed. It reports whether
+// anything changed. s must not share its PreviousSecrets with a snapshot.
+func (s *Subscriber) expire(now time.Time) bool {
+	kept := slices.DeleteFunc(s.PreviousSecrets, func(p PreviousSecret) bool { return !now.Before(p.Until) })
+	changed := len(kept) != len(s.PreviousSecrets)
+	s.PreviousSecrets = kept
+	if len(s.PreviousSecrets) == 0 {
+		s.PreviousSecrets = nil
+	}
+	if s.Paused && !s.PausedAt(now) {
+		s.Paused, s.PausedUntil, changed = false, time.Time{}, true
+	}
+	if !s.Paused && !s.PausedUntil.IsZero() {
+		s.PausedUntil, changed = time.Time{}, true
+	}
+	return changed
 }
 
 // sensitiveHeaderWords mark header names whose values are credentials more
@@ -278,16 +384,22 @@ var sensitiveHeaderWords = []string{"auth", "token", "secret", "key", "password"
 // maskedValue replaces a hidden header value.
 const maskedValue = "…"
 
-// Redacted returns a copy of s that is safe to print or log: every secret is
-// masked as [deliver.MaskSecret] masks it (enough to tell two apart, not
-// enough to sign), and so is the value of every header whose name suggests a
-// credential (Authorization, X-Api-Key, Cookie and the like). The copy shares
-// no slice or map with s.
+// Redacted returns a copy of s that is safe to print or log: every secret,
+// active or previous, is masked as [deliver.MaskSecret] masks it (enough to
+// tell two apart, not enough to sign), and so is the value of every header
+// whose name suggests a credential (Authorization, X-Api-Key, Cookie and the
+// like); the URL loses its query string and fragment, as [RedactURL] says.
+// The copy shares no slice or map with s.
 func (s Subscriber) Redacted() Subscriber {
 	r := s
+	r.URL = RedactURL(s.URL)
 	r.Secrets = make([]string, len(s.Secrets))
 	for i, sec := range s.Secrets {
 		r.Secrets[i] = deliver.MaskSecret(sec)
+	}
+	r.PreviousSecrets = nil
+	for _, p := range s.PreviousSecrets {
+		r.PreviousSecrets = append(r.PreviousSecrets, PreviousSecret{Secret: deliver.MaskSecret(p.Secret), Until: p.Until})
 	}
 	r.Events = slices.Clone(s.Events)
 	if s.Headers != nil {
@@ -300,6 +412,30 @@ func (s Subscriber) Redacted() Subscriber {
 		}
 	}
 	return r
+}
+
+// RedactURL returns a URL in a form safe to print: without its user
+// information, and with its query string and fragment, which often carry a
+// token (?token=…), replaced by an ellipsis, such as
+// "https://example.com/hook?…". A string that does not parse as a URL is
+// shown as an ellipsis alone, since nothing tells which part is sensitive.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return maskedValue
+	}
+	query := u.RawQuery != "" || u.ForceQuery
+	fragment := u.Fragment != "" || u.RawFragment != "" || strings.HasSuffix(raw, "#")
+	u.User = nil
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	out := u.String()
+	if query {
+		out += "?" + maskedValue
+	}
+	if fragment {
+		out += "#" + maskedValue
+	}
+	return out
 }
 
 // sensitiveHeader reports whether a header's value should not be printed.
@@ -317,6 +453,7 @@ func sensitiveHeader(name string) bool {
 func (s Subscriber) clone() Subscriber {
 	c := s
 	c.Secrets = slices.Clone(s.Secrets)
+	c.PreviousSecrets = slices.Clone(s.PreviousSecrets)
 	c.Events = slices.Clone(s.Events)
 	c.Headers = maps.Clone(s.Headers)
 	return c

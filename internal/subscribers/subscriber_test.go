@@ -272,15 +272,33 @@ func TestKeys(t *testing.T) {
 	t.Parallel()
 	s := valid("a")
 	s.Secrets = []string{secretA, secretB}
-	keys, err := s.Keys()
+	keys, err := s.Keys(time.Now())
 	require.NoError(t, err)
 	require.Equal(t, [][]byte{bytes.Repeat([]byte{0xA1}, 32), bytes.Repeat([]byte{0xB2}, 24)}, keys)
 
 	s.Secrets = []string{secretA, "whsec_nope"}
-	_, err = s.Keys()
+	_, err = s.Keys(time.Now())
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorIs(t, err, deliver.ErrInvalidSecret)
 	require.Contains(t, err.Error(), "secret 2 of 2")
+
+	// A previous secret signs until its grace ends, after the active ones.
+	end := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s.Secrets = []string{secretA}
+	s.PreviousSecrets = []PreviousSecret{{Secret: secretB, Until: end}}
+	require.NoError(t, s.Validate())
+	keys, err = s.Keys(end.Add(-time.Second))
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{bytes.Repeat([]byte{0xA1}, 32), bytes.Repeat([]byte{0xB2}, 24)}, keys)
+	keys, err = s.Keys(end)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{bytes.Repeat([]byte{0xA1}, 32)}, keys)
+
+	s.PreviousSecrets = []PreviousSecret{{Secret: "whsec_nope", Until: end}}
+	require.ErrorIs(t, s.Validate(), ErrInvalid)
+	require.Contains(t, s.Validate().Error(), "previous secret 1 of 1")
+	s.PreviousSecrets = []PreviousSecret{{Secret: secretB}}
+	require.ErrorIs(t, s.Validate(), ErrInvalid, "a previous secret needs the end of its grace")
 }
 
 func TestRedacted(t *testing.T) {
@@ -360,8 +378,23 @@ func TestSubscriberJSON(t *testing.T) {
 	require.Equal(t, "1h0m0s", fields["retry_max"])
 	require.Equal(t, "2025-01-02T03:04:05.000000006Z", fields["created_at"])
 	require.NotContains(t, fields, "disabled", "false flags are left out")
+	require.NotContains(t, fields, "paused")
+	require.NotContains(t, fields, "paused_until")
+	require.NotContains(t, fields, "previous_secrets")
 
 	var back Subscriber
+	require.NoError(t, json.Unmarshal(out, &back))
+	require.Equal(t, s, back)
+
+	s.Paused, s.PausedUntil = true, s.UpdatedAt.Add(time.Hour)
+	s.PreviousSecrets = []PreviousSecret{{Secret: secretB, Until: s.UpdatedAt.Add(24 * time.Hour)}}
+	out, err = json.Marshal(s)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(out, &fields))
+	require.Equal(t, true, fields["paused"])
+	require.Equal(t, "2025-01-02T05:04:05.000000006Z", fields["paused_until"])
+	require.Equal(t, []any{map[string]any{"secret": secretB, "until": "2025-01-03T04:04:05.000000006Z"}}, fields["previous_secrets"])
+	back = Subscriber{}
 	require.NoError(t, json.Unmarshal(out, &back))
 	require.Equal(t, s, back)
 }

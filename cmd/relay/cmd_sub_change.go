@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/relay-dev/relay/internal/subscribers"
+)
+
+// The commands that change one setting or state of a subscriber that
+// exists: update, rotate-secret, pause, resume. Each reads the stored value
+// and writes it back compare-and-set, so that two of them at once, or one
+// racing a relay that disables the subscriber after a 410, never undo each
+// other.
+
+func newSubUpdateCmd(conn *connFlags) *cobra.Command {
+	var f subFlags
+	cmd := &cobra.Command{
+		Use:   "update ID [flags]",
+		Short: "Change some settings of a subscriber and keep the others",
+		Long: `Changes the settings given as flags (the same flags as relay sub add) and keeps
+every other one, then checks the result as relay sub add does. --events, --header
+and the secret flags replace the whole list they set (--events '' for every
+event); --burst is kept unless given. To change the secret with a grace period
+during which the old one still signs, use relay sub rotate-secret instead.`,
+		Example: `  relay sub update demo --rate 100
+  relay sub update demo --url https://example.com/v2/hook --events 'video.*,order.>'`,
+		Args: exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := subscribers.ValidateID(id); err != nil {
+				return validationErr(err)
+			}
+			if !anyGiven(cmd.LocalNonPersistentFlags()) {
+				return usagef("relay sub update: give at least one setting to change, such as --rate 100 (see relay sub update --help)")
+			}
+			change, secretFlag, err := f.changes(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				sub, err := s.Update(ctx, id, func(sub *subscribers.Subscriber) error {
+					change(sub)
+					return nil
+				})
+				switch {
+				case errors.Is(err, subscribers.ErrTooManyDedicated):
+					return usageError{err}
+				case errors.Is(err, subscribers.ErrNotFound):
+					return notFound(err, id)
+				case err != nil:
+					return secretErr(err, secretFlag)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
+				return nil
+			})
+		},
+	}
+	f.register(cmd.Flags(), false)
+	return cmd
+}
+
+// anyGiven reports whether any flag of fs was given on the command line.
+func anyGiven(fs *pflag.FlagSet) bool {
+	given := false
+	fs.VisitAll(func(f *pflag.Flag) { given = given || f.Changed })
+	return given
+}
+
+func newSubRotateSecretCmd(conn *connFlags) *cobra.Command {
+	var (
+		secrets secretFlags
+		grace   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "rotate-secret ID [--secret whsec_...|--secret-file PATH|--secret-env NAME] [--grace 24h]",
+		Short: "Replace a subscriber's signing secret, signing with the old one too for a grace period",
+		Long: `Makes a new secret the subscriber's signing secret. Without --secret,
+--secret-file or --secret-env a random one is generated (whsec_ and base64 of
+32 random bytes) and printed alone on stdout, so that NEW=$(relay sub
+rotate-secret demo) captures it; a secret given is not printed.
+
+For --grace (default 24h, at most 30 days) every request carries two
+signatures, the new secret's and the old one's ("v1,<new> v1,<old>"), so the
+receiver can switch to the new secret whenever it likes; after it only the new
+one. stderr says until when the old one stays valid. --grace 0 stops signing
+with every old secret at once. A running relay then removes the old secret
+from the bucket.`,
+		Example: `  NEW=$(relay sub rotate-secret demo --grace 48h)
+  relay sub rotate-secret demo --secret-file new-secret.txt --grace 0`,
+		Args: exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := subscribers.ValidateID(id); err != nil {
+				return validationErr(err)
+			}
+			if err := subscribers.ValidateGrace(grace); err != nil {
+				return validationErr(err)
+			}
+			given, secretFlag, err := secrets.read(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			generated := secretFlag == ""
+			if generated {
+				secret, err := subscribers.NewSecret()
+				if err != nil {
+					return err
+				}
+				given = []string{secret}
+			}
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				sub, err := s.RotateSecret(ctx, id, given, grace)
+				if err != nil {
+					return secretErr(notFound(err, id), secretFlag)
+				}
+				if generated {
+					fmt.Fprintln(cmd.OutOrStdout(), given[0])
+				}
+				var until time.Time
+				for _, p := range sub.PreviousSecrets {
+					if p.Until.After(until) {
+						until = p.Until
+					}
+				}
+				if until.IsZero() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s: secret rotated; the old secret is no longer used\n", id)
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s: secret rotated; the old secret stays valid until %s (requests carry both signatures until then)\n",
+						id, until.UTC().Format(time.RFC3339))
+				}
+				return nil
+			})
+		},
+	}
+	fl := cmd.Flags()
+	secrets.register(fl, "the new signing secret, whsec_ + base64 of 24-64 bytes (default: generate one)")
+	fl.DurationVar(&grace, "grace", subscribers.DefaultGrace, "how long the old secret still signs (0: stop at once; at most 720h)")
+	return cmd
+}
+
+func newSubPauseCmd(conn *connFlags) *cobra.Command {
+	var until string
+	cmd := &cobra.Command{
+		Use:   "pause ID [--until TIME]",
+		Short: "Hold every delivery to a subscriber, new events included, until resume",
+		Long: `Pauses a subscriber: every relay stops sending to it within a second, without
+making a request or counting an attempt. Unlike relay sub disable, the
+subscriber still gets a copy of every new event; everything waits, at no cost,
+until relay sub resume, or until --until (an RFC 3339 time such as
+2026-12-01T18:00:00Z, or a duration from now such as 30m), and is then
+delivered. Pausing a paused subscriber replaces its pause.`,
+		Example: `  relay sub pause demo --until 30m
+  relay sub pause demo`,
+		Args: exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := subscribers.ValidateID(id); err != nil {
+				return validationErr(err)
+			}
+			var at time.Time
+			if cmd.Flags().Changed("until") {
+				var err error
+				if at, err = parseUntil(until, time.Now()); err != nil {
+					return err
+				}
+			}
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				sub, err := s.Pause(ctx, id, at)
+				if err != nil {
+					return validationErr(notFound(err, id))
+				}
+				if sub.PausedUntil.IsZero() {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s paused until relay sub resume %s\n", id, id)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s paused until %s (relay sub resume %s ends it sooner)\n",
+						id, sub.PausedUntil.UTC().Format(time.RFC3339), id)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&until, "until", "", "end the pause by itself at this RFC 3339 time, or after this duration from now (30m)")
+	return cmd
+}
+
+// parseUntil reads --until: an RFC 3339 time, or a duration from now; either
+// must be in the future.
+func parseUntil(s string, now time.Time) (time.Time, error) {
+	at, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		d, derr := time.ParseDuration(s)
+		if derr != nil {
+			return time.Time{}, usagef("--until: must be an RFC 3339 time such as 2026-12-01T18:00:00Z or a duration from now such as 30m, got %q", s)
+		}
+		at = now.Add(d)
+	}
+	if !at.After(now) {
+		return time.Time{}, usagef("--until: must be in the future, got %s (now %s)", at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return at, nil
+}
+
+func newSubResumeCmd(conn *connFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume ID",
+		Short: "End a subscriber's pause: what it holds is delivered at once",
+		Args:  exactArgs(1, "a subscriber ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := subscribers.ValidateID(id); err != nil {
+				return validationErr(err)
+			}
+			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				was, err := s.Resume(ctx, id)
+				if err != nil {
+					return notFound(err, id)
+				}
+				if was {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s resumed\n", id)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s was not paused\n", id)
+				}
+				return nil
+			})
+		},
+	}
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/relay-dev/relay/internal/subscribers"
+)
+
+// subFlags are the flags that describe a subscriber. relay sub add and relay
+// sub update register the same set, so that the two commands take the same
+// flags with the same meaning: add with every flag (an unset one takes its
+// default), update with only the ones given.
+type subFlags struct {
+	url         string
+	secrets     secretFlags
+	events      []string
+	rate        float64
+	burst       int
+	maxAttempts int
+	timeout     time.Duration
+	retryBase   time.Duration
+	retryMax    time.Duration
+	maxInFlight int
+	headers     []string
+	lane        string
+}
+
+// register defines the flags on fs. With defaults (add) the help shows
+// what an unset flag means; without (update) an unset flag keeps the
+// stored value, so no default is shown.
+func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
+	fs.StringVar(&f.url, "url", "", "webhook URL (http or https)")
+	f.secrets.register(fs, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
+	fs.StringSliceVar(&f.events, "events", nil, "event types to receive, comma separated, NATS wildcards allowed (none: all)")
+	fs.Float64Var(&f.rate, "rate", 0, "requests per second, 0 = unlimited")
+	fs.IntVar(&f.burst, "burst", 0, "bucket size: requests allowed at once (0: the rate)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", shown(defaults, subscribers.DefaultMaxAttempts), "attempts before a delivery is dead-lettered")
+	fs.DurationVar(&f.timeout, "timeout", shown(defaults, subscribers.DefaultTimeout), "HTTP timeout of one attempt")
+	fs.DurationVar(&f.retryBase, "retry-base", shown(defaults, subscribers.DefaultRetryBase), "delay before the first retry; doubles on each one")
+	fs.DurationVar(&f.retryMax, "retry-max", shown(defaults, subscribers.DefaultRetryMax), "longest delay between retries")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", shown(defaults, subscribers.DefaultMaxInFlight), "requests in flight at once, per relay")
+	fs.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
+	fs.StringVar(&f.lane, "lane", shown(defaults, "shared"), "shared or dedicated")
+}
+
+// shown is a flag's default when defaults are shown, else the zero value,
+// which the help leaves out.
+func shown[T any](defaults bool, v T) T {
+	if defaults {
+		return v
+	}
+	var zero T
+	return zero
+}
+
+// changes checks the flags given on fs and returns what they change: a
+// function that sets, on a subscriber, the fields of the flags given and
+// leaves the others alone, and the flag the secrets came from ("" when no
+// secret flag was given). Files and the environment are read here, once, so
+// that the function may be applied again when a compare-and-set is retried.
+func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscriber), secretFlag string, err error) {
+	given := fs.Changed
+	var events []string
+	for _, e := range f.events {
+		for _, part := range strings.Split(e, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				events = append(events, part)
+			}
+		}
+	}
+	var headers map[string]string
+	for _, h := range f.headers {
+		name, value, err := subscribers.ParseHeader(h)
+		if err != nil {
+			return nil, "", validationErr(err)
+		}
+		if headers == nil {
+			headers = map[string]string{}
+		}
+		headers[name] = value
+	}
+	if given("lane") && f.lane != "shared" && f.lane != "dedicated" {
+		return nil, "", usagef("--lane: must be shared or dedicated, got %q", f.lane)
+	}
+	if given("timeout") && f.timeout <= 0 {
+		return nil, "", usagef("--timeout: must be a positive duration such as 10s, got %s", f.timeout)
+	}
+	if given("retry-base") && f.retryBase <= 0 {
+		return nil, "", usagef("--retry-base: must be a positive duration such as 5s, got %s", f.retryBase)
+	}
+	if given("max-attempts") && f.maxAttempts <= 0 {
+		return nil, "", usagef("--max-attempts: must be at least 1, got %d", f.maxAttempts)
+	}
+	if given("max-in-flight") && f.maxInFlight <= 0 {
+		return nil, "", usagef("--max-in-flight: must be at least 1, got %d", f.maxInFlight)
+	}
+	if given("burst") && f.burst < 0 {
+		return nil, "", usagef("--burst: must not be negative, got %d", f.burst)
+	}
+	secrets, secretFlag, err := f.secrets.read(fs)
+	if err != nil {
+		return nil, "", err
+	}
+	change = func(sub *subscribers.Subscriber) {
+		if given("url") {
+			sub.URL = f.url
+		}
+		if secretFlag != "" {
+			sub.Secrets = append([]string(nil), secrets...)
+		}
+		if given("events") {
+			sub.Events = append([]string(nil), events...)
+		}
+		if given("rate") {
+			sub.Rate = f.rate
+		}
+		if given("burst") {
+			sub.Burst = f.burst
+		}
+		if given("max-attempts") {
+			sub.MaxAttempts = f.maxAttempts
+		}
+		if given("timeout") {
+			sub.Timeout = subscribers.Duration(f.timeout)
+		}
+		if given("retry-base") {
+			sub.RetryBase = subscribers.Duration(f.retryBase)
+		}
+		if given("retry-max") {
+			sub.RetryMax = subscribers.Duration(f.retryMax)
+		}
+		if given("max-in-flight") {
+			sub.MaxInFlight = f.maxInFlight
+		}
+		if given("header") {
+			sub.Headers = make(map[string]string, len(headers))
+			for k, v := range headers {
+				sub.Headers[k] = v
+			}
+		}
+		if given("lane") {
+			sub.Dedicated = f.lane == "dedicated"
+		}
+	}
+	return change, secretFlag, nil
+}
+
+// maxSecretFile bounds what --secret-file reads: a few secrets take a few
+// hundred bytes, and a file far larger is not a secret file.
+const maxSecretFile = 64 << 10
+
+// secretFlags are the three ways to give secrets: on the command line
+// (where other users of the machine may see them in the process list), in a
+// file, or in an environment variable.
+type secretFlags struct {
+	values []string
+	file   string
+	env    string
+}
+
+// register defines --secret (with the given help), --secret-file and
+// --secret-env on fs.
+func (f *secretFlags) register(fs *pflag.FlagSet, help string) {
+	fs.StringArrayVar(&f.values, "secret", nil, help)
+	fs.StringVar(&f.file, "secret-file", "", "read the secrets from this file instead: one a line, newest first")
+	fs.StringVar(&f.env, "secret-env", "", "read the secrets from this environment variable instead: one a line, newest first")
+}
+
+// read returns the secrets given, newest first, and the flag that gave
+// them; no secret flag gives none and "". More than one of the three is a
+// usage error. No error quotes a secret.
+func (f *secretFlags) read(fs *pflag.FlagSet) ([]string, string, error) {
+	var given []string
+	for _, name := range []string{"secret", "secret-file", "secret-env"} {
+		if fs.Changed(name) {
+			given = append(given, "--"+name)
+		}
+	}
+	switch len(given) {
+	case 0:
+		return nil, "", nil
+	case 1:
+	default:
+		return nil, "", usagef("%s: give only one of --secret, --secret-file and --secret-env", strings.Join(given, " and "))
+	}
+	switch given[0] {
+	case "--secret-file":
+		text, err := readSecretFile(f.file)
+		if err != nil {
+			return nil, "", err
+		}
+		secrets := secretLines(text)
+		if len(secrets) == 0 {
+			return nil, "", usagef("--secret-file: %s holds no secret; write one whsec_ secret a line, newest first", f.file)
+		}
+		return secrets, given[0], nil
+	case "--secret-env":
+		if f.env == "" {
+			return nil, "", usagef("--secret-env: give the name of an environment variable that holds the secret")
+		}
+		text, ok := os.LookupEnv(f.env)
+		if !ok {
+			return nil, "", usagef("--secret-env: %s is not set; export it with the whsec_ secret, or use --secret-file", f.env)
+		}
+		secrets := secretLines(text)
+		if len(secrets) == 0 {
+			return nil, "", usagef("--secret-env: %s is empty; set it to the whsec_ secret", f.env)
+		}
+		return secrets, given[0], nil
+	}
+	return append([]string(nil), f.values...), given[0], nil
+}
+
+// readSecretFile reads a --secret-file, refusing one far too large to be
+// one.
+func readSecretFile(path string) (string, error) {
+	if path == "" {
+		return "", usagef("--secret-file: give the path of a file that holds the secret")
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return "", usagef("--secret-file: %w", err)
+	}
+	defer file.Close()
+	raw, err := io.ReadAll(io.LimitReader(file, maxSecretFile+1))
+	if err != nil {
+		return "", usagef("--secret-file: reading %s: %w", path, err)
+	}
+	if len(raw) > maxSecretFile {
+		return "", usagef("--secret-file: %s is larger than %d KiB; it should hold whsec_ secrets, one a line", path, maxSecretFile>>10)
+	}
+	return string(raw), nil
+}
+
+// secretLines splits a file's or a variable's text into secrets: one a
+// non-empty line, spaces and a CR around it dropped.
+func secretLines(text string) []string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// secretErr names, in a validation error about the secrets, the flag they
+// really came from (--secret-file or --secret-env rather than --secret).
+func secretErr(err error, flag string) error {
+	var ve *subscribers.ValidationError
+	if flag != "" && flag != "--secret" && errors.As(err, &ve) && ve.Flag == "--secret" {
+		relabelled := *ve
+		relabelled.Flag = flag
+		return validationErr(&relabelled)
+	}
+	return validationErr(err)
+}
+
+// notFound turns a missing subscriber into a message that says what to do.
+func notFound(err error, id string) error {
+	if errors.Is(err, subscribers.ErrNotFound) {
+		return fmt.Errorf("no subscriber %s; add it with relay sub add", id)
+	}
+	return err
+}
