@@ -62,13 +62,17 @@ func get(ctx context.Context, stream jetstream.Stream, seq uint64) (Message, err
 }
 
 // remove deletes DLQ entry seq, and is content when it is gone already
-// (another replay or purge removed it first). The server reports a missing
-// message on delete only in its error text (code 10057, "no message found"),
-// which nats.go wraps in ErrMsgDeleteUnsuccessful.
+// (another replay or purge removed it first). The server reports a
+// missing message on delete only in its error text, as code 10057 "no
+// message found" or, when another delete of it is under way, code 10043
+// "sequence N not found"; nats.go wraps either in ErrMsgDeleteUnsuccessful.
 func remove(ctx context.Context, stream jetstream.Stream, seq uint64) error {
 	err := stream.DeleteMsg(ctx, seq)
-	if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) ||
-		(errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "no message found")) {
+	if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if msg := err.Error(); errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) &&
+		(strings.Contains(msg, "no message found") || strings.Contains(msg, "err_code=10043")) {
 		return nil
 	}
 	return err

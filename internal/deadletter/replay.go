@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc/pool"
 
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
@@ -21,6 +23,9 @@ import (
 // before it gives up: one failure is a full queue or a blip, ten in a row a
 // cluster that cannot take writes.
 const maxFailStreak = 10
+
+// replayWorkers is how many entries a replay has on their way at once.
+const replayWorkers = 16
 
 // replayMsgID is the Nats-Msg-Id of the copy a replay puts back on
 // DELIVERIES (DESIGN.md: replay.<DLQ sequence>), so that two replays of one
@@ -168,7 +173,8 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 	return p, malformed
 }
 
-// Run replays the plan's entries, oldest first. Each goes back to
+// Run replays the plan's entries, oldest first (a few at a time, so they
+// may reach their lane a little out of order, as webhooks may). Each goes back to
 // deliveries.<lane>.<subscriber> with its body and event headers (so the
 // same webhook-id), without the DLQ's headers and the attempt headers (a
 // fresh attempt count and first-attempt time) and with Nats-Msg-Id
@@ -193,32 +199,60 @@ func (r *Replayer) Run(ctx context.Context, p *Plan) (Summary, error) {
 	if err != nil {
 		return sum, fmt.Errorf("deadletter: opening stream %s: %w", streams.DLQ, err)
 	}
-	var firstErr error
-	streak := 0
-	for i, e := range p.entries {
-		if err := ctx.Err(); err != nil {
-			return sum, err
+	// A few entries are on their way at once: each costs three round trips
+	// (read, publish, remove), and one at a time would leave the server
+	// idle between them.
+	var (
+		mu       sync.Mutex
+		firstErr error
+		streak   int
+		done     int
+	)
+	work, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	workers := pool.New().WithMaxGoroutines(replayWorkers)
+	for _, e := range p.entries {
+		if work.Err() != nil {
+			break
 		}
-		switch ok, err := r.replay(ctx, stream, e, p.lanes[e.subscriber]); {
-		case err != nil:
-			sum.Failed++
-			streak++
-			if firstErr == nil {
-				firstErr = err
+		workers.Go(func() {
+			if work.Err() != nil {
+				return
 			}
-			if streak >= maxFailStreak {
-				return sum, fmt.Errorf("deadletter: stopped after %d failures in a row: %w", streak, err)
+			ok, err := r.replay(work, stream, e, p.lanes[e.subscriber])
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil && work.Err() != nil:
+				return // stopping: not this entry's failure
+			case err != nil:
+				sum.Failed++
+				streak++
+				if firstErr == nil {
+					firstErr = err
+				}
+				if streak >= maxFailStreak {
+					stop(fmt.Errorf("deadletter: stopped after %d failures in a row: %w", streak, err))
+				}
+			case ok:
+				sum.Replayed++
+				streak = 0
+			default:
+				sum.Skipped++
+				streak = 0
 			}
-		case ok:
-			sum.Replayed++
-			streak = 0
-		default:
-			sum.Skipped++
-			streak = 0
-		}
-		if r.Progress != nil {
-			r.Progress(i+1, len(p.entries))
-		}
+			done++
+			if r.Progress != nil {
+				r.Progress(done, len(p.entries))
+			}
+		})
+	}
+	workers.Wait()
+	if err := context.Cause(work); err != nil && !errors.Is(err, context.Canceled) {
+		return sum, err
+	}
+	if err := ctx.Err(); err != nil {
+		return sum, err
 	}
 	return sum, firstErr
 }
