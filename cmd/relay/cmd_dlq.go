@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
@@ -113,12 +114,11 @@ func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.F
 		f.Reason = r
 	}
 	if fl.Changed("type") {
+		if strings.Contains(d.eventType, ",") {
+			return f, usagef("--type: takes one event type or pattern (video.*), got %q; run the command once for each", d.eventType)
+		}
 		if err := subscribers.ValidateFilter(d.eventType); err != nil {
-			var ve *subscribers.ValidationError
-			if errors.As(err, &ve) {
-				return f, usagef("--type: %s", ve.Msg)
-			}
-			return f, usagef("--type: %v", err)
+			return f, usagef("--type: must be an event type or a pattern with * and > as in relay sub add --events, such as video.* or order.>, got %q", d.eventType)
 		}
 		f.Type = d.eventType
 	}
@@ -366,6 +366,18 @@ func cell(s string, width int) string {
 	return s
 }
 
+// printableText reports whether a UTF-8 body can go to a terminal as it is:
+// no control character but line breaks and tabs, which could move the
+// cursor or rewrite what the terminal shows.
+func printableText(b []byte) bool {
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
 // parseSeqArg reads the SEQ argument of relay dlq show.
 func parseSeqArg(v string) (uint64, error) {
 	n, err := strconv.ParseUint(v, 10, 64)
@@ -393,7 +405,7 @@ func newDLQShowCmd(conn *connFlags) *cobra.Command {
 		Short: "Show one dead letter: every header and the body",
 		Long: `Shows the dead letter at DLQ sequence SEQ (the DLQ_SEQ column of relay dlq ls):
 why and when it died, every header it carries and its body, exactly as it was
-published. A body that is not UTF-8 text is shown in base64.`,
+published. A body that is not printable UTF-8 text is shown in base64.`,
 		Example: `  relay dlq show 42
   relay dlq show 42 --json | jq -r .body`,
 		Args: exactArgs(1, "a DLQ sequence"),
@@ -464,11 +476,11 @@ func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 			fmt.Fprintf(out, "  %s: %s\n", cell(k, 0), cell(v, 0))
 		}
 	}
-	if text {
+	if text && printableText(m.Body) {
 		fmt.Fprintf(out, "body (%d bytes):\n%s\n", len(m.Body), m.Body)
 		return nil
 	}
-	_, err := fmt.Fprintf(out, "body (%d bytes, not UTF-8, in base64):\n%s\n", len(m.Body), base64.StdEncoding.EncodeToString(m.Body))
+	_, err := fmt.Fprintf(out, "body (%d bytes, not printable text, in base64):\n%s\n", len(m.Body), base64.StdEncoding.EncodeToString(m.Body))
 	return err
 }
 
@@ -494,7 +506,9 @@ stopped, deliver each entry once.
 Nothing is replayed when a selected subscriber does not exist; a disabled one
 needs --enable. Entries that died of their deadline (deadline, expired) or whose
 Relay-Deadline has passed would die again: they are skipped unless
---ignore-deadline, which replays them without it. --lanes must be relay run's.`,
+--ignore-deadline, which replays them without it. Each subscriber's lane is
+computed from relay run's --lanes, which the replay reads from the lane
+consumers on DELIVERIES unless --lanes is given.`,
 		Example: `  relay dlq replay --subscriber demo --dry-run
   relay dlq replay --subscriber demo --reason max_attempts
   relay dlq replay --seq 12,15,20-30`,
@@ -504,13 +518,19 @@ Relay-Deadline has passed would die again: they are skipped unless
 			if err != nil {
 				return err
 			}
-			if sharedLanes < 1 || sharedLanes > maxSharedLanes {
+			lanesGiven := cmd.Flags().Changed("lanes")
+			if lanesGiven && (sharedLanes < 1 || sharedLanes > maxSharedLanes) {
 				return usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, sharedLanes)
 			}
 			return withDLQ(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream) error {
 				store, err := subscribers.Open(ctx, js)
 				if err != nil {
 					return err
+				}
+				if !lanesGiven {
+					if sharedLanes, err = lanes.SharedLanes(ctx, js); err != nil {
+						return err
+					}
 				}
 				r := &deadletter.Replayer{JS: js, Store: store, SharedLanes: sharedLanes, IgnoreDeadline: ignoreDeadline, Enable: enable || dryRun}
 				return replay(ctx, cmd, r, f, dryRun, enable)
@@ -519,7 +539,7 @@ Relay-Deadline has passed would die again: they are skipped unless
 	}
 	filter.add(cmd, true)
 	fl := cmd.Flags()
-	fl.IntVar(&sharedLanes, "lanes", 16, fmt.Sprintf("number of shared lanes relay run uses (1-%d)", maxSharedLanes))
+	fl.IntVar(&sharedLanes, "lanes", 0, fmt.Sprintf("number of shared lanes relay run uses (1-%d); default: what the lane consumers on DELIVERIES show", maxSharedLanes))
 	fl.BoolVar(&dryRun, "dry-run", false, "list what would be replayed, and change nothing")
 	fl.BoolVar(&enable, "enable", false, "enable the disabled subscribers of the selection, then replay")
 	fl.BoolVar(&ignoreDeadline, "ignore-deadline", false, "replay entries past their deadline too, without their Relay-Deadline")

@@ -117,6 +117,13 @@ from the bucket.`,
 			}
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				sub, err := s.RotateSecret(ctx, id, given, grace)
+				if err != nil && generated && !errors.Is(err, subscribers.ErrNotFound) && !errors.Is(err, subscribers.ErrInvalid) {
+					// The write may have landed with its reply lost: then
+					// nobody but this command knows the new secret. It
+					// goes to stdout in any case, and the error says so.
+					fmt.Fprintln(cmd.OutOrStdout(), given[0])
+					return fmt.Errorf("rotating the secret of %s: %w; the secret printed may or may not be stored: relay sub get %s shows whether it is", id, err, id)
+				}
 				if err != nil {
 					return secretErr(notFound(err, id), secretFlag)
 				}

@@ -95,6 +95,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if given("retry-base") && f.retryBase <= 0 {
 		return nil, "", usagef("--retry-base: must be a positive duration such as 5s, got %s", f.retryBase)
 	}
+	if given("retry-max") && f.retryMax <= 0 {
+		return nil, "", usagef("--retry-max: must be a positive duration such as 1h, got %s", f.retryMax)
+	}
 	if given("max-attempts") && f.maxAttempts <= 0 {
 		return nil, "", usagef("--max-attempts: must be at least 1, got %d", f.maxAttempts)
 	}
@@ -226,7 +229,7 @@ func readSecretFile(path string) (string, error) {
 	}
 	file, err := os.Open(path)
 	if err != nil {
-		return "", usagef("--secret-file: %w", err)
+		return "", usagef("--secret-file: %w (give a readable file holding the secret, whsec_..., one a line)", err)
 	}
 	defer file.Close()
 	raw, err := io.ReadAll(io.LimitReader(file, maxSecretFile+1))

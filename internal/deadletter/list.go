@@ -70,9 +70,13 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 	if f.Seqs != nil {
 		return 0, scanSeqs(ctx, stream, f.Seqs, fn)
 	}
-	if info := stream.CachedInfo(); info != nil && info.State.Msgs == 0 {
+	info := stream.CachedInfo()
+	if info == nil || info.State.Msgs == 0 {
 		return 0, nil
 	}
+	// The scan ends at the DLQ's last entry as it starts: entries dead-
+	// lettered meanwhile would keep a listing going for ever.
+	last := info.State.LastSeq
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{f.Subject()},
 		HeadersOnly:       true,
@@ -98,9 +102,15 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 	}
 	defer it.Stop()
 
-	var bad malformed
+	var (
+		bad  malformed
+		seen uint64 // the last sequence read
+	)
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := nextEntry(ctx, it, stream, f.Subject(), seen, last)
+		if errors.Is(err, errNoMore) {
+			break
+		}
 		if err != nil {
 			return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
 		}
@@ -108,7 +118,8 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 		if err != nil {
 			return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
 		}
-		if !f.Until.IsZero() && meta.Timestamp.After(f.Until) {
+		seen = meta.Sequence.Stream
+		if seen > last || (!f.Until.IsZero() && meta.Timestamp.After(f.Until)) {
 			break
 		}
 		e, err := EntryFromMsg(msg.Subject(), msg.Headers(), msg.Data(), meta.Sequence.Stream)
@@ -125,11 +136,41 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 				return meta.NumPending, err
 			}
 		}
-		if meta.NumPending == 0 {
+		if meta.NumPending == 0 || seen == last {
 			break
 		}
 	}
 	return 0, bad.err()
+}
+
+// errNoMore ends a scan whose remaining entries were removed while it read.
+var errNoMore = errors.New("deadletter: nothing more to read")
+
+// nextWait is how long a scan waits for its next entry before it asks the
+// stream whether one is left.
+const nextWait = 2 * time.Second
+
+// nextEntry returns the scan's next message. When none comes within
+// nextWait, it asks the stream for the next message of the subject after
+// seen: if there is none up to last (another replay or purge removed the
+// rest of the selection), the scan is over, rather than waiting for ever
+// for messages that will not come.
+func nextEntry(ctx context.Context, it jetstream.MessagesContext, stream jetstream.Stream, subject string, seen, last uint64) (jetstream.Msg, error) {
+	for {
+		wait, cancel := context.WithTimeout(ctx, nextWait)
+		msg, err := it.Next(jetstream.NextContext(wait))
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return msg, err
+		}
+		raw, err := stream.GetMsg(ctx, seen+1, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && raw.Sequence > last) {
+			return nil, errNoMore
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // scanSeqs is [Scan] of named sequences.

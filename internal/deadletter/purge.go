@@ -18,7 +18,8 @@ func Count(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error
 		return 0, err
 	}
 	if f.bySubject() {
-		return subjectCount(ctx, js, f.Subject())
+		n, _, err := subjectCount(ctx, js, f.Subject())
+		return n, err
 	}
 	var n uint64
 	err := Scan(ctx, js, f, func(Entry) error {
@@ -32,28 +33,29 @@ func Count(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error
 }
 
 // subjectCount is how many messages of the DLQ stream a subject filter
-// holds.
-func subjectCount(ctx context.Context, js jetstream.JetStream, subject string) (uint64, error) {
+// holds, and the stream's last sequence when they were counted.
+func subjectCount(ctx context.Context, js jetstream.JetStream, subject string) (n, last uint64, err error) {
 	stream, err := js.Stream(ctx, streams.DLQ)
 	if err != nil {
-		return 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+		return 0, 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
 	}
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
-		return 0, fmt.Errorf("deadletter: counting %s: %w", subject, err)
+		return 0, 0, fmt.Errorf("deadletter: counting %s: %w", subject, err)
 	}
-	var n uint64
 	for _, c := range info.State.Subjects {
 		n += c
 	}
-	return n, nil
+	return n, info.State.LastSeq, nil
 }
 
 // Purge removes the DLQ entries f selects for good and returns how many it
 // removed. A filter of subscriber and reason alone is one server-side purge
-// of its subject, whatever the number of entries (the count is the one just
-// before it); any other removes the entries a [Scan] selects one by one.
-// Messages that are not DLQ copies relay could have written are left alone.
+// of its subject up to the last entry counted, whatever the number of
+// entries, so that a dead letter stored meanwhile is neither removed nor
+// counted; it removes whatever the subject holds, malformed messages too.
+// Any other filter removes the entries a [Scan] selects one by one, and
+// leaves alone messages that are not DLQ copies relay could have written.
 func Purge(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error) {
 	if err := f.validate(); err != nil {
 		return 0, err
@@ -63,11 +65,11 @@ func Purge(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error
 		return 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
 	}
 	if f.bySubject() {
-		n, err := subjectCount(ctx, js, f.Subject())
+		n, last, err := subjectCount(ctx, js, f.Subject())
 		if err != nil || n == 0 {
 			return 0, err
 		}
-		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(f.Subject())); err != nil {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(f.Subject()), jetstream.WithPurgeSequence(last+1)); err != nil {
 			return 0, fmt.Errorf("deadletter: purging %s: %w", f.Subject(), err)
 		}
 		return n, nil

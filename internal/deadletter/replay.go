@@ -24,6 +24,9 @@ import (
 // cluster that cannot take writes.
 const maxFailStreak = 10
 
+// removeTimeout bounds the removal of an entry whose copy is stored.
+const removeTimeout = 5 * time.Second
+
 // replayWorkers is how many entries a replay has on their way at once.
 const replayWorkers = 16
 
@@ -279,7 +282,12 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	if err != nil {
 		return false, fmt.Errorf("deadletter: re-enqueueing DLQ sequence %d on %s: %w", e.seq, msg.Subject, err)
 	}
-	if err := remove(ctx, stream, e.seq); err != nil {
+	// Once its copy is stored the entry must go, even when the replay is
+	// being stopped: left behind, it would be enqueued again by a run after
+	// the duplicate window.
+	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := remove(rmCtx, stream, e.seq); err != nil {
 		return false, fmt.Errorf("deadletter: DLQ sequence %d was re-enqueued but not removed (a replay run again will not enqueue it twice within %s): %w",
 			e.seq, "the DELIVERIES duplicate window", err)
 	}

@@ -313,3 +313,27 @@ func TestGetReturnsEveryHeaderAndTheBody(t *testing.T) {
 	_, err = Get(ctx, env.n.JS, 2)
 	require.ErrorIs(t, err, ErrNotFound)
 }
+
+// TestScanEndsWhenTheRestIsRemovedMeanwhile: a listing whose remaining
+// entries another operator purges while it reads ends, rather than waiting
+// for messages that will not come.
+func TestScanEndsWhenTheRestIsRemovedMeanwhile(t *testing.T) {
+	t.Parallel()
+	env := newReplayEnv(t)
+	ctx := testutil.Context(t)
+	const n = 1200
+	for i := 1; i <= n; i++ {
+		env.kill(t, "a", "evt_"+strconv.Itoa(i), Gone, uint64(i))
+	}
+	seen := 0
+	err := Scan(ctx, env.n.JS, Filter{}, func(Entry) error {
+		seen++
+		if seen == 1 {
+			_, err := Purge(ctx, env.n.JS, Filter{})
+			return err
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Less(t, seen, n, "the purged entries were not all listed")
+}

@@ -426,11 +426,22 @@ func (s *scheduler) loop(ctx context.Context) {
 			continue
 		}
 
-		d, found := s.pop()
+		// The waits for a request slot and a token may have outlasted a
+		// change of the subscriber: a pause or a disable that returned
+		// must stop this request, and a rotated secret must sign it.
+		fresh, ok := s.lane.cfg.Subscribers.Get(s.id)
+		held := !ok || fresh.Disabled || fresh.PausedAt(s.lane.cfg.Clock.Now())
+		sub = fresh
+		var d delivery
+		found := false
+		if !held {
+			d, found = s.pop()
+		}
 		if !found {
 			release()
 			if dec.Probe {
-				// Nothing to probe with after all: let the probe go.
+				// Nothing to probe with after all (or held now, which the
+				// loop's first check settles): let the probe go.
 				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(sub), ratelimit.Result{Probe: true})
 			}
 			continue

@@ -262,13 +262,15 @@ func validateURL(raw string) error {
 	const expect = "must be an http or https URL with a host"
 	u, err := url.Parse(raw)
 	if err != nil {
-		return &ValidationError{Flag: "--url", Msg: fmt.Sprintf("%s, got %s", expect, quote(raw)), Err: err}
+		// Neither the URL nor url.Parse's error (which quotes it) is shown:
+		// a query string may hold a credential.
+		return invalid("--url", expect+"; the one given does not parse as a URL")
 	}
 	if u.User != nil {
-		return invalid("--url", fmt.Sprintf("must not contain a user or password (send credentials with --header, such as \"Authorization: Basic ...\"), got %s", quote(u.Redacted())))
+		return invalid("--url", fmt.Sprintf("must not contain a user or password (send credentials with --header, such as \"Authorization: Basic ...\"), got %s", quote(RedactURL(raw))))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "" {
-		return invalid("--url", fmt.Sprintf("%s, got %s", expect, quote(raw)))
+		return invalid("--url", fmt.Sprintf("%s, got %s", expect, quote(RedactURL(raw))))
 	}
 	return nil
 }
