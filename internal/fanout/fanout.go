@@ -101,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}, 512, log, func(msg jetstream.Msg) {
 		view.upTo(ctx, msg)
-		p := publishCopies(js, cfg, msg)
+		p := publishCopies(ctx, js, cfg, msg)
 		cfg.Metrics.Event(len(p.futures))
 		acks <- p
 	})
@@ -159,7 +159,7 @@ func (v *viewSync) upTo(ctx context.Context, msg jetstream.Msg) {
 
 // publishCopies starts the async publish of one copy per matching enabled
 // subscriber.
-func publishCopies(js jetstream.JetStream, cfg Config, msg jetstream.Msg) pending {
+func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg jetstream.Msg) pending {
 	p := pending{msg: msg}
 	md, err := msg.Metadata()
 	if err != nil {
@@ -169,10 +169,7 @@ func publishCopies(js jetstream.JetStream, cfg Config, msg jetstream.Msg) pendin
 	orig := msg.Headers()
 	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
-	for _, sub := range cfg.Subscribers.Enabled() {
-		if !sub.Matches(eventType) {
-			continue
-		}
+	for _, sub := range cfg.Subscribers.Matching(eventType) {
 		subject := DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID)
 		if cfg.Backlogs.Has(sub.ID) {
 			subject = overflow.Subject(sub.ID)
@@ -182,7 +179,7 @@ func publishCopies(js jetstream.JetStream, cfg Config, msg jetstream.Msg) pendin
 			Header:  CopyHeader(orig, id, eventType, md.Timestamp),
 			Data:    msg.Data(),
 		}
-		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id+"."+sub.ID))
+		f, err := publishAsync(ctx, js, m, id+"."+sub.ID)
 		if err != nil {
 			p.err = err
 			return p
@@ -190,6 +187,26 @@ func publishCopies(js jetstream.JetStream, cfg Config, msg jetstream.Msg) pendin
 		p.futures = append(p.futures, f)
 	}
 	return p
+}
+
+// publishAsync starts one copy's publish. When the async window is full
+// for longer than nats.go's stall wait (an event with thousands of
+// subscribers, PubAcks slowed by a busy server), it waits for the window to
+// drain and tries again: failing would hand the whole event back, and
+// fanning it out again would publish its copies a second time, as
+// duplicates the stream drops but has to read.
+func publishAsync(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string) (jetstream.PubAckFuture, error) {
+	for {
+		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // ackInOrder waits for each event's PubAcks and then acknowledges the event,

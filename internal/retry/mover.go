@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
 
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -37,7 +38,21 @@ type MoverConfig struct {
 	Logger *slog.Logger
 }
 
-// Move puts due deliveries back on DELIVERIES until ctx is cancelled.
+// moveWindow is how many moved copies may await their PubAck at once: a
+// retry storm (a subscriber back after an outage) moves thousands a second,
+// and one round trip each would cap that at what one round trip allows.
+const moveWindow = 1024
+
+// moving is a due delivery whose copy is on its way to DELIVERIES.
+type moving struct {
+	msg jetstream.Msg
+	ack jetstream.PubAckFuture
+	id  string
+}
+
+// Move puts due deliveries back on DELIVERIES until ctx is cancelled. Copies
+// are published asynchronously, up to moveWindow at once, and each due
+// message is acked only once its copy is stored.
 func Move(ctx context.Context, cfg MoverConfig) error {
 	if cfg.JS == nil || cfg.Subscribers == nil || cfg.SharedLanes <= 0 {
 		return ErrConfig
@@ -48,6 +63,19 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Its own context, so that the async window is the mover's alone; the
+	// timeout makes a lost PubAck an error instead of a wait without end.
+	js, err := jetstream.New(cfg.JS.Conn(),
+		jetstream.WithPublishAsyncMaxPending(moveWindow),
+		jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return err
+	}
+	moves := make(chan moving, moveWindow)
+	var wg conc.WaitGroup
+	wg.Go(func() { settleMoves(moves, cfg.Logger) })
+	defer wg.Wait()
+	defer close(moves)
 	return consumer.Run(ctx, cfg.JS, streams.Retries, jetstream.ConsumerConfig{
 		Durable:       MoverName,
 		Description:   "relay: moves due retries back to DELIVERIES",
@@ -56,14 +84,18 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 4096,
-	}, 256, cfg.Logger, func(msg jetstream.Msg) { moveOne(context.WithoutCancel(ctx), cfg, msg) })
+	}, 256, cfg.Logger, func(msg jetstream.Msg) {
+		if mv, ok := moveOne(js, cfg, msg); ok {
+			moves <- mv
+		}
+	})
 }
 
-// moveOne republishes one due delivery on its subscriber's lane and acks it
-// once the copy is stored. A subscriber this relay's view lacks goes to its
-// shared lane, whose relay asks the bucket and holds or dead-letters it:
-// nothing leaves RETRIES without a trace.
-func moveOne(ctx context.Context, cfg MoverConfig, msg jetstream.Msg) {
+// moveOne starts the republish of one due delivery on its subscriber's
+// lane. A subscriber this relay's view lacks goes to its shared lane, whose
+// relay asks the bucket and holds or dead-letters it: nothing leaves RETRIES
+// without a trace.
+func moveOne(js jetstream.JetStream, cfg MoverConfig, msg jetstream.Msg) (moving, bool) {
 	id := strings.TrimPrefix(msg.Subject(), DuePrefix)
 	lane := subscribers.LaneFor(id, cfg.SharedLanes)
 	if sub, ok := cfg.Subscribers.Get(id); ok {
@@ -74,16 +106,34 @@ func moveOne(ctx context.Context, cfg MoverConfig, msg jetstream.Msg) {
 		seq = md.Sequence.Stream
 	}
 	out := &nats.Msg{Subject: "deliveries." + lane + "." + id, Header: streams.CopyHeader(msg.Headers(), 0), Data: msg.Data()}
-	pubCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := cfg.JS.PublishMsg(pubCtx, out, jetstream.WithMsgID(movedID(msg.Headers(), seq))); err != nil {
-		// DELIVERIES full (discard-new) or no leader: leave it due and try
-		// again shortly; nothing is lost.
-		cfg.Logger.Warn("retry: moving a due delivery", "subscriber", id, "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+	f, err := js.PublishMsgAsync(out, jetstream.WithMsgID(movedID(msg.Headers(), seq)))
+	if err != nil {
+		retryMove(msg, id, err, cfg.Logger)
+		return moving{}, false
 	}
-	if err := msg.Ack(); err != nil {
-		cfg.Logger.Warn("retry: ack", "err", err)
+	return moving{msg: msg, ack: f, id: id}, true
+}
+
+// settleMoves acks each due delivery once its copy is stored, or leaves it
+// due to be moved again shortly.
+func settleMoves(moves <-chan moving, log *slog.Logger) {
+	for mv := range moves {
+		select {
+		case <-mv.ack.Ok():
+			if err := mv.msg.Ack(); err != nil {
+				log.Warn("retry: ack", "err", err)
+			}
+		case err := <-mv.ack.Err():
+			retryMove(mv.msg, mv.id, err, log)
+		}
 	}
+}
+
+// retryMove leaves a due delivery whose copy was not stored (DELIVERIES
+// full, discard-new, or no leader) due, to be tried again in a second;
+// nothing is lost, and the copy's Nats-Msg-Id keeps a second try from
+// storing it twice.
+func retryMove(msg jetstream.Msg, id string, err error, log *slog.Logger) {
+	log.Warn("retry: moving a due delivery", "subscriber", id, "err", err)
+	_ = msg.NakWithDelay(time.Second)
 }

@@ -53,8 +53,10 @@ type snapshot struct {
 	// itself (a previous secret's grace, a pause), soonest first, so that
 	// the janitor finds them without looking at every subscriber.
 	expiring []expiring
-	rev      uint64        // the bucket's last revision folded in
-	changed  chan struct{} // closed when a newer snapshot replaces this one
+	// filters finds the enabled subscribers an event type matches.
+	filters filterIndex
+	rev     uint64        // the bucket's last revision folded in
+	changed chan struct{} // closed when a newer snapshot replaces this one
 }
 
 // expiring is a subscriber and the soonest time at which something it
@@ -164,6 +166,22 @@ func (l *Live) All() []Subscriber {
 // not be modified.
 func (l *Live) Enabled() []Subscriber {
 	return l.snap.Load().enabled
+}
+
+// Matching returns the enabled subscribers that want events of eventType
+// ([Subscriber.Matches]), sorted by ID. It looks only at the filters that
+// can match, so its cost grows with the matches and the event type's
+// tokens, not with the number of subscribers. The subscribers' slices and
+// maps are shared with the view and must not be modified.
+func (l *Live) Matching(eventType string) []Subscriber {
+	snap := l.snap.Load()
+	var buf [16]int
+	idx := snap.filters.match(eventType, buf[:0])
+	out := make([]Subscriber, len(idx))
+	for i, j := range idx {
+		out[i] = snap.enabled[j]
+	}
+	return out
 }
 
 // Invalid returns, by key, why values in the bucket were skipped; each error
@@ -299,6 +317,7 @@ func (st *liveState) snapshot() *snapshot {
 	for i, sub := range all {
 		snap.index[sub.ID] = i
 		if !sub.Disabled {
+			snap.filters.add(len(snap.enabled), sub.Events)
 			snap.enabled = append(snap.enabled, sub)
 		}
 		if at, ok := sub.expiry(); ok {
