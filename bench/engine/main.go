@@ -15,6 +15,16 @@
 //     all delivered, deliveries/s, the worst idle gap between two arrivals
 //     (a stalled lane shows up as a gap of seconds), and the extra JetStream
 //     writes per delivered message.
+//   - throughput: relay against the simplest correct loop, in turn
+//     (baseline, relay, baseline, relay…), -throughput-runs of each with
+//     -throughput-events. The baseline, on a fresh server and a receiver of
+//     its own: a durable pull consumer on a stream of its own (BASE) POSTs
+//     each message signed (deliver.Sign) and acks it after the 2xx,
+//     -throughput-in-flight at a time, while the events are published. Relay:
+//     a fresh server and relay, one subscriber (--rate 0, --max-in-flight
+//     -throughput-in-flight). Both: delivered/s from the first publish to
+//     the last arrival, and their ratio per run and over the runs (median);
+//     the relay's CPU time per 1,000 deliveries (Linux only).
 //   - writes: a backlog of -writes-events to one subscriber at
 //     -writes-rate/s, observed for -writes-window once it is fanned out and
 //     has left its lane: the extra JetStream writes (growth of the last
@@ -36,6 +46,7 @@
 //
 //	go run ./bench/engine                                  # everything, about 5 minutes on 2 cores
 //	go run ./bench/engine -scenarios burst -burst-runs 3   # one scenario, fewer runs
+//	go run ./bench/engine -scenarios throughput            # relay against the simplest loop
 //	go run ./bench/engine -backlog-events 100000           # a smaller backlog
 package main
 
@@ -57,7 +68,7 @@ import (
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "writes", "backlog"}
+var allScenarios = []string{"burst", "throughput", "writes", "backlog"}
 
 type config struct {
 	scenarios map[string]bool
@@ -66,6 +77,10 @@ type config struct {
 	burstRuns     int
 	burstInFlight int
 	burstTimeout  time.Duration
+
+	throughputEvents   int
+	throughputRuns     int
+	throughputInFlight int
 
 	writesEvents int
 	writesRate   float64
@@ -109,6 +124,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.burstRuns, "burst-runs", 10, "burst: runs, each on a fresh server and relay")
 	fs.IntVar(&cfg.burstInFlight, "burst-in-flight", 64, "burst: the subscriber's --max-in-flight")
 	fs.DurationVar(&cfg.burstTimeout, "burst-timeout", 2*time.Minute, "burst: longest wait for one run's deliveries")
+	fs.IntVar(&cfg.throughputEvents, "throughput-events", 20_000, "throughput: events per run, baseline and relay")
+	fs.IntVar(&cfg.throughputRuns, "throughput-runs", 3, "throughput: runs of each, in turn")
+	fs.IntVar(&cfg.throughputInFlight, "throughput-in-flight", 64, "throughput: requests in flight, the baseline's and the subscriber's --max-in-flight")
 	fs.IntVar(&cfg.writesEvents, "writes-events", 100_000, "writes: backlog, events")
 	fs.Float64Var(&cfg.writesRate, "writes-rate", 100, "writes: the subscriber's --rate")
 	fs.DurationVar(&cfg.writesWindow, "writes-window", 40*time.Second, "writes: how long to watch the backlog drain once it is fanned out")
@@ -151,6 +169,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-scenarios: empty list")
 	case cfg.burstEvents < 1 || cfg.burstRuns < 1 || cfg.burstInFlight < 1:
 		return cfg, errors.New("-burst-events, -burst-runs and -burst-in-flight must be at least 1")
+	case cfg.throughputEvents < 1 || cfg.throughputRuns < 1 || cfg.throughputInFlight < 1:
+		return cfg, errors.New("-throughput-events, -throughput-runs and -throughput-in-flight must be at least 1")
 	case cfg.writesEvents < 1 || cfg.backlogEvents < 1:
 		return cfg, errors.New("-writes-events and -backlog-events must be at least 1")
 	case !(cfg.writesRate > 0) || !(cfg.backlogRate > 0) || !(cfg.mateRate > 0):
@@ -205,6 +225,13 @@ func run(ctx context.Context, cfg config) error {
 		res, err := e.burst(ctx)
 		if len(res) > 0 {
 			report.WriteString(burstTable(cfg, res) + "\n")
+		}
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["throughput"] && ctx.Err() == nil {
+		res, err := e.throughput(ctx)
+		if len(res) > 0 {
+			report.WriteString(throughputTable(cfg, res) + "\n")
 		}
 		runErr = errors.Join(runErr, err)
 	}

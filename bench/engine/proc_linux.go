@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ownProcess puts the child in its own process group, so that a Ctrl-C in
@@ -51,4 +53,36 @@ func memory(pid int) (rss, hwm int64, err error) {
 		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
 	}
 	return rss, hwm, nil
+}
+
+// userHZ is the unit of the times in /proc/<pid>/stat: USER_HZ ticks, 100 a
+// second on every architecture Go runs Linux on.
+const userHZ = 100
+
+// cpuTime reads the CPU time a process has used so far, user and system,
+// from /proc/<pid>/stat (utime and stime, fields 14 and 15), to 10 ms.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces or
+	// parentheses of its own: count the fields from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3, the state
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }

@@ -37,10 +37,29 @@ type burstRun struct {
 	extra     int64         // JetStream writes beyond the fan-out's copies
 	counts    writeCounts
 	complete  bool
-	stalls    []string // what the consumers looked like while nothing arrived
+	stalls    []string      // what the consumers looked like while nothing arrived
+	cpu       time.Duration // the relay's CPU time (user + system) from the first publish to the end of the wait
+	cpuKnown  bool          // cpu was read (Linux only)
 }
 
-func (r burstRun) rate() float64 { return float64(r.delivered) / r.total.Seconds() }
+// burstSpec says what one burst run does.
+type burstSpec struct {
+	name     string // the stack's and the subscriber's
+	prefix   string // starts the run's event ids
+	events   int
+	inFlight int           // the subscriber's --max-in-flight
+	timeout  time.Duration // longest wait for the deliveries
+	// count classifies the writes with a plain subscriber on deliveries.>
+	// and retries.>; it costs the server a copy of every write.
+	count bool
+}
+
+func (r burstRun) rate() float64 {
+	if r.delivered == 0 || r.total <= 0 {
+		return 0
+	}
+	return float64(r.delivered) / r.total.Seconds()
+}
 func (r burstRun) extraPer() float64 {
 	return float64(r.extra) / float64(max(1, r.delivered))
 }
@@ -50,7 +69,10 @@ func (e *env) burst(ctx context.Context) ([]burstRun, error) {
 	fmt.Fprintf(os.Stderr, "burst: %d runs of %d events to one subscriber (--rate 0 --max-in-flight %d)\n",
 		e.cfg.burstRuns, e.cfg.burstEvents, e.cfg.burstInFlight)
 	for i := 1; i <= e.cfg.burstRuns && ctx.Err() == nil; i++ {
-		res, err := e.burstOne(ctx, i)
+		res, err := e.burstOne(ctx, i, burstSpec{
+			name: fmt.Sprintf("burst%02d", i), prefix: fmt.Sprintf("%sb%02d-", eventPrefix, i),
+			events: e.cfg.burstEvents, inFlight: e.cfg.burstInFlight, timeout: e.cfg.burstTimeout, count: true,
+		})
 		if err != nil {
 			return out, fmt.Errorf("burst run %d: %w", i, err)
 		}
@@ -63,24 +85,30 @@ func (e *env) burst(ctx context.Context) ([]burstRun, error) {
 	return out, ctx.Err()
 }
 
-func (e *env) burstOne(ctx context.Context, i int) (res burstRun, err error) {
-	res = burstRun{run: i, events: e.cfg.burstEvents}
-	s, err := e.up(ctx, fmt.Sprintf("burst%02d", i))
+// burstOne is one run of spec on a fresh server and relay; i numbers it in
+// the progress lines.
+func (e *env) burstOne(ctx context.Context, i int, spec burstSpec) (res burstRun, err error) {
+	res = burstRun{run: i, events: spec.events}
+	s, err := e.up(ctx, spec.name)
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, s.down()) }()
-	id := fmt.Sprintf("burst%02d", i)
-	if err := e.subAdd(ctx, s, id, 0, e.cfg.burstInFlight, "x"); err != nil {
+	id := spec.name
+	if err := e.subAdd(ctx, s, id, 0, spec.inFlight, "x"); err != nil {
 		return res, err
 	}
 	defer e.rcv.forget(id)
-	counter, cnc, err := s.counter()
-	if err != nil {
-		return res, err
+	counts := func() writeCounts { return writeCounts{} }
+	if spec.count {
+		counter, cnc, err := s.counter()
+		if err != nil {
+			return res, err
+		}
+		defer cnc.Close()
+		defer counter.stop()
+		counts = counter.counts
 	}
-	defer cnc.Close()
-	defer counter.stop()
 
 	opCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -88,14 +116,15 @@ func (e *env) burstOne(ctx context.Context, i int) (res burstRun, err error) {
 	if err != nil {
 		return res, err
 	}
-	c0 := counter.counts()
+	c0 := counts()
+	cpu0, cpuErr := cpuTime(s.relay.pid())
 	start := time.Now()
-	if err := e.publish(ctx, s, "x", fmt.Sprintf("%sb%02d-", eventPrefix, i), res.events); err != nil {
+	if err := e.publish(ctx, s, "x", spec.prefix, res.events); err != nil {
 		return res, err
 	}
 	res.publish = time.Since(start)
 
-	deadline := start.Add(e.cfg.burstTimeout)
+	deadline := start.Add(spec.timeout)
 	var lastDiag time.Time
 	for {
 		snap := e.rcv.snapshot(id)
@@ -120,7 +149,7 @@ func (e *env) burstOne(ctx context.Context, i int) (res burstRun, err error) {
 		}
 		if now.After(deadline) {
 			fmt.Fprintf(os.Stderr, "  [%d] gave up after %v: %d of %d delivered; relay log %s\n",
-				i, e.cfg.burstTimeout, snap.distinct, res.events, s.relay.logPath)
+				i, spec.timeout, snap.distinct, res.events, s.relay.logPath)
 			break
 		}
 		select {
@@ -128,6 +157,9 @@ func (e *env) burstOne(ctx context.Context, i int) (res burstRun, err error) {
 			return res, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if cpu1, err := cpuTime(s.relay.pid()); err == nil && cpuErr == nil {
+		res.cpu, res.cpuKnown = cpu1-cpu0, true
 	}
 	snap := e.rcv.snapshot(id)
 	res.delivered, res.requests = snap.distinct, snap.requests
@@ -138,7 +170,7 @@ func (e *env) burstOne(ctx context.Context, i int) (res burstRun, err error) {
 		return res, err
 	}
 	res.extra = after.minus(before) - int64(res.events)
-	res.counts = counter.counts().minus(c0)
+	res.counts = counts().minus(c0)
 	return res, nil
 }
 

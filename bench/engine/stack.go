@@ -91,37 +91,26 @@ type stack struct {
 // random loopback port, JetStream in a new directory) and a relay process
 // on it, and returns once the relay is ready.
 func (e *env) up(ctx context.Context, name string) (*stack, error) {
-	e.stacks++
-	s := &stack{name: name, dir: filepath.Join(e.work, fmt.Sprintf("%02d-%s", e.stacks, name))}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	s, logPath, err := e.newStack(name)
+	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(e.cfg.logs, fmt.Sprintf("%02d-%s.log", e.stacks, name))
 	fail := func(err error) (*stack, error) { return nil, errors.Join(err, s.down()) }
-	var err error
 	if e.cfg.embedded {
 		// The relay's own server, in its process, as `make run` has it.
 		port, err := freePort()
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.url = "nats://" + listen
 		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, "--data", filepath.Join(s.dir, "relay-data"), "--listen", listen); err != nil {
 			return fail(err)
 		}
-	} else {
-		srv, err := streams.StartServer(streams.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(s.dir, "jetstream")})
-		if err != nil {
-			return nil, err
-		}
-		s.srv, s.url = srv, srv.ClientURL()
-	}
-	if s.nc, err = nats.Connect(s.url, nats.Name("bench/engine")); err != nil {
+	} else if err := s.startServer(); err != nil {
 		return fail(err)
 	}
-	if s.js, err = jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(2*publishChunk),
-		jetstream.WithPublishAsyncTimeout(30*time.Second)); err != nil {
+	if err := s.connect(); err != nil {
 		return fail(err)
 	}
 	if s.relay == nil {
@@ -130,6 +119,54 @@ func (e *env) up(ctx context.Context, name string) (*stack, error) {
 		}
 	}
 	return s, nil
+}
+
+// serverOnly is up without the relay: a nats-server in-process, whatever
+// -embedded says, and a connection to it.
+func (e *env) serverOnly(name string) (*stack, error) {
+	s, _, err := e.newStack(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startServer(); err != nil {
+		return nil, errors.Join(err, s.down())
+	}
+	if err := s.connect(); err != nil {
+		return nil, errors.Join(err, s.down())
+	}
+	return s, nil
+}
+
+// newStack numbers a new stack and makes its directory; logPath is where
+// its relay's stderr goes.
+func (e *env) newStack(name string) (s *stack, logPath string, err error) {
+	e.stacks++
+	s = &stack{name: name, dir: filepath.Join(e.work, fmt.Sprintf("%02d-%s", e.stacks, name))}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	return s, filepath.Join(e.cfg.logs, fmt.Sprintf("%02d-%s.log", e.stacks, name)), nil
+}
+
+// startServer starts the stack's nats-server in-process.
+func (s *stack) startServer() error {
+	srv, err := streams.StartServer(streams.ServerConfig{Listen: "127.0.0.1:0", DataDir: filepath.Join(s.dir, "jetstream")})
+	if err != nil {
+		return err
+	}
+	s.srv, s.url = srv, srv.ClientURL()
+	return nil
+}
+
+// connect opens the program's own connection to the stack's server.
+func (s *stack) connect() error {
+	var err error
+	if s.nc, err = nats.Connect(s.url, nats.Name("bench/engine")); err != nil {
+		return err
+	}
+	s.js, err = jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(2*publishChunk),
+		jetstream.WithPublishAsyncTimeout(30*time.Second))
+	return err
 }
 
 // down stops the relay (SIGTERM, then SIGKILL after 30 s), the connection
@@ -315,7 +352,11 @@ func (e *env) publish(ctx context.Context, s *stack, eventType, prefix string, n
 
 // publishFrom is publish for i from first to first+n-1.
 func (e *env) publishFrom(ctx context.Context, s *stack, eventType, prefix string, first, n int) error {
-	subject := "events." + eventType
+	return e.publishOn(ctx, s, "events."+eventType, prefix, first, n)
+}
+
+// publishOn is publishFrom on any subject.
+func (e *env) publishOn(ctx context.Context, s *stack, subject, prefix string, first, n int) error {
 	end := first + n
 	for from := first; from < end; from += publishChunk {
 		to := min(end, from+publishChunk)
@@ -434,8 +475,8 @@ func (s *stack) lanesState(ctx context.Context, lanes int) string {
 	return strings.Join(parts, "; ")
 }
 
-// waitUntil polls cond every 100 ms until it holds, the relay exits, ctx is
-// done or timeout passes; every 5 s it prints progress() on stderr.
+// waitUntil polls cond every 100 ms until it holds, the relay (if the stack
+// has one) exits, ctx is done or timeout passes; every 5 s it prints progress() on stderr.
 func (s *stack) waitUntil(ctx context.Context, what string, timeout time.Duration, cond func() (bool, error), progress func() string) error {
 	start := time.Now()
 	lastProgress := start
@@ -447,7 +488,7 @@ func (s *stack) waitUntil(ctx context.Context, what string, timeout time.Duratio
 		if ok {
 			return nil
 		}
-		if s.relay.exited() {
+		if s.relay != nil && s.relay.exited() {
 			return fmt.Errorf("%s: %w", what, exitErr(s.relay))
 		}
 		now := time.Now()

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/deliver"
+)
+
+// ---- throughput: relay against the simplest correct loop ----
+
+// The baseline's stream and durable consumer, on a server of its own: no
+// relay stream is involved.
+const (
+	baseStream   = "BASE"
+	baseSubject  = "base.x"
+	baseConsumer = "base"
+)
+
+// throughputRun is one baseline run and the relay run after it, on the
+// same machine a few seconds apart.
+type throughputRun struct {
+	run      int
+	baseline burstRun
+	relay    burstRun
+}
+
+// ratio is relay's delivered/s over the baseline's.
+func (r throughputRun) ratio() float64 {
+	if b := r.baseline.rate(); b > 0 {
+		return r.relay.rate() / b
+	}
+	return 0
+}
+
+// cpuPer1000 is the relay's CPU seconds per 1,000 deliveries; ok is false
+// when the CPU time could not be read.
+func (r burstRun) cpuPer1000() (float64, bool) {
+	if !r.cpuKnown || r.delivered == 0 {
+		return 0, false
+	}
+	return r.cpu.Seconds() * 1000 / float64(r.delivered), true
+}
+
+// throughput runs the baseline and relay in turn, -throughput-runs times
+// each, so that the machine's drift reaches both: the same events, the
+// same receiver code, the same number in flight, the same clock (first
+// publish → last arrival).
+func (e *env) throughput(ctx context.Context) ([]throughputRun, error) {
+	cfg := e.cfg
+	fmt.Fprintf(os.Stderr, "throughput: %d × (the simplest loop, then relay), %d events each, %d in flight\n",
+		cfg.throughputRuns, cfg.throughputEvents, cfg.throughputInFlight)
+	key, err := deliver.ParseSecret(e.secret)
+	if err != nil {
+		return nil, err
+	}
+	// The baseline's own receiver, so that nothing it records mixes with
+	// relay's.
+	rcv := newReceiver()
+	hook := httptest.NewServer(rcv)
+	defer hook.Close()
+	var out []throughputRun
+	for i := 1; i <= cfg.throughputRuns && ctx.Err() == nil; i++ {
+		r := throughputRun{run: i}
+		if r.baseline, err = e.baselineOne(ctx, i, rcv, hook.URL, key); err != nil {
+			return out, fmt.Errorf("throughput run %d, baseline: %w", i, err)
+		}
+		fmt.Fprintf(os.Stderr, "  [%d] baseline: %d of %d delivered in %.2fs (%.0f/s, publish %.2fs); worst idle gap %.3fs\n",
+			i, r.baseline.delivered, r.baseline.events, r.baseline.total.Seconds(), r.baseline.rate(),
+			r.baseline.publish.Seconds(), r.baseline.gap.Seconds())
+		if ctx.Err() != nil {
+			break
+		}
+		r.relay, err = e.burstOne(ctx, i, burstSpec{
+			name: fmt.Sprintf("tput%02d", i), prefix: fmt.Sprintf("%st%02d-", eventPrefix, i),
+			events: cfg.throughputEvents, inFlight: cfg.throughputInFlight, timeout: cfg.timeout,
+		})
+		if err != nil {
+			return out, fmt.Errorf("throughput run %d, relay: %w", i, err)
+		}
+		cpu := "relay CPU not read"
+		if per, ok := r.relay.cpuPer1000(); ok {
+			cpu = fmt.Sprintf("relay CPU %.2fs (%.2f cores, %.3fs per 1,000)", r.relay.cpu.Seconds(),
+				r.relay.cpu.Seconds()/r.relay.total.Seconds(), per)
+		}
+		fmt.Fprintf(os.Stderr, "  [%d] relay:    %d of %d delivered in %.2fs (%.0f/s, publish %.2fs); worst idle gap %.3fs; %s; relay/baseline %.2f\n",
+			i, r.relay.delivered, r.relay.events, r.relay.total.Seconds(), r.relay.rate(),
+			r.relay.publish.Seconds(), r.relay.gap.Seconds(), cpu, r.ratio())
+		out = append(out, r)
+	}
+	return out, ctx.Err()
+}
+
+// baselineOne is the simplest correct loop, on a fresh in-process server:
+// a durable pull consumer on BASE, started before the first publish (as
+// relay is), POSTs each message signed to the receiver at url and acks it
+// after the 2xx, -throughput-in-flight at a time, while -throughput-events
+// are published with PubAcks as publish does for relay.
+func (e *env) baselineOne(ctx context.Context, i int, rcv *receiver, url string, key []byte) (res burstRun, err error) {
+	res = burstRun{run: i, events: e.cfg.throughputEvents}
+	id := fmt.Sprintf("base%02d", i)
+	s, err := e.serverOnly(id)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, s.down()) }()
+	defer rcv.forget(id)
+	opCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := s.js.CreateStream(opCtx, jetstream.StreamConfig{
+		Name: baseStream, Subjects: []string{"base.>"}, Storage: jetstream.FileStorage,
+	}); err != nil {
+		return res, err
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(opCtx, baseStream, jetstream.ConsumerConfig{
+		Durable: baseConsumer, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		return res, err
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil
+	transport.MaxIdleConnsPerHost = e.cfg.throughputInFlight // as relay keeps them: no churn
+	client := &http.Client{Transport: transport, Timeout: deliver.DefaultTimeout}
+	defer transport.CloseIdleConnections()
+
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	loopDone := make(chan struct{})
+	var loopErr error
+	go func() {
+		defer close(loopDone)
+		loopErr = signedLoop(loopCtx, cons, client, url+"/"+id, key, e.cfg.throughputInFlight)
+	}()
+
+	start := time.Now()
+	err = e.publishOn(ctx, s, baseSubject, fmt.Sprintf("%sbase%02d-", eventPrefix, i), 0, res.events)
+	res.publish = time.Since(start)
+	if err == nil {
+		err = s.waitUntil(ctx, "baseline deliveries", e.cfg.timeout, func() (bool, error) {
+			select {
+			case <-loopDone:
+				return false, fmt.Errorf("the loop stopped: %w", loopErr)
+			default:
+				return rcv.snapshot(id).distinct >= res.events, nil
+			}
+		}, func() string { return fmt.Sprintf("%d of %d delivered", rcv.snapshot(id).distinct, res.events) })
+	}
+	stopLoop()
+	<-loopDone
+	if err != nil {
+		return res, err
+	}
+	snap := rcv.snapshot(id)
+	res.delivered, res.requests, res.complete = snap.distinct, snap.requests, true
+	res.total = snap.last.Sub(start)
+	res.gap, res.gapAt, res.gapAfter = snap.gap, snap.gapAt+snap.start.Sub(start), snap.gapAfter
+	return res, nil
+}
+
+// signedLoop pulls from cons and, inFlight at a time, POSTs each message's
+// body to url with Standard Webhooks headers (webhook-id is the message's
+// Nats-Msg-Id), acking it after a 2xx and handing it back otherwise, until
+// ctx is cancelled. It returns once every request it started has ended.
+func signedLoop(ctx context.Context, cons jetstream.Consumer, client *http.Client, url string, key []byte, inFlight int) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(inFlight))
+	if err != nil {
+		return err
+	}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+		}
+		it.Stop()
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, inFlight)
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		msg, err := it.Next()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return nil
+		case errors.Is(err, jetstream.ErrNoHeartbeat):
+			<-slots
+			continue // the iterator sends a new pull request
+		case err != nil:
+			return err
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if postSigned(ctx, client, url, key, msg) {
+				_ = msg.Ack()
+			} else {
+				_ = msg.Nak()
+			}
+		})
+	}
+}
+
+// postSigned POSTs msg's body to url, signed with deliver.Sign as relay
+// signs, and reports whether the reply was a 2xx.
+func postSigned(ctx context.Context, client *http.Client, url string, key []byte, msg jetstream.Msg) bool {
+	id := msg.Headers().Get(jetstream.MsgIDHeader)
+	body := msg.Data()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	ts := time.Now().Unix()
+	req.Header.Set("Webhook-Id", id)
+	req.Header.Set("Webhook-Timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("Webhook-Signature", deliver.Sign(key, id, ts, body))
+	req.Header.Set("Content-Type", deliver.DefaultContentType)
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body) // to the end, so the connection is reused
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+// throughputTable is a row per run (a baseline and the relay run after it)
+// and the ratio over the runs.
+func throughputTable(cfg config, runs []throughputRun) string {
+	var sb strings.Builder
+	where := "each on a fresh in-process server"
+	if cfg.embedded {
+		where = "the baseline on a fresh in-process server, relay on its own embedded server"
+	}
+	fmt.Fprintf(&sb, "### Throughput: %s events to one subscriber, %d in flight: relay against the simplest loop, in turn, %s\n\n",
+		thousands(int64(cfg.throughputEvents)), cfg.throughputInFlight, where)
+	fmt.Fprintf(&sb, "Baseline: publish to a stream of its own (%s, file storage) while a durable pull consumer drains it, "+
+		"each message POSTed with Standard Webhooks headers to a receiver of its own and acked after the 2xx. "+
+		"Relay: `relay run`, one subscriber `--rate 0 --max-in-flight %d`, events on EVENTS. "+
+		"Both: delivered ÷ (last arrival − first publish).\n\n", baseStream, cfg.throughputInFlight)
+	sb.WriteString("| run | baseline, delivered/s | relay, delivered/s | relay / baseline | baseline publish / all delivered, s | relay publish / all delivered, s | relay worst idle gap, s | relay CPU s per 1,000 deliveries |\n")
+	sb.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	var cpus []float64
+	for _, r := range runs {
+		relayRate := thousands(int64(r.relay.rate()))
+		if !r.relay.complete {
+			relayRate += " (" + thousands(int64(r.relay.delivered)) + " of " + thousands(int64(r.relay.events)) + ", gave up)"
+		}
+		cpu := "-"
+		if per, ok := r.relay.cpuPer1000(); ok {
+			cpu = fmt.Sprintf("%.3f", per)
+			cpus = append(cpus, per)
+		}
+		fmt.Fprintf(&sb, "| %d | %s | %s | %.2f | %.2f / %.2f | %.2f / %.2f | %.3f | %s |\n",
+			r.run, thousands(int64(r.baseline.rate())), relayRate, r.ratio(),
+			r.baseline.publish.Seconds(), r.baseline.total.Seconds(), r.relay.publish.Seconds(), r.relay.total.Seconds(),
+			r.relay.gap.Seconds(), cpu)
+	}
+	ratios := collect(runs, throughputRun.ratio)
+	fmt.Fprintf(&sb, "\nrelay / baseline, median: **%.2f** (lowest %.2f, highest %.2f, runs: %d); median delivered/s: baseline %s, relay %s",
+		median(ratios), slices.Min(ratios), slices.Max(ratios), len(runs),
+		thousands(int64(median(collect(runs, func(r throughputRun) float64 { return r.baseline.rate() })))),
+		thousands(int64(median(collect(runs, func(r throughputRun) float64 { return r.relay.rate() })))))
+	if len(cpus) > 0 {
+		fmt.Fprintf(&sb, "; relay CPU per 1,000 deliveries, median: %.3f s", median(cpus))
+	}
+	sb.WriteString("\n")
+	for _, r := range runs {
+		for _, x := range []struct {
+			name string
+			b    burstRun
+		}{{"baseline", r.baseline}, {"relay", r.relay}} {
+			if dup := x.b.requests - x.b.delivered; dup > 0 {
+				fmt.Fprintf(&sb, "- run %d, %s: %d duplicate requests (same webhook-id twice)\n", r.run, x.name, dup)
+			}
+		}
+		for _, s := range r.relay.stalls {
+			fmt.Fprintf(&sb, "- run %d, relay stalled: %s\n", r.run, s)
+		}
+	}
+	return sb.String()
+}
