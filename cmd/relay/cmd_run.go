@@ -221,7 +221,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err != nil {
 		return err
 	}
-	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate))
+	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate), deliver.WithIdleConns(idleConns(f.maxRequests)))
 	if err != nil {
 		return err
 	}
@@ -309,4 +309,13 @@ func addrString(a net.Addr) string {
 		return "off"
 	}
 	return a.String()
+}
+
+// idleConns sizes the HTTP connection pool to the requests that may be in
+// flight at once, so that a burst to one host reuses its connections.
+func idleConns(maxRequests int) int {
+	if maxRequests <= 0 {
+		return deliver.DefaultIdleConns * 4
+	}
+	return maxRequests
 }

@@ -41,11 +41,13 @@ const (
 	// header (Relay-Last-Error is at most 1 KiB).
 	maxOutcomeBody = 1 << 10
 
-	// maxIdleConnsPerHost keeps up to this many idle connections to one
-	// subscriber. Go's default of 2 would make a lane with many requests in
-	// flight open and close connections all the time; a TLS handshake costs
-	// far more than the POST itself.
-	maxIdleConnsPerHost = 64
+	// DefaultIdleConns is how many idle connections a Client keeps open to
+	// one host, and in all, unless [WithIdleConns] says otherwise. Go's
+	// default of 2 a host would make a lane with many requests in flight
+	// open and close connections all the time (a TLS handshake costs far
+	// more than the POST), and so would any bound below what is in flight
+	// to one host: many subscribers behind one SaaS host share its pool.
+	DefaultIdleConns = 1024
 )
 
 // Doer sends one HTTP request and returns its response, as [*http.Client]
@@ -124,12 +126,30 @@ func WithUserAgent(ua string) Option {
 	}
 }
 
+// WithIdleConns sets how many idle connections the default Doer keeps open,
+// to one host and in all (default [DefaultIdleConns]). Size it to the most
+// requests in flight at once (`relay run --max-requests`): every request
+// beyond the pool that finishes closes its connection, which the next
+// request to that host must open again, and a host shared by many
+// subscribers then sees a storm of new connections and its peer thousands
+// of sockets in TIME_WAIT.
+func WithIdleConns(n int) Option {
+	return func(c *Client) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithIdleConns needs at least 1, got %d", ErrInvalidOption, n)
+		}
+		c.idleConns = n
+		return nil
+	}
+}
+
 // Client sends signed webhook attempts. It is safe for concurrent use, and one
 // Client should be shared by everything that delivers so that connections to
 // a subscriber are reused.
 type Client struct {
 	doer         Doer
 	allowPrivate bool
+	idleConns    int
 	maxBody      int64
 	now          func() time.Time
 	userAgent    string
@@ -139,6 +159,7 @@ type Client struct {
 // each option.
 func NewClient(opts ...Option) (*Client, error) {
 	c := &Client{
+		idleConns: DefaultIdleConns,
 		maxBody:   DefaultMaxResponseBody,
 		now:       time.Now,
 		userAgent: DefaultUserAgent,
@@ -152,7 +173,7 @@ func NewClient(opts ...Option) (*Client, error) {
 		}
 	}
 	if c.doer == nil {
-		c.doer = newHTTPClient(c.allowPrivate)
+		c.doer = newHTTPClient(c.allowPrivate, c.idleConns)
 	}
 	return c, nil
 }
@@ -162,7 +183,7 @@ func NewClient(opts ...Option) (*Client, error) {
 // subscriber, no proxy taken from the environment (a proxy would dial on our
 // behalf, out of the guard's sight), and redirects returned rather than
 // followed.
-func newHTTPClient(allowPrivate bool) *http.Client {
+func newHTTPClient(allowPrivate bool, idleConns int) *http.Client {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	if !allowPrivate {
 		dialer.Control = guardControl
@@ -171,8 +192,8 @@ func newHTTPClient(allowPrivate bool) *http.Client {
 		Proxy:                  nil,
 		DialContext:            dialer.DialContext,
 		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           1024,
-		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		MaxIdleConns:           idleConns,
+		MaxIdleConnsPerHost:    idleConns,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ExpectContinueTimeout:  time.Second,
