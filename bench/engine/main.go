@@ -15,6 +15,10 @@
 //     all delivered, deliveries/s, the worst idle gap between two arrivals
 //     (a stalled lane shows up as a gap of seconds), and the extra JetStream
 //     writes per delivered message.
+//   - scale: -scale-subscribers subscribers on one relay, each with an
+//     event type of its own: the time to load them, idle CPU and RSS, one
+//     subscriber alone against every subscriber getting -scale-events-each
+//     events, peak RSS, `relay sub add` → first delivery, `relay status`.
 //   - throughput: relay against the simplest correct loop, in turn
 //     (baseline, relay, baseline, relay…), -throughput-runs of each with
 //     -throughput-events. The baseline, on a fresh server and a receiver of
@@ -68,7 +72,7 @@ import (
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "writes", "backlog"}
+var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale"}
 
 type config struct {
 	scenarios map[string]bool
@@ -81,6 +85,8 @@ type config struct {
 	throughputEvents   int
 	throughputRuns     int
 	throughputInFlight int
+	scaleSubscribers   int
+	scaleEach          int
 
 	writesEvents int
 	writesRate   float64
@@ -127,6 +133,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.throughputEvents, "throughput-events", 20_000, "throughput: events per run, baseline and relay")
 	fs.IntVar(&cfg.throughputRuns, "throughput-runs", 3, "throughput: runs of each, in turn")
 	fs.IntVar(&cfg.throughputInFlight, "throughput-in-flight", 64, "throughput: requests in flight, the baseline's and the subscriber's --max-in-flight")
+	fs.IntVar(&cfg.scaleSubscribers, "scale-subscribers", 10_000, "scale: subscribers on the one relay")
+	fs.IntVar(&cfg.scaleEach, "scale-events-each", 2, "scale: events to every subscriber in the spread run")
 	fs.IntVar(&cfg.writesEvents, "writes-events", 100_000, "writes: backlog, events")
 	fs.Float64Var(&cfg.writesRate, "writes-rate", 100, "writes: the subscriber's --rate")
 	fs.DurationVar(&cfg.writesWindow, "writes-window", 40*time.Second, "writes: how long to watch the backlog drain once it is fanned out")
@@ -169,6 +177,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-scenarios: empty list")
 	case cfg.burstEvents < 1 || cfg.burstRuns < 1 || cfg.burstInFlight < 1:
 		return cfg, errors.New("-burst-events, -burst-runs and -burst-in-flight must be at least 1")
+	case cfg.scaleSubscribers < 1 || cfg.scaleEach < 1:
+		return cfg, errors.New("-scale-subscribers and -scale-events-each must be at least 1")
 	case cfg.throughputEvents < 1 || cfg.throughputRuns < 1 || cfg.throughputInFlight < 1:
 		return cfg, errors.New("-throughput-events, -throughput-runs and -throughput-in-flight must be at least 1")
 	case cfg.writesEvents < 1 || cfg.backlogEvents < 1:
@@ -246,6 +256,13 @@ func run(ctx context.Context, cfg config) error {
 		res, err := e.backlog(ctx)
 		if err == nil { // a partial result is on stderr
 			report.WriteString(backlogTable(*res) + "\n")
+		}
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["scale"] && ctx.Err() == nil {
+		res, err := e.scale(ctx)
+		if err == nil {
+			report.WriteString(scaleTable(res) + "\n")
 		}
 		runErr = errors.Join(runErr, err)
 	}

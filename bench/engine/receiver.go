@@ -73,6 +73,20 @@ func (r *receiver) snapshot(id string) snapshot {
 		gap: t.gap, gapAt: t.gapAt, gapAfter: t.gapAfter}
 }
 
+// distinctWithPrefix sums the distinct webhook-ids of the subscribers whose
+// id starts with prefix.
+func (r *receiver) distinctWithPrefix(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for id, t := range r.subs {
+		if strings.HasPrefix(id, prefix) {
+			n += len(t.first)
+		}
+	}
+	return n
+}
+
 // arrival is when webhook-id hook first reached subscriber id.
 func (r *receiver) arrival(id, hook string) (time.Time, bool) {
 	r.mu.Lock()

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/relay-dev/relay/internal/subscribers"
+)
+
+// ---- scale: many subscribers on one relay ----
+
+// scaleResult is what one relay with -scale-subscribers subscribers did.
+type scaleResult struct {
+	subscribers, each int
+	store             time.Duration // storing them all in the bucket
+	loaded            time.Duration // from the first store to the relay delivering to the last one
+	idleCPU           float64       // share of a core over the idle window
+	idleRSS           int64         // bytes
+	hot, spread       burstRun      // one subscriber alone; every subscriber a few events
+	peakRSS           int64         // VmHWM at the end
+	firstDelivery     time.Duration // relay sub add → first arrival for a new subscriber
+	status            time.Duration // wall time of relay status --json
+}
+
+// scaleIdle is how long the idle CPU is measured.
+const scaleIdle = 10 * time.Second
+
+// scale stores -scale-subscribers subscribers (each with an event type of
+// its own, t<i>.*) in the bucket of a running relay, then measures: idle CPU
+// and RSS; one subscriber alone (--max-in-flight 64) taking
+// -throughput-events; every subscriber taking -scale-events-each events,
+// spread evenly; the time from `relay sub add` to the first delivery of a
+// new subscriber; and the wall time of `relay status`.
+func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
+	res = scaleResult{subscribers: e.cfg.scaleSubscribers, each: e.cfg.scaleEach}
+	fmt.Fprintf(os.Stderr, "scale: %d subscribers on one relay (%d lanes)\n", res.subscribers, e.cfg.lanes)
+	s, err := e.up(ctx, "scale")
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, s.down()) }()
+	store, err := subscribers.Open(ctx, s.js)
+	if err != nil {
+		return res, err
+	}
+	id := func(i int) string { return "sc" + strconv.Itoa(i) }
+	start := time.Now()
+	p := pool.New().WithErrors().WithMaxGoroutines(32).WithContext(ctx)
+	for i := range res.subscribers {
+		p.Go(func(ctx context.Context) error {
+			return store.Put(ctx, subscribers.Subscriber{ID: id(i), URL: e.hook.URL + "/" + id(i),
+				Secrets: []string{e.secret}, Events: []string{"t" + strconv.Itoa(i) + ".*"}})
+		})
+	}
+	if err := p.Wait(); err != nil {
+		return res, fmt.Errorf("storing subscribers: %w", err)
+	}
+	res.store = time.Since(start)
+	// The relay has them all once the last one gets an event.
+	last := res.subscribers - 1
+	if err := e.publishFrom(ctx, s, "t"+strconv.Itoa(last)+".probe", "probe-", 0, 1); err != nil {
+		return res, err
+	}
+	if err := s.waitUntil(ctx, "the relay's view of the subscribers", e.cfg.timeout, func() (bool, error) {
+		return e.rcv.snapshot(id(last)).distinct > 0, nil
+	}, func() string { return "waiting for the probe" }); err != nil {
+		return res, err
+	}
+	res.loaded = time.Since(start)
+	fmt.Fprintf(os.Stderr, "  stored %d in %.1fs; the relay delivered to the last one %.1fs after the first store\n",
+		res.subscribers, res.store.Seconds(), res.loaded.Seconds())
+
+	pid := s.relay.pid()
+	cpu0, cpuErr := cpuTime(pid)
+	time.Sleep(scaleIdle)
+	if cpu1, err := cpuTime(pid); err == nil && cpuErr == nil {
+		res.idleCPU = (cpu1 - cpu0).Seconds() / scaleIdle.Seconds()
+	}
+	res.idleRSS, _, _ = memory(pid)
+
+	// One subscriber alone.
+	if err := e.subAdd(ctx, s, "hot", 0, e.cfg.throughputInFlight, "hot.*"); err != nil {
+		return res, err
+	}
+	defer e.rcv.forget("hot")
+	res.hot, err = e.measure(ctx, s, e.cfg.throughputEvents, func() error {
+		return e.publishFrom(ctx, s, "hot.x", "hot-", 0, e.cfg.throughputEvents)
+	}, func() int { return e.rcv.snapshot("hot").distinct })
+	if err != nil {
+		return res, err
+	}
+	// Every subscriber, a few events each.
+	total := res.subscribers * res.each
+	res.spread, err = e.measure(ctx, s, total, func() error {
+		return e.publishSpread(ctx, s, res.subscribers, res.each)
+	}, func() int { return e.rcv.distinctWithPrefix("sc") - 1 }) // the probe
+	if err != nil {
+		return res, err
+	}
+	_, res.peakRSS, _ = memory(pid)
+
+	// A new subscriber's first delivery.
+	addStart := time.Now()
+	if err := e.subAdd(ctx, s, "late", 0, 16, "late.*"); err != nil {
+		return res, err
+	}
+	defer e.rcv.forget("late")
+	if err := e.publishFrom(ctx, s, "late.x", "late-", 0, 1); err != nil {
+		return res, err
+	}
+	if err := s.waitUntil(ctx, "the new subscriber's first delivery", e.cfg.timeout, func() (bool, error) {
+		return e.rcv.snapshot("late").distinct > 0, nil
+	}, func() string { return "waiting" }); err != nil {
+		return res, err
+	}
+	res.firstDelivery = time.Since(addStart)
+
+	statusStart := time.Now()
+	cmd := exec.CommandContext(ctx, e.bin, "status", "--json", "--lanes", strconv.Itoa(e.cfg.lanes), "--nats", s.url)
+	cmd.Env = withoutNATSEnv(os.Environ())
+	if out, err := cmd.Output(); err != nil {
+		return res, fmt.Errorf("relay status: %w: %s", err, out)
+	}
+	res.status = time.Since(statusStart)
+	for i := range res.subscribers {
+		e.rcv.forget(id(i))
+	}
+	return res, nil
+}
+
+// publishSpread publishes each events to every one of n subscribers, round
+// by round (t0.x, t1.x, …, then again), async in chunks as publishOn does.
+func (e *env) publishSpread(ctx context.Context, s *stack, n, each int) error {
+	total := n * each
+	for from := 0; from < total; from += publishChunk {
+		to := min(total, from+publishChunk)
+		acks := make([]jetstream.PubAckFuture, 0, to-from)
+		for j := from; j < to; j++ {
+			f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: "events.t" + strconv.Itoa(j%n) + ".x", Data: e.body},
+				jetstream.WithMsgID("spread-"+strconv.Itoa(j)))
+			if err != nil {
+				return fmt.Errorf("publishing: %w", err)
+			}
+			acks = append(acks, f)
+		}
+		if err := waitAcks(ctx, acks); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure publishes with publish and waits until delivered reports n, and
+// returns the run: delivered/s from the first publish to the last arrival
+// (approximated by the moment the count was reached) and the relay's CPU.
+func (e *env) measure(ctx context.Context, s *stack, n int, publish func() error, delivered func() int) (burstRun, error) {
+	res := burstRun{events: n}
+	cpu0, cpuErr := cpuTime(s.relay.pid())
+	start := time.Now()
+	if err := publish(); err != nil {
+		return res, err
+	}
+	res.publish = time.Since(start)
+	err := s.waitUntil(ctx, "deliveries", e.cfg.timeout, func() (bool, error) {
+		return delivered() >= n, nil
+	}, func() string { return fmt.Sprintf("%d of %d delivered", delivered(), n) })
+	res.total = time.Since(start)
+	res.delivered = delivered()
+	res.complete = err == nil
+	if cpu1, err2 := cpuTime(s.relay.pid()); err2 == nil && cpuErr == nil {
+		res.cpu, res.cpuKnown = cpu1-cpu0, true
+	}
+	return res, err
+}
+
+// scaleTable reports a scale run.
+func scaleTable(r scaleResult) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "### Scale: %s subscribers on one relay, each with an event type of its own\n\n", thousands(int64(r.subscribers)))
+	sb.WriteString("| measure | value |\n| --- | ---: |\n")
+	row := func(k, v string) { fmt.Fprintf(&sb, "| %s | %s |\n", k, v) }
+	row("storing them in the bucket, s", fmt.Sprintf("%.1f", r.store.Seconds()))
+	row("first store → relay delivers to the last one, s", fmt.Sprintf("%.1f", r.loaded.Seconds()))
+	row(fmt.Sprintf("idle CPU over %s, share of a core", scaleIdle), fmt.Sprintf("%.3f", r.idleCPU))
+	row("idle RSS, MB", fmt.Sprintf("%.0f", float64(r.idleRSS)/(1<<20)))
+	for _, x := range []struct {
+		name string
+		b    burstRun
+	}{{"one subscriber alone", r.hot}, {fmt.Sprintf("spread, %d events each", r.each), r.spread}} {
+		cpu := "-"
+		if per, ok := x.b.cpuPer1000(); ok {
+			cpu = fmt.Sprintf("%.3f", per)
+		}
+		row(x.name+": delivered/s (CPU s per 1,000)", fmt.Sprintf("%s (%s)", thousands(int64(x.b.rate())), cpu))
+	}
+	if h := r.hot.rate(); h > 0 {
+		row("spread / one subscriber", fmt.Sprintf("%.2f", r.spread.rate()/h))
+	}
+	row("peak RSS (VmHWM), MB", fmt.Sprintf("%.0f", float64(r.peakRSS)/(1<<20)))
+	row("relay sub add → first delivery, s", fmt.Sprintf("%.2f", r.firstDelivery.Seconds()))
+	row("relay status --json, s", fmt.Sprintf("%.2f", r.status.Seconds()))
+	return sb.String()
+}
