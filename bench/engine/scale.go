@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc/pool"
 
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -139,25 +137,11 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 }
 
 // publishSpread publishes each events to every one of n subscribers, round
-// by round (t0.x, t1.x, …, then again), async in chunks as publishOn does.
+// by round (t0.x, t1.x, …, then again).
 func (e *env) publishSpread(ctx context.Context, s *stack, n, each int) error {
-	total := n * each
-	for from := 0; from < total; from += publishChunk {
-		to := min(total, from+publishChunk)
-		acks := make([]jetstream.PubAckFuture, 0, to-from)
-		for j := from; j < to; j++ {
-			f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: "events.t" + strconv.Itoa(j%n) + ".x", Data: e.body},
-				jetstream.WithMsgID("spread-"+strconv.Itoa(j)))
-			if err != nil {
-				return fmt.Errorf("publishing: %w", err)
-			}
-			acks = append(acks, f)
-		}
-		if err := waitAcks(ctx, acks); err != nil {
-			return err
-		}
-	}
-	return nil
+	return e.publishEach(ctx, s, n*each, func(j int) (string, string) {
+		return "events.t" + strconv.Itoa(j%n) + ".x", "spread-" + strconv.Itoa(j)
+	})
 }
 
 // measure publishes with publish and waits until delivered reports n, and

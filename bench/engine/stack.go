@@ -357,13 +357,21 @@ func (e *env) publishFrom(ctx context.Context, s *stack, eventType, prefix strin
 
 // publishOn is publishFrom on any subject.
 func (e *env) publishOn(ctx context.Context, s *stack, subject, prefix string, first, n int) error {
-	end := first + n
-	for from := first; from < end; from += publishChunk {
-		to := min(end, from+publishChunk)
+	return e.publishEach(ctx, s, n, func(i int) (string, string) {
+		return subject, prefix + strconv.Itoa(first+i)
+	})
+}
+
+// publishEach publishes n events, the i-th on the subject and with the
+// Nats-Msg-Id that msg gives it, async in chunks of publishChunk, and waits
+// for every PubAck.
+func (e *env) publishEach(ctx context.Context, s *stack, n int, msg func(i int) (subject, id string)) error {
+	for from := 0; from < n; from += publishChunk {
+		to := min(n, from+publishChunk)
 		acks := make([]jetstream.PubAckFuture, 0, to-from)
 		for i := from; i < to; i++ {
-			f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: e.body},
-				jetstream.WithMsgID(prefix+strconv.Itoa(i)))
+			subject, id := msg(i)
+			f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: e.body}, jetstream.WithMsgID(id))
 			if err != nil {
 				return fmt.Errorf("publishing: %w", err)
 			}

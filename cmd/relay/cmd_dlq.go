@@ -56,16 +56,7 @@ relay run (30 days by default). Reasons: ` + reasonNames() + `.`,
 // purging a large DLQ takes as long as it takes, so there is no overall
 // timeout: each NATS request has its own, and Ctrl-C stops the command.
 func withDLQ(ctx context.Context, conn *connFlags, fn func(ctx context.Context, js jetstream.JetStream) error) error {
-	nc, err := conn.connect("relay dlq")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	return fn(ctx, js)
+	return withJetStreamFor(ctx, conn, "relay dlq", 0, fn)
 }
 
 // dlqFilterFlags are the flags of the relay dlq subcommands that select

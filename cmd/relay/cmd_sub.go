@@ -45,6 +45,12 @@ func newSubCmd(conn *connFlags) *cobra.Command {
 // withJetStream connects as the named client and runs fn with a JetStream
 // context, bounded by cmdTimeout.
 func withJetStream(ctx context.Context, conn *connFlags, name string, fn func(ctx context.Context, js jetstream.JetStream) error) error {
+	return withJetStreamFor(ctx, conn, name, cmdTimeout, fn)
+}
+
+// withJetStreamFor is withJetStream bounded by timeout, or only by ctx (and
+// each NATS request's own timeout) when timeout is 0.
+func withJetStreamFor(ctx context.Context, conn *connFlags, name string, timeout time.Duration, fn func(ctx context.Context, js jetstream.JetStream) error) error {
 	nc, err := conn.connect(name)
 	if err != nil {
 		return err
@@ -54,8 +60,11 @@ func withJetStream(ctx context.Context, conn *connFlags, name string, fn func(ct
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
-	defer cancel()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	return fn(ctx, js)
 }
 
@@ -68,6 +77,15 @@ func withStore(ctx context.Context, conn *connFlags, name string, fn func(ctx co
 		}
 		return fn(ctx, js, store)
 	})
+}
+
+// withSubscriberStore is withStore for a command on one subscriber: an id
+// that cannot be one is a usage error, before anything connects.
+func withSubscriberStore(ctx context.Context, conn *connFlags, id string, fn func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error) error {
+	if err := subscribers.ValidateID(id); err != nil {
+		return validationErr(err)
+	}
+	return withStore(ctx, conn, "relay sub", fn)
 }
 
 // validationErr turns a subscriber validation error into a usage error.
@@ -269,10 +287,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 		Short: "Show one subscriber (secrets masked, URL without query string)",
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := subscribers.ValidateID(args[0]); err != nil {
-				return validationErr(err)
-			}
-			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withSubscriberStore(cmd.Context(), conn, args[0], func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				sub, err := s.Get(ctx, args[0])
 				if err != nil {
 					return err
@@ -319,10 +334,7 @@ func newSubRmCmd(conn *connFlags) *cobra.Command {
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := subscribers.ValidateID(id); err != nil {
-				return validationErr(err)
-			}
-			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
+			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
 				if err := s.Delete(ctx, id); err != nil {
 					return err
 				}
@@ -391,10 +403,7 @@ func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command 
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := subscribers.ValidateID(id); err != nil {
-				return validationErr(err)
-			}
-			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				reason := ""
 				if disable {
 					reason = "disabled by relay sub disable"

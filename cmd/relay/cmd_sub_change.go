@@ -221,10 +221,7 @@ func newSubResumeCmd(conn *connFlags) *cobra.Command {
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := subscribers.ValidateID(id); err != nil {
-				return validationErr(err)
-			}
-			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				was, err := s.Resume(ctx, id)
 				if err != nil {
 					return notFound(err, id)
