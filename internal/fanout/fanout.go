@@ -110,51 +110,42 @@ func Run(ctx context.Context, cfg Config) error {
 // viewSync keeps the subscriber view at least as recent as the events it
 // fans out: a subscriber whose `relay sub add` returned before an event was
 // published gets that event, whatever the lag of this relay's watch.
+//
+// A sync covers by stream sequence, not by clock: when an event is
+// delivered, the server reports how many messages of EVENTS wait behind it
+// for the fan-out (NumPending), so every event up to its sequence plus that
+// count was stored before the sync that follows its delivery began. One
+// sync thus covers a whole pulled batch, and a steady trickle of events
+// costs one small request each, answered by the bucket's stream (see
+// [subscribers.Live.Sync]).
 type viewSync struct {
 	live *subscribers.Live
 	log  *slog.Logger
-	// syncedAt is the server time up to which the view is known complete.
-	syncedAt time.Time
-	// lastSync is when the last sync started, by the local clock.
-	lastSync time.Time
+	// covered is the highest EVENTS sequence known to have been stored
+	// before the last sync that succeeded began.
+	covered uint64
 }
 
-// minSyncGap spaces the syncs of a steady stream of events: each covers
-// every event published before it, so waiting this long between them delays
-// an event by at most as much and bounds the bucket status calls to a few
-// hundred a second, however many events arrive.
-const minSyncGap = 2 * time.Millisecond
-
 // syncTimeout bounds one wait for the view; past it the event is fanned out
-// with the view as it is.
+// with the view as it is, and a warning says so.
 const syncTimeout = 2 * time.Second
 
-// upTo brings the view up to date when msg was published after the last
-// time it was known to be; one bucket status call covers every event
-// published before it, so a busy fan-out makes about one per pull.
+// upTo brings the view up to date unless msg is covered by the last sync.
 func (v *viewSync) upTo(ctx context.Context, msg jetstream.Msg) {
 	md, err := msg.Metadata()
-	if err != nil || !md.Timestamp.After(v.syncedAt) {
+	if err != nil || md.Sequence.Stream <= v.covered {
 		return
 	}
-	if wait := minSyncGap - time.Since(v.lastSync); wait > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
-	v.lastSync = time.Now()
+	covers := md.Sequence.Stream + md.NumPending
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	at, err := v.live.Sync(syncCtx)
-	if err != nil {
+	if err := v.live.Sync(syncCtx); err != nil {
 		if ctx.Err() == nil {
 			v.log.Warn("fanout: subscriber view not confirmed current", "err", err)
 		}
 		return
 	}
-	v.syncedAt = at
+	v.covered = max(v.covered, covers)
 }
 
 // publishCopies starts the async publish of one copy per matching enabled

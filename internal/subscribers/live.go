@@ -3,13 +3,16 @@ package subscribers
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/streams"
@@ -36,11 +39,14 @@ const maxBatch = 1024
 // valid value or deleted.
 type Live struct {
 	kv jetstream.KeyValue
-	// unreachable is a last revision Sync waited for in vain.
-	unreachable atomic.Uint64
-	snap        atomic.Pointer[snapshot]
-	done        chan struct{}
-	err         error // written before done is closed
+	nc *nats.Conn
+	// getSubject is where Sync asks the bucket's stream for its next
+	// message; direct says that it is a direct get.
+	getSubject string
+	direct     bool
+	snap       atomic.Pointer[snapshot]
+	done       chan struct{}
+	err        error // written before done is closed
 }
 
 // snapshot is one immutable state of the bucket.
@@ -93,10 +99,37 @@ func (s *Store) Watch(ctx context.Context) (*Live, error) {
 			return nil, ctx.Err()
 		}
 	}
-	l := &Live{kv: s.kv, done: make(chan struct{})}
+	l := &Live{kv: s.kv, nc: s.nc, done: make(chan struct{})}
+	if err := l.chooseGet(ctx); err != nil {
+		stopWatcher(w)
+		return nil, err
+	}
 	l.snap.Store(st.snapshot())
 	go l.run(ctx, w, st)
 	return l, nil
+}
+
+// chooseGet picks how Sync asks the bucket's stream for its next message:
+// a direct get, which any replica answers without the JetStream API queue,
+// when the stream has one replica and allows it; else the leader's message
+// get, which sees every write acknowledged before it.
+func (l *Live) chooseGet(ctx context.Context) error {
+	status, err := l.kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
+	}
+	bs, ok := status.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return fmt.Errorf("subscribers: bucket %s: no stream status", streams.SubscribersBucket)
+	}
+	cfg := bs.StreamInfo().Config
+	l.direct = cfg.AllowDirect && cfg.Replicas <= 1
+	if l.direct {
+		l.getSubject = "$JS.API.DIRECT.GET." + cfg.Name
+	} else {
+		l.getSubject = "$JS.API.STREAM.MSG.GET." + cfg.Name
+	}
+	return nil
 }
 
 // run applies changes until ctx is cancelled or the watch ends.
@@ -226,49 +259,105 @@ func (l *Live) Err() error {
 }
 
 // Sync waits until the view holds every change stored in the bucket before
-// Sync was called, and returns the server's time of that moment. The
-// fan-out calls it for an event published after the last such moment, so
-// that a subscriber added before the event was published is never missed
-// because this relay's watch had not caught up yet.
-func (l *Live) Sync(ctx context.Context) (time.Time, error) {
-	status, err := l.kv.Status(ctx)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
-	}
-	bs, ok := status.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return time.Time{}, fmt.Errorf("subscribers: bucket %s: no stream status", streams.SubscribersBucket)
-	}
-	info := bs.StreamInfo()
-	last := info.State.LastSeq
-	if last == l.unreachable.Load() {
-		return info.TimeStamp, nil
-	}
-	// The watch delivers a change within milliseconds. A revision that does
-	// not come within syncWait was removed from the stream (`nats kv purge
-	// --deletes` can remove the last one); it is remembered so that the
-	// next Sync does not wait for it again.
-	giveUp := time.After(syncWait)
+// Sync was called. The fan-out calls it before it copies an event stored
+// after the last call began, so that a subscriber added before the event
+// was published is never missed because this relay's watch had not caught
+// up yet.
+//
+// It asks the bucket's stream for the first message after the last
+// revision the view holds: none means the view is current. That is one
+// small request, answered by the stream itself (a direct get, or the
+// leader's message get when the bucket is replicated, since a follower may
+// answer a direct get before it has applied the latest write), never a
+// stream info through the JetStream API queue, and its cost does not grow
+// with the number of subscribers.
+func (l *Live) Sync(ctx context.Context) error {
+	giveUp := time.NewTimer(syncWait)
+	defer giveUp.Stop()
 	for {
 		snap := l.snap.Load()
-		if snap.rev >= last {
-			return info.TimeStamp, nil
+		next, found, err := l.after(ctx, snap.rev)
+		if err != nil {
+			return fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
 		}
-		select {
-		case <-snap.changed:
-		case <-giveUp:
-			l.unreachable.Store(last)
-			return info.TimeStamp, nil
-		case <-l.done:
-			return time.Time{}, cmp.Or(l.err, errWatchEnded)
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
+		if !found {
+			return nil
+		}
+		// The watch delivers a change within milliseconds. A revision that
+		// does not come within syncWait was removed from the stream before
+		// the watch reached it (`nats kv purge --deletes` removes delete
+		// markers); the view is then as current as it can be.
+		for snap.rev < next {
+			select {
+			case <-snap.changed:
+				snap = l.snap.Load()
+			case <-giveUp.C:
+				return nil
+			case <-l.done:
+				return cmp.Or(l.err, errWatchEnded)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 }
 
 // syncWait bounds how long Sync waits for the watch to catch up.
 const syncWait = 250 * time.Millisecond
+
+// msgGet is the request of a (direct) message get: the first message from
+// sequence Seq on whose subject matches NextBySubj.
+type msgGet struct {
+	Seq        uint64 `json:"seq"`
+	NextBySubj string `json:"next_by_subj"`
+}
+
+// after returns the sequence of the bucket's first message after rev, and
+// whether there is one.
+func (l *Live) after(ctx context.Context, rev uint64) (uint64, bool, error) {
+	req, _ := json.Marshal(msgGet{Seq: rev + 1, NextBySubj: ">"})
+	ctx, cancel := context.WithTimeout(ctx, syncRequestTimeout)
+	defer cancel()
+	m, err := l.nc.RequestWithContext(ctx, l.getSubject, req)
+	if err != nil {
+		return 0, false, err
+	}
+	if l.direct {
+		switch status := m.Header.Get("Status"); status {
+		case "":
+			seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("direct get: no sequence in the reply")
+			}
+			return seq, true, nil
+		case "404":
+			return 0, false, nil
+		default:
+			return 0, false, fmt.Errorf("direct get: status %s %s", status, m.Header.Get("Description"))
+		}
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return 0, false, fmt.Errorf("message get: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, false, nil
+	case resp.Error != nil:
+		return 0, false, resp.Error
+	case resp.Message == nil:
+		return 0, false, errors.New("message get: empty reply")
+	}
+	return resp.Message.Seq, true, nil
+}
+
+// syncRequestTimeout bounds one request of Sync.
+const syncRequestTimeout = 2 * time.Second
 
 // liveState is the mutable state the watch goroutine folds changes into,
 // and from which it builds snapshots.

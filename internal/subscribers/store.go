@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/streams"
@@ -26,6 +27,7 @@ const maxReasonLen = 1024
 // safe for concurrent use.
 type Store struct {
 	kv jetstream.KeyValue
+	nc *nats.Conn
 
 	// now is the clock for CreatedAt and UpdatedAt.
 	now func() time.Time
@@ -50,7 +52,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribers: opening KV bucket %s: %w", streams.SubscribersBucket, err)
 	}
-	return &Store{kv: kv, now: time.Now}, nil
+	return &Store{kv: kv, nc: js.Conn(), now: time.Now}, nil
 }
 
 // PutOption changes how [Store.Put] treats a subscriber that exists already.
