@@ -265,6 +265,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	// Rewrites subscribers whose retired secrets or timed pause have ended
 	// (nil: the real clock).
 	wg.Go(func() { store.RunJanitor(runCtx, live, nil, log) })
+	wg.Go(func() { _ = limiter.Follow(runCtx, log) })
 	m.SetReady(true)
 	log.Info("relay running", "nats", url, "metrics", addrString(metricsAddr), "lanes", f.lanes,
 		"allow_private_targets", f.allowPrivate, "version", version)

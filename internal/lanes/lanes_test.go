@@ -178,7 +178,8 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 2)
+	done := make(chan error, 3)
+	go func() { done <- limiter.Follow(ctx, nil) }()
 	go func() {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
@@ -193,7 +194,7 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		for range 2 {
+		for range 3 {
 			if err := <-done; err != nil {
 				t.Errorf("lanes: %v", err)
 			}

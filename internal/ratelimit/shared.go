@@ -57,6 +57,10 @@ type Shared struct {
 
 	mu   sync.Mutex
 	subs map[string]*subscriber
+	// latest holds the entries the watch saw (see Follow), valid while
+	// following is set.
+	latest    map[string]entry
+	following atomic.Bool
 
 	// The server's clock as last read: calServer at the local instant
 	// calLocal. Elapsed time is measured on the local monotonic clock from
@@ -77,7 +81,10 @@ type subscriber struct {
 	pausedUntil time.Time
 	openUntil   time.Time
 	probing     bool // this relay holds the probe
-	successes   int  // successes in the current AIMD window
+	// interrupted is set by the watch when another relay stored a pause or
+	// an open circuit: the lease ends at the next Reserve.
+	interrupted atomic.Bool
+	successes   int // successes in the current AIMD window
 	// The last entry seen, for compare-and-set without a read.
 	state   State
 	rev     uint64
@@ -115,7 +122,7 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 	if opts.CalibrateEvery == 0 {
 		opts.CalibrateEvery = 30 * time.Second
 	}
-	s := &Shared{kv: kv, stream: stream, opts: opts, subs: make(map[string]*subscriber)}
+	s := &Shared{kv: kv, stream: stream, opts: opts, subs: make(map[string]*subscriber), latest: make(map[string]entry)}
 	if err := s.calibrate(ctx); err != nil {
 		return nil, err
 	}
@@ -279,6 +286,9 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	now := s.opts.Clock.Now()
+	if sub.interrupted.Swap(false) {
+		sub.lease = 0
+	}
 	if d, ok := sub.blocked(now); ok {
 		return d, nil
 	}
@@ -292,7 +302,7 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 		return Decision{}, nil
 	}
 	for try := range maxCAS {
-		if err := s.read(ctx, id, sub, l); err != nil {
+		if err := s.load(ctx, id, sub, l, try > 0); err != nil {
 			return Decision{}, err
 		}
 		d, st, write := s.decide(ctx, sub, l)
@@ -386,8 +396,8 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 	}
 	now := s.opts.Clock.Now()
 	if r.PauseFor > 0 {
-		// Stop spending at once; the other relays learn of it from the
-		// entry within a lease.
+		// Stop spending at once; the other relays learn of it from their
+		// watch (Follow), or at the end of their lease without one.
 		until := now.Add(min(r.PauseFor, s.opts.MaxPause))
 		if until.After(sub.pausedUntil) {
 			sub.pausedUntil = until
@@ -419,7 +429,7 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 	}
 	for try := range tries {
 		if try > 0 || sub.rev == 0 {
-			if err := s.read(ctx, id, sub, l); err != nil {
+			if err := s.load(ctx, id, sub, l, try > 0); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +30,21 @@ func newShared(t *testing.T, n *testutil.NATS, clk clock.Clock, opts ratelimit.O
 	if err != nil {
 		t.Fatalf("NewShared: %v", err)
 	}
+	follow(t, s)
 	return s
+}
+
+// follow runs s.Follow until the test ends, as `relay run` does.
+func follow(t *testing.T, s *ratelimit.Shared) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Follow(ctx, nil)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	testutil.Eventually(t, s.Following, "the limiter's watch did not start")
 }
 
 // subID turns the test's name into a valid subscriber id.
