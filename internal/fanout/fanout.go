@@ -87,10 +87,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	view := &viewSync{live: cfg.Subscribers, log: log}
 	acks := make(chan pending, 2048)
+	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
 	wg.Go(func() { ackInOrder(acks, log) })
+	wg.Go(func() {
+		defer close(acks)
+		copyEvents(ctx, js, cfg, view, in, acks)
+	})
 	defer wg.Wait()
-	defer close(acks)
+	defer close(in)
 	return consumer.Run(ctx, js, streams.Events, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "relay fan-out: copies each event to its subscribers",
@@ -99,13 +104,45 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxDeliver:    -1,
 		MaxAckPending: 8192,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}, 512, log, func(msg jetstream.Msg) {
-		view.upTo(ctx, msg)
-		p := publishCopies(ctx, js, cfg, msg)
-		cfg.Metrics.Event(len(p.futures))
-		acks <- p
-	})
+	}, 512, log, func(msg jetstream.Msg) { in <- msg })
 }
+
+// inBuffer is how many pulled events may wait for the copier.
+const inBuffer = 1024
+
+// copyEvents copies the events of in, in order, until in is closed. It
+// takes them in batches of what has arrived meanwhile, so that one view
+// sync covers every event received while the previous one was on its way:
+// a steady stream of events costs at most one sync per round trip, not one
+// per event, and an event waits for at most two of them.
+func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *viewSync, in <-chan jetstream.Msg, acks chan<- pending) {
+	batch := make([]jetstream.Msg, 0, copyBatch)
+	for msg := range in {
+		batch = append(batch[:0], msg)
+	more:
+		for len(batch) < copyBatch {
+			select {
+			case m, ok := <-in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		view.upTo(ctx, batch)
+		for _, m := range batch {
+			p := publishCopies(ctx, js, cfg, m)
+			cfg.Metrics.Event(len(p.futures))
+			acks <- p
+		}
+		clear(batch)
+	}
+}
+
+// copyBatch bounds the events one view sync covers.
+const copyBatch = 512
 
 // viewSync keeps the subscriber view at least as recent as the events it
 // fans out: a subscriber whose `relay sub add` returned before an event was
@@ -115,9 +152,9 @@ func Run(ctx context.Context, cfg Config) error {
 // delivered, the server reports how many messages of EVENTS wait behind it
 // for the fan-out (NumPending), so every event up to its sequence plus that
 // count was stored before the sync that follows its delivery began. One
-// sync thus covers a whole pulled batch, and a steady trickle of events
-// costs one small request each, answered by the bucket's stream (see
-// [subscribers.Live.Sync]).
+// sync thus covers a whole pulled batch, and events arriving one by one
+// cost at most one small request per round trip (see copyEvents), answered
+// by the bucket's stream ([subscribers.Live.Sync]).
 type viewSync struct {
 	live *subscribers.Live
 	log  *slog.Logger
@@ -130,13 +167,20 @@ type viewSync struct {
 // with the view as it is, and a warning says so.
 const syncTimeout = 2 * time.Second
 
-// upTo brings the view up to date unless msg is covered by the last sync.
-func (v *viewSync) upTo(ctx context.Context, msg jetstream.Msg) {
-	md, err := msg.Metadata()
-	if err != nil || md.Sequence.Stream <= v.covered {
+// upTo brings the view up to date unless every event of batch is covered
+// by the last sync.
+func (v *viewSync) upTo(ctx context.Context, batch []jetstream.Msg) {
+	var covers uint64
+	for _, msg := range batch {
+		md, err := msg.Metadata()
+		if err != nil || md.Sequence.Stream <= v.covered {
+			continue
+		}
+		covers = max(covers, md.Sequence.Stream+md.NumPending)
+	}
+	if covers == 0 {
 		return
 	}
-	covers := md.Sequence.Stream + md.NumPending
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if err := v.live.Sync(syncCtx); err != nil {
