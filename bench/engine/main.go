@@ -5,8 +5,10 @@
 // streams.StartServer: JetStream in a temporary directory, a random loopback
 // port). Subscribers are added with `relay sub add`, events are published on
 // events.<type> with Nats-Msg-Id and JetStream PubAcks (async, then a wait
-// for every ack), and a plain Go receiver on 127.0.0.1 answers 204 and
-// records when each webhook-id arrived.
+// for every ack), and a receiver in a process of its own (this program's
+// binary started again with -receiver-mode, see receiver.go, so that its
+// CPU time shows apart) answers 204 on 127.0.0.1 and records when each
+// webhook-id arrived.
 //
 // Scenarios (-scenarios):
 //
@@ -40,18 +42,46 @@
 //     (same lane, --rate 0, another event type, -mate-rate events/s for
 //     -mate-for) beside that backlog, against a baseline measured on the same
 //     relay before the backlog was published.
+//   - latency: one subscriber (--rate 0 --max-in-flight 64) on one relay,
+//     events published at each rate of -latency-rates for -latency-for, each
+//     on its own schedule with an async PubAck, after an unmeasured second
+//     at that rate: publish call → first arrival, p50/p90/p99/max, how many
+//     arrived, and the publish rate achieved (a publisher that fell behind
+//     its schedule is reported).
+//   - fanout: -fanout-subscribers subscribers on one event type and one more
+//     on another, on one relay (--rate 0 --max-in-flight 64): the solo one
+//     taking -throughput-events, then -fanout-events copied to every one of
+//     the others; events/s and deliveries/s (first publish → last arrival),
+//     their ratio to the solo one's, and whether each subscriber got every
+//     event.
+//   - isolation: -isolation-runs times, each on a fresh server and relay, a
+//     healthy subscriber (--rate 0 --max-in-flight 64) taking
+//     -isolation-events alone, (a) beside two peers answering 204 and (b)
+//     beside a subscriber whose receiver never answers (it times out after
+//     -isolation-timeout) and one answering 500, all on its lane: its
+//     deliveries/s in each, (b)/(a) and (b)/alone.
+//   - rate: DESIGN.md's rate rule, on the library rather than the binary
+//     (see rate.go): for each of -rate-rates and each of -rate-relays, a
+//     backlog of rate × -rate-backlog straight onto DELIVERIES, drained by
+//     that many relays run in this process on a server of its own: the
+//     achieved share of the rate, the worst overshoot of burst + rate × T,
+//     and the rate limit's KV writes, conflicts and reads per request.
 //
 // It measures and prints; it never fails on a threshold, only on errors.
 // Everything it starts (the relays, the servers, the receiver) is stopped on
 // exit, Ctrl-C included. The relays' stderr goes to files under -logs, which
-// are kept.
+// are kept. The markdown tables go to stdout (and -out); -json also writes
+// every scenario's result and the machine facts to a file (see results.go).
 //
 // Run it from the module root:
 //
-//	go run ./bench/engine                                  # everything, about 5 minutes on 2 cores
+//	go run ./bench/engine                                  # everything, about 10 minutes on 2 cores
 //	go run ./bench/engine -scenarios burst -burst-runs 3   # one scenario, fewer runs
 //	go run ./bench/engine -scenarios throughput            # relay against the simplest loop
 //	go run ./bench/engine -backlog-events 100000           # a smaller backlog
+//	go run ./bench/engine -scenarios latency,fanout,isolation   # steady-rate latency, fan-out, isolation
+//	go run ./bench/engine -scenarios rate -rate-backlog 5s   # the rate rule, quick mode
+//	go run ./bench/engine -json bench/results.json         # what make bench runs
 package main
 
 import (
@@ -63,16 +93,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale"}
+var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale", "latency", "fanout", "isolation", "rate"}
 
 type config struct {
 	scenarios map[string]bool
@@ -98,6 +125,18 @@ type config struct {
 	mateRate      float64
 	mateFor       time.Duration
 
+	latencyRates []float64 // events/s, one run each
+	latencyFor   time.Duration
+
+	fanoutSubscribers int
+	fanoutEvents      int
+
+	isolationEvents  int
+	isolationRuns    int
+	isolationTimeout time.Duration // the hanging subscriber's --timeout
+
+	rate rateConfig // the -rate-* flags
+
 	lanes    int
 	payload  int
 	stallGap time.Duration
@@ -106,9 +145,13 @@ type config struct {
 	embedded bool
 	logs     string
 	out      string
+	jsonOut  string // -json: the results file, none when empty
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == receiverModeArg { // this binary started again as the receiver process
+		os.Exit(receiverMain(os.Args[2:]))
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "engine:", err)
@@ -143,6 +186,13 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.settle, "settle", 5*time.Second, "backlog: wait after the fan-out and overflow are done before reading the RSS")
 	fs.Float64Var(&cfg.mateRate, "mate-rate", 50, "backlog: events/s published to the lane-mate")
 	fs.DurationVar(&cfg.mateFor, "mate-for", 20*time.Second, "backlog: how long the lane-mate's events are published, baseline and beside the backlog")
+	latencyRates := fs.String("latency-rates", "1000,5000", "latency: events/s, comma separated, one run each")
+	fs.DurationVar(&cfg.latencyFor, "latency-for", 30*time.Second, "latency: how long each rate's events are published")
+	fs.IntVar(&cfg.fanoutSubscribers, "fanout-subscribers", 100, "fanout: subscribers on the one event type")
+	fs.IntVar(&cfg.fanoutEvents, "fanout-events", 2_000, "fanout: events, each to every subscriber")
+	fs.IntVar(&cfg.isolationEvents, "isolation-events", 20_000, "isolation: events to the healthy subscriber, beside healthy peers and beside misbehaving ones")
+	fs.IntVar(&cfg.isolationRuns, "isolation-runs", 3, "isolation: runs, each on a fresh server and relay")
+	fs.DurationVar(&cfg.isolationTimeout, "isolation-timeout", time.Second, "isolation: the hanging subscriber's --timeout")
 	fs.IntVar(&cfg.lanes, "lanes", 16, "shared lanes (relay run --lanes)")
 	fs.IntVar(&cfg.payload, "payload", 200, "body size in bytes")
 	fs.DurationVar(&cfg.stallGap, "stall-gap", 2*time.Second, "an idle gap at least this long counts as a stall (and is diagnosed on stderr)")
@@ -151,11 +201,21 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.embedded, "embedded", false, "run each relay on its own embedded NATS server (relay run --data --listen) instead of one this program starts")
 	fs.StringVar(&cfg.logs, "logs", "", "directory for the relays' stderr (default: a new one under the temp dir; kept)")
 	fs.StringVar(&cfg.out, "out", "", "also write the tables to this file")
+	fs.StringVar(&cfg.jsonOut, "json", "", "also write every scenario's results and the machine facts to this file, as JSON")
+	cfg.rate.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	rates, err := parseRates(*latencyRates)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.latencyRates = rates
+	if err := cfg.rate.check(); err != nil {
+		return cfg, err
 	}
 	cfg.scenarios = map[string]bool{}
 	for s := range strings.SplitSeq(*scenarios, ",") {
@@ -189,6 +249,14 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-writes-window and -mate-for must be positive, -settle not negative")
 	case cfg.burstTimeout <= 0 || cfg.timeout <= 0 || cfg.stallGap <= 0:
 		return cfg, errors.New("-burst-timeout, -timeout and -stall-gap must be positive")
+	case cfg.latencyFor <= 0:
+		return cfg, errors.New("-latency-for must be a positive duration, such as 30s")
+	case cfg.fanoutSubscribers < 1 || cfg.fanoutEvents < 1:
+		return cfg, errors.New("-fanout-subscribers and -fanout-events must be at least 1")
+	case cfg.isolationEvents < 1 || cfg.isolationRuns < 1:
+		return cfg, errors.New("-isolation-events and -isolation-runs must be at least 1")
+	case cfg.isolationTimeout <= 0 || cfg.isolationTimeout > 5*time.Minute:
+		return cfg, errors.New("-isolation-timeout must be a positive duration of at most 5m (relay sub add --timeout's range), such as 1s")
 	case cfg.lanes < 1 || cfg.lanes > 256:
 		return cfg, errors.New("-lanes must be between 1 and 256")
 	case cfg.payload < 2:
@@ -198,8 +266,9 @@ func parseFlags(args []string) (config, error) {
 }
 
 func run(ctx context.Context, cfg config) error {
-	rev := revision() // at the start: the tree may change while this runs
-	started := time.Now()
+	rs := newResults(cfg) // at the start: the tree may change while this runs
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil) // also how a failed receiver process stops the run
 	work, err := os.MkdirTemp("", "relay-bench-engine-*")
 	if err != nil {
 		return err
@@ -223,11 +292,12 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("go build ./cmd/relay: %w", err)
 		}
 	}
-	e, err := newEnv(cfg, bin, work)
+	e, err := newEnv(cfg, bin, work, cancel)
 	if err != nil {
 		return err
 	}
 	defer e.close()
+	rs.follow(e.rcvProc.cpu)
 
 	var report strings.Builder
 	var runErr error
@@ -236,6 +306,7 @@ func run(ctx context.Context, cfg config) error {
 		if len(res) > 0 {
 			report.WriteString(burstTable(cfg, res) + "\n")
 		}
+		rs.add("burst", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["throughput"] && ctx.Err() == nil {
@@ -243,6 +314,7 @@ func run(ctx context.Context, cfg config) error {
 		if len(res) > 0 {
 			report.WriteString(throughputTable(cfg, res) + "\n")
 		}
+		rs.add("throughput", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["writes"] && ctx.Err() == nil {
@@ -250,6 +322,7 @@ func run(ctx context.Context, cfg config) error {
 		if err == nil { // a partial result is on stderr
 			report.WriteString(writesTable(*res) + "\n")
 		}
+		rs.add("writes", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["backlog"] && ctx.Err() == nil {
@@ -257,6 +330,7 @@ func run(ctx context.Context, cfg config) error {
 		if err == nil { // a partial result is on stderr
 			report.WriteString(backlogTable(*res) + "\n")
 		}
+		rs.add("backlog", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["scale"] && ctx.Err() == nil {
@@ -264,46 +338,52 @@ func run(ctx context.Context, cfg config) error {
 		if err == nil {
 			report.WriteString(scaleTable(res) + "\n")
 		}
+		rs.add("scale", res, err)
 		runErr = errors.Join(runErr, err)
 	}
-	report.WriteString(machine(rev, cfg.embedded, time.Since(started)))
+	if cfg.scenarios["latency"] && ctx.Err() == nil {
+		res, err := e.latency(ctx)
+		if len(res) > 0 {
+			report.WriteString(latencyTable(res) + "\n")
+		}
+		rs.add("latency", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["fanout"] && ctx.Err() == nil {
+		res, err := e.fanout(ctx)
+		if err == nil { // a partial result is on stderr
+			report.WriteString(fanoutTable(res) + "\n")
+		}
+		rs.add("fanout", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["isolation"] && ctx.Err() == nil {
+		res, err := e.isolation(ctx)
+		if len(res) > 0 {
+			report.WriteString(isolationTable(cfg, res) + "\n")
+		}
+		rs.add("isolation", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["rate"] && ctx.Err() == nil {
+		res, err := e.rate(ctx)
+		if len(res) > 0 {
+			report.WriteString(rateTable(cfg.rate, res) + "\n")
+		}
+		rs.add("rate", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	rs.end()
+	report.WriteString(rs.machineLine())
 	fmt.Print("\n" + report.String())
 	if cfg.out != "" {
 		if err := os.WriteFile(cfg.out, []byte(report.String()), 0o644); err != nil {
 			runErr = errors.Join(runErr, err)
 		}
 	}
+	if cfg.jsonOut != "" {
+		runErr = errors.Join(runErr, rs.writeJSON(cfg.jsonOut))
+	}
 	fmt.Fprintf(os.Stderr, "relay logs kept in %s\n", cfg.logs)
 	return runErr
-}
-
-func machine(rev string, embedded bool, took time.Duration) string {
-	where := "in-process, relay on --nats"
-	if embedded {
-		where = "embedded in each relay"
-	}
-	return fmt.Sprintf("machine: %d CPUs, %s/%s, %s, nats-server %s (%s); %s%s; this run took %v\n",
-		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), server.VERSION, where,
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), rev, took.Round(time.Second))
-}
-
-// revision names the commit the code was built from, when run inside a git
-// checkout. Empty when git cannot tell. The commands take no optional
-// locks: they never write to the repository.
-func revision() string {
-	git := func(args ...string) ([]byte, error) {
-		cmd := exec.Command("git", append([]string{"--no-optional-locks"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0")
-		return cmd.Output()
-	}
-	out, err := git("rev-parse", "--short", "HEAD")
-	if err != nil {
-		return ""
-	}
-	rev := "; code at " + strings.TrimSpace(string(out))
-	dirty, err := git("status", "--porcelain", "--untracked-files=no", "--", "*.go", "go.mod", "go.sum")
-	if err == nil && len(dirty) > 0 {
-		rev += " with uncommitted changes"
-	}
-	return rev
 }

@@ -14,7 +14,8 @@ import (
 
 // ownProcess puts the child in its own process group, so that a Ctrl-C in
 // the terminal reaches this program only (which then stops the relay with
-// SIGTERM and waits for it), and asks the kernel to SIGKILL it should this
+// SIGTERM and waits for it, and the receiver process by closing its
+// stdin), and asks the kernel to SIGKILL it should this
 // program die without stopping it. (Strictly, when the OS thread that
 // started it exits; the Go runtime does not end its threads unless a
 // goroutine exits while locked to one, which nothing here does.)
@@ -85,4 +86,23 @@ func cpuTime(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, the processor the
+// figures were measured on; empty when there is none (some ARM kernels
+// list no model name).
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(key) == "model name" {
+			return strings.Join(strings.Fields(value), " ")
+		}
+	}
+	return ""
 }

@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-// ownProcess does nothing here: the relays are stopped by this program on
-// exit and on Ctrl-C, but not if it is killed.
+// ownProcess does nothing here: the relays and the receiver process are
+// stopped by this program on exit and on Ctrl-C, but the relays outlive it
+// if it is killed (the receiver process ends by itself then, as its stdin
+// closes).
 func ownProcess(*exec.Cmd) {}
 
 // memory needs /proc/<pid>/status (Linux).
@@ -21,3 +23,6 @@ func memory(int) (rss, hwm int64, err error) {
 func cpuTime(int) (time.Duration, error) {
 	return 0, errors.New("reading a process's CPU time needs Linux's /proc")
 }
+
+// cpuModel is read from Linux's /proc/cpuinfo only: empty here.
+func cpuModel() string { return "" }

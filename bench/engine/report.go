@@ -9,6 +9,8 @@ import (
 
 // The tables are markdown, ready for bench/README.md.
 
+// burstTable is a row per burst run and the worst and median over the
+// runs, with the runs that stalled or received duplicates listed below.
 func burstTable(cfg config, runs []burstRun) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "### Burst: %s events to one subscriber (--rate 0 --max-in-flight %d), a fresh server and relay per run\n\n",
@@ -54,6 +56,8 @@ func burstTable(cfg config, runs []burstRun) string {
 	return sb.String()
 }
 
+// writesTable is the backlog's extra writes in its two phases (until it
+// has left the lane, then the window) and their sum per message.
 func writesTable(r writesResult) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "### Extra JetStream writes: a backlog of %s events to one subscriber at --rate %g\n\n",
@@ -83,6 +87,8 @@ func writesTable(r writesResult) string {
 	return sb.String()
 }
 
+// backlogTable is the backlog's timings and the relay's memory, then the
+// lane-mate's latency before, beside and during it.
 func backlogTable(r backlogResult) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "### A backlog of %s events for one subscriber at --rate %g\n\n", thousands(int64(r.events)), r.rate)
@@ -111,6 +117,7 @@ func backlogTable(r backlogResult) string {
 	return sb.String()
 }
 
+// collect maps f over xs, for the statistics over the runs.
 func collect[T any](xs []T, f func(T) float64) []float64 {
 	out := make([]float64, len(xs))
 	for i, x := range xs {
@@ -119,6 +126,7 @@ func collect[T any](xs []T, f func(T) float64) []float64 {
 	return out
 }
 
+// median of xs, which it does not reorder; xs must not be empty.
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,36 +35,47 @@ const (
 // PubAcks, well under the client's limit of pending async publishes.
 const publishChunk = 4096
 
-// env is what every scenario shares: the relay binary, the receiver, the
-// signing secret and the body.
+// env is what every scenario shares: the relay binary, the receiver
+// process and its clients, the signing secret and the body.
 type env struct {
-	cfg    config
-	bin    string
-	work   string
-	rcv    *receiver
-	hook   *httptest.Server
-	secret string
-	body   []byte
-	stacks int
+	cfg     config
+	bin     string
+	work    string
+	rcvProc *receiverProc // the receiver process, whose CPU time the results report
+	rcv     *receiver     // where the relays' webhooks go
+	baseRcv *receiver     // the throughput baseline's: another port of the same process, a record of its own
+	hook    *receiver     // rcv, by the name the scenarios use for its URL
+	secret  string
+	body    []byte
+	stacks  int
 }
 
-func newEnv(cfg config, bin, work string) (*env, error) {
+// newEnv starts the receiver process (two listeners: the relays' and the
+// throughput baseline's) and makes the secret and the body. fail is called
+// once should the receiver process fail (see startReceivers).
+func newEnv(cfg config, bin, work string, fail func(error)) (*env, error) {
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	rcv := newReceiver()
-	// httptest listens on 127.0.0.1: every webhook stays on loopback.
-	hook := httptest.NewServer(rcv)
-	hook.Config.SetKeepAlivesEnabled(true)
+	proc, rcvs, err := startReceivers(2, fail)
+	if err != nil {
+		return nil, err
+	}
 	return &env{
-		cfg: cfg, bin: bin, work: work, rcv: rcv, hook: hook,
+		cfg: cfg, bin: bin, work: work, rcvProc: proc, rcv: rcvs[0], baseRcv: rcvs[1], hook: rcvs[0],
 		secret: "whsec_" + base64.StdEncoding.EncodeToString(key),
 		body:   payload(cfg.payload),
 	}, nil
 }
 
-func (e *env) close() { e.hook.Close() }
+// close stops the receiver process; a failure to stop is printed, since
+// it comes after the figures.
+func (e *env) close() {
+	if err := e.rcvProc.stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+	}
+}
 
 // payload is a JSON body of n bytes.
 func payload(n int) []byte {
@@ -197,6 +207,9 @@ type relayProc struct {
 	started time.Time
 }
 
+// startRelay starts `relay run` from bin in dir, its stderr and stdout to
+// logPath, on a metrics port of its own (where its readiness is asked)
+// with where saying which NATS it uses, and returns once it is ready.
 func startRelay(ctx context.Context, bin string, lanes int, dir, logPath string, where ...string) (*relayProc, error) {
 	port, err := freePort()
 	if err != nil {
@@ -229,8 +242,12 @@ func startRelay(ctx context.Context, bin string, lanes int, dir, logPath string,
 	return p, nil
 }
 
+// pid is the relay process's, for /proc.
 func (p *relayProc) pid() int { return p.cmd.Process.Pid }
 
+// waitReady polls the relay's /readyz until it answers 200, the relay
+// exits, ctx is done or d passes; the errors carry the end of its log,
+// which says why a relay did not start.
 func (p *relayProc) waitReady(ctx context.Context, d time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(d)
@@ -290,6 +307,8 @@ func (p *relayProc) stop() error {
 	}
 }
 
+// exitErr describes a relay that exited by itself, with the end of its
+// log: a scenario cannot go on without it.
 func exitErr(p *relayProc) error {
 	return fmt.Errorf("relay (pid %d) exited by itself after %v: %v; its log: %s\n%s",
 		p.pid(), time.Since(p.started).Round(time.Second), p.err, p.logPath, tail(p.logPath, 20))
@@ -306,6 +325,8 @@ func tail(path string, n int) string {
 	return "  " + strings.Join(lines, "\n  ")
 }
 
+// withoutNATSEnv is env without NATS_URL, so that every relay command
+// uses the server it is given and never one of the user's.
 func withoutNATSEnv(env []string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
@@ -316,6 +337,8 @@ func withoutNATSEnv(env []string) []string {
 	return out
 }
 
+// freePort is a loopback port that was free a moment ago, for a listener
+// another process opens (the relay's metrics, an embedded server).
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -328,12 +351,18 @@ func freePort() (int, error) {
 // subAdd runs `relay sub add` for a subscriber whose webhook is the
 // receiver's /<id>.
 func (e *env) subAdd(ctx context.Context, s *stack, id string, rate float64, inFlight int, events string) error {
+	return e.subAddAt(ctx, s, id, e.hook.URL+"/"+id, rate, inFlight, events)
+}
+
+// subAddAt runs `relay sub add` for a subscriber whose webhook is url, with
+// extra flags.
+func (e *env) subAddAt(ctx context.Context, s *stack, id, url string, rate float64, inFlight int, events string, extra ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.bin, "sub", "add", id,
-		"--url", e.hook.URL+"/"+id, "--secret", e.secret,
+	args := append([]string{"sub", "add", id, "--url", url, "--secret", e.secret,
 		"--rate", strconv.FormatFloat(rate, 'g', -1, 64), "--max-in-flight", strconv.Itoa(inFlight),
-		"--events", events, "--nats", s.url)
+		"--events", events, "--nats", s.url}, extra...)
+	cmd := exec.CommandContext(ctx, e.bin, args...)
 	cmd.Dir = s.dir
 	cmd.Env = withoutNATSEnv(os.Environ())
 	ownProcess(cmd)
@@ -384,6 +413,8 @@ func (e *env) publishEach(ctx context.Context, s *stack, n int, msg func(i int) 
 	return nil
 }
 
+// waitAcks waits for every PubAck of acks, at most a minute in all: a
+// publish that is never acknowledged is an error, not a wait forever.
 func waitAcks(ctx context.Context, acks []jetstream.PubAckFuture) error {
 	timeout := time.After(time.Minute)
 	for _, f := range acks {
@@ -404,10 +435,13 @@ func waitAcks(ctx context.Context, acks []jetstream.PubAckFuture) error {
 // message, whatever its subject, adds one.
 type seqs struct{ deliveries, retries uint64 }
 
+// minus is how many messages were stored between b and a, b read first.
 func (a seqs) minus(b seqs) int64 {
 	return int64(a.deliveries-b.deliveries) + int64(a.retries-b.retries)
 }
 
+// lastSeqs reads the last sequences of DELIVERIES and RETRIES from their
+// stream info.
 func (s *stack) lastSeqs(ctx context.Context) (seqs, error) {
 	var out seqs
 	for _, x := range []struct {
@@ -460,7 +494,7 @@ func (s *stack) fannedOut(ctx context.Context) (bool, *jetstream.ConsumerInfo, e
 	return info.NumPending == 0 && info.NumAckPending == 0, info, nil
 }
 
-// lanes describes every lane consumer that has messages pending, unacked or
+// lanesState describes every lane consumer that has messages pending, unacked or
 // waiting pulls, and the fan-out's: what a stall looks like from the server.
 func (s *stack) lanesState(ctx context.Context, lanes int) string {
 	var parts []string

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -68,14 +67,12 @@ func (e *env) throughput(ctx context.Context) ([]throughputRun, error) {
 		return nil, err
 	}
 	// The baseline's own receiver, so that nothing it records mixes with
-	// relay's.
-	rcv := newReceiver()
-	hook := httptest.NewServer(rcv)
-	defer hook.Close()
+	// relay's: another port of the receiver process, the same code.
+	rcv := e.baseRcv
 	var out []throughputRun
 	for i := 1; i <= cfg.throughputRuns && ctx.Err() == nil; i++ {
 		r := throughputRun{run: i}
-		if r.baseline, err = e.baselineOne(ctx, i, rcv, hook.URL, key); err != nil {
+		if r.baseline, err = e.baselineOne(ctx, i, rcv, rcv.URL, key); err != nil {
 			return out, fmt.Errorf("throughput run %d, baseline: %w", i, err)
 		}
 		fmt.Fprintf(os.Stderr, "  [%d] baseline: %d of %d delivered in %.2fs (%.0f/s, publish %.2fs); worst idle gap %.3fs\n",
