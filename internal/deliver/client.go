@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -363,11 +364,17 @@ func (c *Client) newRequest(ctx context.Context, r Request) (*http.Request, erro
 func (c *Client) drain(body io.ReadCloser) string {
 	defer body.Close()
 	limited := io.LimitReader(body, c.maxBody)
-	buf := make([]byte, min(c.maxBody, maxOutcomeBody))
-	n, _ := io.ReadFull(limited, buf)
+	bp := outcomeBufs.Get().(*[maxOutcomeBody]byte)
+	defer outcomeBufs.Put(bp)
+	n, _ := io.ReadFull(limited, bp[:min(c.maxBody, maxOutcomeBody)])
 	_, _ = io.Copy(io.Discard, limited)
-	return string(buf[:n])
+	return string(bp[:n])
 }
+
+// outcomeBufs holds the buffers drain reads into: most replies have an
+// empty or short body, and a kilobyte allocated per request was the
+// largest allocation of a delivery.
+var outcomeBufs = sync.Pool{New: func() any { return new([maxOutcomeBody]byte) }}
 
 // transportOutcome classifies an attempt that got no reply.
 func transportOutcome(parent context.Context, req *http.Request, timeout time.Duration, err error) Outcome {

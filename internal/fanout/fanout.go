@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -204,16 +205,23 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	orig := msg.Headers()
 	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
-	for _, sub := range cfg.Subscribers.Matching(eventType) {
+	subs := cfg.Subscribers.Matching(eventType)
+	if len(subs) == 0 {
+		return p
+	}
+	// One header for the event, a shallow copy of it per copy: publishing
+	// sets the copy's Nats-Msg-Id on its own map and changes no value.
+	header := CopyHeader(orig, id, eventType, md.Timestamp)
+	for i, sub := range subs {
 		subject := DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID)
 		if cfg.Backlogs.Has(sub.ID) {
 			subject = overflow.Subject(sub.ID)
 		}
-		m := &nats.Msg{
-			Subject: subject,
-			Header:  CopyHeader(orig, id, eventType, md.Timestamp),
-			Data:    msg.Data(),
+		h := header
+		if i < len(subs)-1 {
+			h = maps.Clone(header)
 		}
+		m := &nats.Msg{Subject: subject, Header: h, Data: msg.Data()}
 		f, err := publishAsync(ctx, js, m, id+"."+sub.ID)
 		if err != nil {
 			p.err = err

@@ -316,7 +316,14 @@ func (s *scheduler) toOverflow(held []delivery) {
 // when the queue runs low; and exits when there is nothing left to do.
 func (s *scheduler) loop(ctx context.Context) {
 	for {
-		sub, ok := s.lane.cfg.Subscribers.Get(s.id)
+		// The view's own copy, by pointer: this loop runs for every
+		// delivery, and a copy of the subscriber would be one more
+		// allocation each time.
+		subp, ok := s.lane.cfg.Subscribers.Lookup(s.id)
+		var sub subscribers.Subscriber
+		if ok {
+			sub = *subp
+		}
 		now := s.lane.cfg.Clock.Now()
 		s.mu.Lock()
 		if s.stopped || ctx.Err() != nil {
@@ -429,9 +436,11 @@ func (s *scheduler) loop(ctx context.Context) {
 		// The waits for a request slot and a token may have outlasted a
 		// change of the subscriber: a pause or a disable that returned
 		// must stop this request, and a rotated secret must sign it.
-		fresh, ok := s.lane.cfg.Subscribers.Get(s.id)
+		fresh, ok := s.lane.cfg.Subscribers.Lookup(s.id)
 		held := !ok || fresh.Disabled || fresh.PausedAt(s.lane.cfg.Clock.Now())
-		sub = fresh
+		if ok {
+			sub = *fresh
+		}
 		var d delivery
 		found := false
 		if !held {
@@ -454,7 +463,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.mu.Lock()
 			localIsAttempt := s.localStreak >= maxLocalStreak
 			s.mu.Unlock()
-			out := s.lane.send(context.WithoutCancel(ctx), d, sub, dec.Probe, localIsAttempt)
+			out := s.lane.send(context.WithoutCancel(ctx), d, *fresh, dec.Probe, localIsAttempt)
 			took := s.lane.cfg.Clock.Now().Sub(start)
 			s.mu.Lock()
 			delete(s.inFlight, d.msg)

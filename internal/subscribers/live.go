@@ -188,6 +188,17 @@ func (l *Live) Get(id string) (Subscriber, bool) {
 	return snap.all[i], true
 }
 
+// Lookup is Get without the copy: the subscriber it points to belongs to
+// the view and must not be modified. For the paths that run per delivery.
+func (l *Live) Lookup(id string) (*Subscriber, bool) {
+	snap := l.snap.Load()
+	i, ok := snap.index[id]
+	if !ok {
+		return nil, false
+	}
+	return &snap.all[i], true
+}
+
 // All returns every subscriber, disabled ones included, sorted by ID. The
 // slice is shared with the view and must not be modified.
 func (l *Live) All() []Subscriber {
@@ -204,15 +215,18 @@ func (l *Live) Enabled() []Subscriber {
 // Matching returns the enabled subscribers that want events of eventType
 // ([Subscriber.Matches]), sorted by ID. It looks only at the filters that
 // can match, so its cost grows with the matches and the event type's
-// tokens, not with the number of subscribers. The subscribers' slices and
-// maps are shared with the view and must not be modified.
-func (l *Live) Matching(eventType string) []Subscriber {
+// tokens, not with the number of subscribers. The subscribers pointed to
+// belong to the view and must not be modified.
+func (l *Live) Matching(eventType string) []*Subscriber {
 	snap := l.snap.Load()
 	var buf [16]int
 	idx := snap.filters.match(eventType, buf[:0])
-	out := make([]Subscriber, len(idx))
+	if len(idx) == 0 {
+		return nil
+	}
+	out := make([]*Subscriber, len(idx))
 	for i, j := range idx {
-		out[i] = snap.enabled[j]
+		out[i] = &snap.enabled[j]
 	}
 	return out
 }
