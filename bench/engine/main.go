@@ -21,16 +21,21 @@
 //     event type of its own: the time to load them, idle CPU and RSS, one
 //     subscriber alone against every subscriber getting -scale-events-each
 //     events, peak RSS, `relay sub add` → first delivery, `relay status`.
-//   - throughput: relay against the simplest correct loop, in turn
-//     (baseline, relay, baseline, relay…), -throughput-runs of each with
-//     -throughput-events. The baseline, on a fresh server and a receiver of
-//     its own: a durable pull consumer on a stream of its own (BASE) POSTs
-//     each message signed (deliver.Sign) and acks it after the 2xx,
-//     -throughput-in-flight at a time, while the events are published. Relay:
+//   - throughput: relay against the simplest correct loop and the two-hop
+//     loop, in turn (baseline, two-hop, relay, baseline…), -throughput-runs
+//     of each with -throughput-events. The baseline, on a fresh server and a
+//     receiver of its own: a durable pull consumer on a stream of its own
+//     (BASE) POSTs each message signed (deliver.Sign) and acks it after the
+//     2xx, -throughput-in-flight at a time, while the events are published.
+//     The two-hop loop (twohop.go): the baseline behind relay's second hop,
+//     the floor of any design that stores a copy per subscriber: events on
+//     HOPA, copied with async PubAcks to the work-queue HOPB (the settings
+//     of EVENTS and DELIVERIES), which the baseline's loop drains. Relay:
 //     a fresh server and relay, one subscriber (--rate 0, --max-in-flight
-//     -throughput-in-flight). Both: delivered/s from the first publish to
-//     the last arrival, and their ratio per run and over the runs (median);
-//     the relay's CPU time per 1,000 deliveries (Linux only).
+//     -throughput-in-flight). All: delivered/s from the first publish to the
+//     last arrival, relay/baseline, two-hop/baseline and relay/two-hop per
+//     run and over the runs (median); the relay's CPU time per 1,000
+//     deliveries (Linux only).
 //   - writes: a backlog of -writes-events to one subscriber at
 //     -writes-rate/s, observed for -writes-window once it is fanned out and
 //     has left its lane: the extra JetStream writes (growth of the last
@@ -77,7 +82,7 @@
 //
 //	go run ./bench/engine                                  # everything, about 10 minutes on 2 cores
 //	go run ./bench/engine -scenarios burst -burst-runs 3   # one scenario, fewer runs
-//	go run ./bench/engine -scenarios throughput            # relay against the simplest loop
+//	go run ./bench/engine -scenarios throughput            # relay against the simplest loop and the two-hop loop
 //	go run ./bench/engine -backlog-events 100000           # a smaller backlog
 //	go run ./bench/engine -scenarios latency,fanout,isolation   # steady-rate latency, fan-out, isolation
 //	go run ./bench/engine -scenarios rate -rate-backlog 5s   # the rate rule, quick mode
@@ -173,9 +178,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.burstRuns, "burst-runs", 10, "burst: runs, each on a fresh server and relay")
 	fs.IntVar(&cfg.burstInFlight, "burst-in-flight", 64, "burst: the subscriber's --max-in-flight")
 	fs.DurationVar(&cfg.burstTimeout, "burst-timeout", 2*time.Minute, "burst: longest wait for one run's deliveries")
-	fs.IntVar(&cfg.throughputEvents, "throughput-events", 20_000, "throughput: events per run, baseline and relay")
+	fs.IntVar(&cfg.throughputEvents, "throughput-events", 20_000, "throughput: events per run, baseline, two-hop loop and relay")
 	fs.IntVar(&cfg.throughputRuns, "throughput-runs", 3, "throughput: runs of each, in turn")
-	fs.IntVar(&cfg.throughputInFlight, "throughput-in-flight", 64, "throughput: requests in flight, the baseline's and the subscriber's --max-in-flight")
+	fs.IntVar(&cfg.throughputInFlight, "throughput-in-flight", 64, "throughput: requests in flight, the loops' and the subscriber's --max-in-flight")
 	fs.IntVar(&cfg.scaleSubscribers, "scale-subscribers", 10_000, "scale: subscribers on the one relay")
 	fs.IntVar(&cfg.scaleEach, "scale-events-each", 2, "scale: events to every subscriber in the spread run")
 	fs.IntVar(&cfg.writesEvents, "writes-events", 100_000, "writes: backlog, events")

@@ -393,9 +393,12 @@ func (r burstRun) derived() map[string]any {
 	return d
 }
 
-// derived is a throughput run's relay / baseline.
+// derived is a throughput run's three ratios: relay / baseline, two-hop /
+// baseline and relay / two-hop.
 func (r throughputRun) derived() map[string]any {
-	return map[string]any{"relay_per_baseline": r.ratio()}
+	return map[string]any{
+		"relay_per_baseline": r.ratio(), "two_hop_per_baseline": r.twoHopRatio(), "relay_per_two_hop": r.relayPerTwoHop(),
+	}
 }
 
 // derived is the writes scenario's extra writes per message in each phase

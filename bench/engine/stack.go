@@ -43,7 +43,7 @@ type env struct {
 	work    string
 	rcvProc *receiverProc // the receiver process, whose CPU time the results report
 	rcv     *receiver     // where the relays' webhooks go
-	baseRcv *receiver     // the throughput baseline's: another port of the same process, a record of its own
+	baseRcv *receiver     // the throughput loops' (baseline and two-hop): another port of the same process, a record of its own
 	hook    *receiver     // rcv, by the name the scenarios use for its URL
 	secret  string
 	body    []byte
@@ -51,7 +51,7 @@ type env struct {
 }
 
 // newEnv starts the receiver process (two listeners: the relays' and the
-// throughput baseline's) and makes the secret and the body. fail is called
+// throughput loops') and makes the secret and the body. fail is called
 // once should the receiver process fail (see startReceivers).
 func newEnv(cfg config, bin, work string, fail func(error)) (*env, error) {
 	key := make([]byte, 32)
@@ -535,6 +535,9 @@ func (s *stack) waitUntil(ctx context.Context, what string, timeout time.Duratio
 		}
 		now := time.Now()
 		if now.Sub(start) > timeout {
+			if s.relay == nil { // a loop of the throughput scenario, no relay
+				return fmt.Errorf("%s: not done after %v (%s)", what, timeout, progress())
+			}
 			return fmt.Errorf("%s: not done after %v (%s); relay log: %s", what, timeout, progress(), s.relay.logPath)
 		}
 		if now.Sub(lastProgress) >= 5*time.Second {

@@ -19,7 +19,7 @@ import (
 	"github.com/relay-dev/relay/internal/deliver"
 )
 
-// ---- throughput: relay against the simplest correct loop ----
+// ---- throughput: relay against the simplest correct loop and the two-hop loop ----
 
 // The baseline's stream and durable consumer, on a server of its own: no
 // relay stream is involved.
@@ -29,21 +29,34 @@ const (
 	baseConsumer = "base"
 )
 
-// throughputRun is one baseline run and the relay run after it, on the
-// same machine a few seconds apart.
+// throughputRun is one baseline run, the two-hop run after it and the
+// relay run after that, on the same machine a few seconds apart.
 type throughputRun struct {
 	run      int
 	baseline burstRun
+	twoHop   burstRun
 	relay    burstRun
 }
 
-// ratio is relay's delivered/s over the baseline's.
-func (r throughputRun) ratio() float64 {
-	if b := r.baseline.rate(); b > 0 {
-		return r.relay.rate() / b
+// rateOver is a's delivered/s over b's, 0 when b delivered nothing: the
+// ratios the table prints, each between contenders of the same run.
+func rateOver(a, b burstRun) float64 {
+	if r := b.rate(); r > 0 {
+		return a.rate() / r
 	}
 	return 0
 }
+
+// ratio is relay's delivered/s over the baseline's.
+func (r throughputRun) ratio() float64 { return rateOver(r.relay, r.baseline) }
+
+// twoHopRatio is the two-hop loop's delivered/s over the baseline's: what
+// the second JetStream hop alone costs.
+func (r throughputRun) twoHopRatio() float64 { return rateOver(r.twoHop, r.baseline) }
+
+// relayPerTwoHop is relay's delivered/s over the two-hop loop's: what is
+// left of the gap once the second hop is paid for.
+func (r throughputRun) relayPerTwoHop() float64 { return rateOver(r.relay, r.twoHop) }
 
 // cpuPer1000 is the relay's CPU seconds per 1,000 deliveries; ok is false
 // when the CPU time could not be read.
@@ -54,20 +67,22 @@ func (r burstRun) cpuPer1000() (float64, bool) {
 	return r.cpu.Seconds() * 1000 / float64(r.delivered), true
 }
 
-// throughput runs the baseline and relay in turn, -throughput-runs times
-// each, so that the machine's drift reaches both: the same events, the
-// same receiver code, the same number in flight, the same clock (first
-// publish → last arrival).
+// throughput runs the baseline, the two-hop loop and relay in turn,
+// -throughput-runs times each, so that the machine's drift reaches all
+// three: the same events, the same receiver code, the same number in
+// flight, the same clock (first publish → last arrival).
 func (e *env) throughput(ctx context.Context) ([]throughputRun, error) {
 	cfg := e.cfg
-	fmt.Fprintf(os.Stderr, "throughput: %d × (the simplest loop, then relay), %d events each, %d in flight\n",
+	fmt.Fprintf(os.Stderr, "throughput: %d × (the simplest loop, the two-hop loop, then relay), %d events each, %d in flight\n",
 		cfg.throughputRuns, cfg.throughputEvents, cfg.throughputInFlight)
 	key, err := deliver.ParseSecret(e.secret)
 	if err != nil {
 		return nil, err
 	}
-	// The baseline's own receiver, so that nothing it records mixes with
-	// relay's: another port of the receiver process, the same code.
+	// The loops' own receiver, so that nothing they record mixes with
+	// relay's: another port of the receiver process, the same code. The
+	// baseline and the two-hop loop share it under ids of their own, one
+	// after the other.
 	rcv := e.baseRcv
 	var out []throughputRun
 	for i := 1; i <= cfg.throughputRuns && ctx.Err() == nil; i++ {
@@ -78,6 +93,15 @@ func (e *env) throughput(ctx context.Context) ([]throughputRun, error) {
 		fmt.Fprintf(os.Stderr, "  [%d] baseline: %d of %d delivered in %.2fs (%.0f/s, publish %.2fs); worst idle gap %.3fs\n",
 			i, r.baseline.delivered, r.baseline.events, r.baseline.total.Seconds(), r.baseline.rate(),
 			r.baseline.publish.Seconds(), r.baseline.gap.Seconds())
+		if ctx.Err() != nil {
+			break
+		}
+		if r.twoHop, err = e.twoHopOne(ctx, i, rcv, rcv.URL, key); err != nil {
+			return out, fmt.Errorf("throughput run %d, two-hop loop: %w", i, err)
+		}
+		fmt.Fprintf(os.Stderr, "  [%d] two-hop:  %d of %d delivered in %.2fs (%.0f/s, publish %.2fs); worst idle gap %.3fs; two-hop/baseline %.2f\n",
+			i, r.twoHop.delivered, r.twoHop.events, r.twoHop.total.Seconds(), r.twoHop.rate(),
+			r.twoHop.publish.Seconds(), r.twoHop.gap.Seconds(), r.twoHopRatio())
 		if ctx.Err() != nil {
 			break
 		}
@@ -93,9 +117,9 @@ func (e *env) throughput(ctx context.Context) ([]throughputRun, error) {
 			cpu = fmt.Sprintf("relay CPU %.2fs (%.2f cores, %.3fs per 1,000)", r.relay.cpu.Seconds(),
 				r.relay.cpu.Seconds()/r.relay.total.Seconds(), per)
 		}
-		fmt.Fprintf(os.Stderr, "  [%d] relay:    %d of %d delivered in %.2fs (%.0f/s, publish %.2fs); worst idle gap %.3fs; %s; relay/baseline %.2f\n",
+		fmt.Fprintf(os.Stderr, "  [%d] relay:    %d of %d delivered in %.2fs (%.0f/s, publish %.2fs); worst idle gap %.3fs; %s; relay/baseline %.2f, relay/two-hop %.2f\n",
 			i, r.relay.delivered, r.relay.events, r.relay.total.Seconds(), r.relay.rate(),
-			r.relay.publish.Seconds(), r.relay.gap.Seconds(), cpu, r.ratio())
+			r.relay.publish.Seconds(), r.relay.gap.Seconds(), cpu, r.ratio(), r.relayPerTwoHop())
 		out = append(out, r)
 	}
 	return out, ctx.Err()
@@ -106,9 +130,47 @@ func (e *env) throughput(ctx context.Context) ([]throughputRun, error) {
 // relay is), POSTs each message signed to the receiver at url and acks it
 // after the 2xx, -throughput-in-flight at a time, while -throughput-events
 // are published with PubAcks as publish does for relay.
-func (e *env) baselineOne(ctx context.Context, i int, rcv *receiver, url string, key []byte) (res burstRun, err error) {
+func (e *env) baselineOne(ctx context.Context, i int, rcv *receiver, url string, key []byte) (burstRun, error) {
+	return e.loopOne(ctx, i, loopSpec{
+		id: fmt.Sprintf("base%02d", i), what: "baseline deliveries",
+		subject: baseSubject, prefix: fmt.Sprintf("%sbase%02d-", eventPrefix, i),
+		setup: func(ctx context.Context, s *stack) (jetstream.Consumer, []func(context.Context) error, error) {
+			if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
+				Name: baseStream, Subjects: []string{"base.>"}, Storage: jetstream.FileStorage,
+			}); err != nil {
+				return nil, nil, err
+			}
+			cons, err := s.js.CreateOrUpdateConsumer(ctx, baseStream, jetstream.ConsumerConfig{
+				Durable: baseConsumer, AckPolicy: jetstream.AckExplicitPolicy,
+			})
+			return cons, nil, err
+		},
+	}, rcv, url, key)
+}
+
+// loopSpec is one of the hand-written loops that relay is measured
+// against: the baseline and the two-hop loop differ only in the streams and
+// loops that setup makes, so that everything else (the server, the
+// publisher, the signed loop, the HTTP client, the clock) is one code.
+type loopSpec struct {
+	id      string // the stack's name and the receiver's subscriber id
+	what    string // names the wait in its messages
+	subject string // where the events are published
+	prefix  string // starts the run's event ids
+	// setup creates the streams and consumers on s. It returns the
+	// consumer that signedLoop drains and any loops to run beside it, each
+	// until its context is cancelled; it is called before the first
+	// publish, so every loop is already pulling when the events arrive.
+	setup func(ctx context.Context, s *stack) (drain jetstream.Consumer, beside []func(context.Context) error, err error)
+}
+
+// loopOne runs spec on a fresh in-process server: its loops and signedLoop
+// on its drain consumer, POSTing to the receiver at url/<id>, while
+// -throughput-events are published with PubAcks as publish does for relay,
+// until every event has arrived. A loop that stops early fails the run.
+func (e *env) loopOne(ctx context.Context, i int, spec loopSpec, rcv *receiver, url string, key []byte) (res burstRun, err error) {
 	res = burstRun{run: i, events: e.cfg.throughputEvents}
-	id := fmt.Sprintf("base%02d", i)
+	id := spec.id
 	s, err := e.serverOnly(id)
 	if err != nil {
 		return res, err
@@ -117,14 +179,7 @@ func (e *env) baselineOne(ctx context.Context, i int, rcv *receiver, url string,
 	defer rcv.forget(id)
 	opCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := s.js.CreateStream(opCtx, jetstream.StreamConfig{
-		Name: baseStream, Subjects: []string{"base.>"}, Storage: jetstream.FileStorage,
-	}); err != nil {
-		return res, err
-	}
-	cons, err := s.js.CreateOrUpdateConsumer(opCtx, baseStream, jetstream.ConsumerConfig{
-		Durable: baseConsumer, AckPolicy: jetstream.AckExplicitPolicy,
-	})
+	cons, beside, err := spec.setup(opCtx, s)
 	if err != nil {
 		return res, err
 	}
@@ -136,28 +191,33 @@ func (e *env) baselineOne(ctx context.Context, i int, rcv *receiver, url string,
 
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
-	loopDone := make(chan struct{})
-	var loopErr error
-	go func() {
-		defer close(loopDone)
-		loopErr = signedLoop(loopCtx, cons, client, url+"/"+id, key, e.cfg.throughputInFlight)
-	}()
+	loops := append(slices.Clone(beside), func(ctx context.Context) error {
+		return signedLoop(ctx, cons, client, url+"/"+id, key, e.cfg.throughputInFlight)
+	})
+	stopped := make(chan error, len(loops)) // each loop's return, as it stops
+	for _, loop := range loops {
+		go func() { stopped <- loop(loopCtx) }()
+	}
 
 	start := time.Now()
-	err = e.publishOn(ctx, s, baseSubject, fmt.Sprintf("%sbase%02d-", eventPrefix, i), 0, res.events)
+	err = e.publishOn(ctx, s, spec.subject, spec.prefix, 0, res.events)
 	res.publish = time.Since(start)
+	ended := 0
 	if err == nil {
-		err = s.waitUntil(ctx, "baseline deliveries", e.cfg.timeout, func() (bool, error) {
+		err = s.waitUntil(ctx, spec.what, e.cfg.timeout, func() (bool, error) {
 			select {
-			case <-loopDone:
-				return false, fmt.Errorf("the loop stopped: %w", loopErr)
+			case loopErr := <-stopped:
+				ended++
+				return false, fmt.Errorf("a loop stopped: %w", loopErr)
 			default:
 				return rcv.snapshot(id).distinct >= res.events, nil
 			}
 		}, func() string { return fmt.Sprintf("%d of %d delivered", rcv.snapshot(id).distinct, res.events) })
 	}
 	stopLoop()
-	<-loopDone
+	for ; ended < len(loops); ended++ {
+		<-stopped
+	}
 	if err != nil {
 		return res, err
 	}
@@ -239,22 +299,28 @@ func postSigned(ctx context.Context, client *http.Client, url string, key []byte
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }
 
-// throughputTable is a row per run (a baseline and the relay run after it)
-// and the ratio over the runs.
+// throughputTable is a row per run (a baseline, the two-hop loop and the
+// relay run after them) and the medians of the ratios over the runs.
 func throughputTable(cfg config, runs []throughputRun) string {
 	var sb strings.Builder
 	where := "each on a fresh in-process server"
 	if cfg.embedded {
-		where = "the baseline on a fresh in-process server, relay on its own embedded server"
+		where = "the loops on a fresh in-process server, relay on its own embedded server"
 	}
-	fmt.Fprintf(&sb, "### Throughput: %s events to one subscriber, %d in flight: relay against the simplest loop, in turn, %s\n\n",
+	fmt.Fprintf(&sb, "### Throughput: %s events to one subscriber, %d in flight: relay against the simplest loop and the two-hop loop, in turn, %s\n\n",
 		thousands(int64(cfg.throughputEvents)), cfg.throughputInFlight, where)
 	fmt.Fprintf(&sb, "Baseline: publish to a stream of its own (%s, file storage) while a durable pull consumer drains it, "+
 		"each message POSTed with Standard Webhooks headers to a receiver of its own and acked after the 2xx. "+
+		"Two-hop: the same, with relay's second hop before it: publish to %s (EVENTS' settings), "+
+		"a loop copies each message to %s (DELIVERIES' settings: work-queue, a Nats-Msg-Id per copy) with async PubAcks "+
+		"and acks it once its copy is stored, and the baseline's loop drains %s. "+
 		"Relay: `relay run`, one subscriber `--rate 0 --max-in-flight %d`, events on EVENTS. "+
-		"Both: delivered ÷ (last arrival − first publish).\n\n", baseStream, cfg.throughputInFlight)
-	sb.WriteString("| run | baseline, delivered/s | relay, delivered/s | relay / baseline | baseline publish / all delivered, s | relay publish / all delivered, s | relay worst idle gap, s | relay CPU s per 1,000 deliveries |\n")
-	sb.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		"All: delivered ÷ (last arrival − first publish).\n\n",
+		baseStream, hopAStream, hopBStream, hopBStream, cfg.throughputInFlight)
+	sb.WriteString("| run | baseline, delivered/s | two-hop, delivered/s | relay, delivered/s | relay / baseline | two-hop / baseline | relay / two-hop " +
+		"| baseline publish / all delivered, s | two-hop publish / all delivered, s | relay publish / all delivered, s " +
+		"| relay worst idle gap, s | relay CPU s per 1,000 deliveries |\n")
+	sb.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	var cpus []float64
 	for _, r := range runs {
 		relayRate := thousands(int64(r.relay.rate()))
@@ -266,15 +332,28 @@ func throughputTable(cfg config, runs []throughputRun) string {
 			cpu = fmt.Sprintf("%.3f", per)
 			cpus = append(cpus, per)
 		}
-		fmt.Fprintf(&sb, "| %d | %s | %s | %.2f | %.2f / %.2f | %.2f / %.2f | %.3f | %s |\n",
-			r.run, thousands(int64(r.baseline.rate())), relayRate, r.ratio(),
-			r.baseline.publish.Seconds(), r.baseline.total.Seconds(), r.relay.publish.Seconds(), r.relay.total.Seconds(),
-			r.relay.gap.Seconds(), cpu)
+		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %.2f | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.3f | %s |\n",
+			r.run, thousands(int64(r.baseline.rate())), thousands(int64(r.twoHop.rate())), relayRate,
+			r.ratio(), r.twoHopRatio(), r.relayPerTwoHop(),
+			r.baseline.publish.Seconds(), r.baseline.total.Seconds(), r.twoHop.publish.Seconds(), r.twoHop.total.Seconds(),
+			r.relay.publish.Seconds(), r.relay.total.Seconds(), r.relay.gap.Seconds(), cpu)
 	}
-	ratios := collect(runs, throughputRun.ratio)
-	fmt.Fprintf(&sb, "\nrelay / baseline, median: **%.2f** (lowest %.2f, highest %.2f, runs: %d); median delivered/s: baseline %s, relay %s",
-		median(ratios), slices.Min(ratios), slices.Max(ratios), len(runs),
+	sb.WriteString("\n")
+	for _, x := range []struct {
+		name  string
+		ratio func(throughputRun) float64
+	}{
+		{"relay / baseline", throughputRun.ratio},
+		{"two-hop / baseline", throughputRun.twoHopRatio},
+		{"relay / two-hop", throughputRun.relayPerTwoHop},
+	} {
+		ratios := collect(runs, x.ratio)
+		fmt.Fprintf(&sb, "- %s, median: **%.2f** (lowest %.2f, highest %.2f, runs: %d)\n",
+			x.name, median(ratios), slices.Min(ratios), slices.Max(ratios), len(runs))
+	}
+	fmt.Fprintf(&sb, "- median delivered/s: baseline %s, two-hop %s, relay %s",
 		thousands(int64(median(collect(runs, func(r throughputRun) float64 { return r.baseline.rate() })))),
+		thousands(int64(median(collect(runs, func(r throughputRun) float64 { return r.twoHop.rate() })))),
 		thousands(int64(median(collect(runs, func(r throughputRun) float64 { return r.relay.rate() })))))
 	if len(cpus) > 0 {
 		fmt.Fprintf(&sb, "; relay CPU per 1,000 deliveries, median: %.3f s", median(cpus))
@@ -284,7 +363,7 @@ func throughputTable(cfg config, runs []throughputRun) string {
 		for _, x := range []struct {
 			name string
 			b    burstRun
-		}{{"baseline", r.baseline}, {"relay", r.relay}} {
+		}{{"baseline", r.baseline}, {"two-hop", r.twoHop}, {"relay", r.relay}} {
 			if dup := x.b.requests - x.b.delivered; dup > 0 {
 				fmt.Fprintf(&sb, "- run %d, %s: %d duplicate requests (same webhook-id twice)\n", r.run, x.name, dup)
 			}
