@@ -105,9 +105,10 @@ func (e *env) latencyOne(ctx context.Context, s *stack, id, prefix string, rate 
 		return r, err
 	}
 	// Missing deliveries are reported as such, not as an error.
+	arrived := e.rcv.arrivals(id, prefix) // one request for all of them
 	lat := make([]time.Duration, 0, n)
 	for i := range n {
-		if at, ok := e.rcv.arrival(id, prefix+strconv.Itoa(i)); ok {
+		if at, ok := arrived[prefix+strconv.Itoa(i)]; ok {
 			lat = append(lat, at.Sub(sent[i]))
 		}
 	}

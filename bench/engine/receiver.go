@@ -320,7 +320,7 @@ func startReceivers(n int, fail func(error)) (*receiverProc, []*receiver, error)
 	}
 	rcvs := make([]*receiver, n)
 	for i, u := range h.URLs {
-		rcvs[i] = &receiver{URL: u, proc: p, cache: map[string]arrivalCopy{}}
+		rcvs[i] = &receiver{URL: u, proc: p}
 	}
 	return p, rcvs, nil
 }
@@ -364,23 +364,9 @@ func (p *receiverProc) stop() error {
 // They return no error: a failed request is reported to the run (see
 // startReceivers) and answered with the zero value.
 type receiver struct {
-	URL   string // the listener's base URL, http://127.0.0.1:<port>
-	proc  *receiverProc
-	mu    sync.Mutex
-	cache map[string]arrivalCopy // subscriber id → its first arrivals, for arrival
+	URL  string // the listener's base URL, http://127.0.0.1:<port>
+	proc *receiverProc
 }
-
-// arrivalCopy is a subscriber's first arrivals as fetched at one moment.
-type arrivalCopy struct {
-	at      map[string]time.Time
-	fetched time.Time // just before the request: it holds at least what had arrived then
-}
-
-// arrivalCopyFor is how long arrival answers from one copy of a
-// subscriber's first arrivals: a loop asking for each of thousands of
-// webhook-ids after their wait costs one request, and an id that arrives
-// later is seen at most this much later.
-const arrivalCopyFor = 50 * time.Millisecond
 
 // call sends a control request and decodes its JSON answer into out (when
 // not nil); it reports whether it got one.
@@ -450,24 +436,6 @@ func (r *receiver) distinctWithPrefix(prefix string) int {
 	return out.Distinct
 }
 
-// arrival is when webhook-id hook first reached subscriber id. It answers
-// from a copy of all of id's first arrivals fetched at most arrivalCopyFor
-// ago (see arrivals), so that the scenarios may call it once per event.
-func (r *receiver) arrival(id, hook string) (time.Time, bool) {
-	r.mu.Lock()
-	c, ok := r.cache[id]
-	r.mu.Unlock()
-	if !ok || time.Since(c.fetched) > arrivalCopyFor {
-		c.fetched = time.Now()
-		c.at = r.arrivals(id, "")
-		r.mu.Lock()
-		r.cache[id] = c
-		r.mu.Unlock()
-	}
-	at, ok := c.at[hook]
-	return at, ok
-}
-
 // arrivals is the first arrival of every webhook-id starting with prefix
 // ("" for all) at subscriber id, in one request: for the scenarios that need
 // every arrival time rather than counts.
@@ -499,9 +467,6 @@ func (r *receiver) times(id string) []time.Time {
 
 // forget drops what was recorded for id.
 func (r *receiver) forget(id string) {
-	r.mu.Lock()
-	delete(r.cache, id)
-	r.mu.Unlock()
 	r.call(http.MethodPost, "forget", url.Values{"id": {id}}, nil)
 }
 

@@ -525,9 +525,10 @@ func (e *env) mate(ctx context.Context, s *stack, id, tag string, n int, wait ti
 		return out, err
 	}
 	// Missing deliveries are reported as such, not as an error.
+	arrived := e.rcv.arrivals(id, prefix) // one request for all of them
 	var lat []time.Duration
 	for i := range n {
-		if at, ok := e.rcv.arrival(id, prefix+strconv.Itoa(i)); ok {
+		if at, ok := arrived[prefix+strconv.Itoa(i)]; ok {
 			lat = append(lat, at.Sub(sent[i]))
 		}
 	}
