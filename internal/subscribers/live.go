@@ -81,7 +81,7 @@ func (s *Store) Watch(ctx context.Context) (*Live, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, err)
 	}
-	st := &liveState{subs: map[string]Subscriber{}, invalid: map[string]error{}}
+	st := newLiveState()
 	for loaded := false; !loaded; {
 		select {
 		case e, ok := <-w.Updates():
@@ -376,9 +376,36 @@ const syncRequestTimeout = 2 * time.Second
 // liveState is the mutable state the watch goroutine folds changes into,
 // and from which it builds snapshots.
 type liveState struct {
-	subs    map[string]Subscriber
+	subs map[string]Subscriber
+	// ids are the keys of subs, kept sorted as changes come, so that a
+	// snapshot is a copy in order rather than a sort of every subscriber.
+	ids     []string
 	invalid map[string]error
 	rev     uint64
+}
+
+func newLiveState() *liveState {
+	return &liveState{subs: map[string]Subscriber{}, invalid: map[string]error{}}
+}
+
+// put stores sub under id.
+func (st *liveState) put(id string, sub Subscriber) {
+	if _, ok := st.subs[id]; !ok {
+		i, _ := slices.BinarySearch(st.ids, id)
+		st.ids = slices.Insert(st.ids, i, id)
+	}
+	st.subs[id] = sub
+}
+
+// remove drops id.
+func (st *liveState) remove(id string) {
+	if _, ok := st.subs[id]; !ok {
+		return
+	}
+	delete(st.subs, id)
+	if i, ok := slices.BinarySearch(st.ids, id); ok {
+		st.ids = slices.Delete(st.ids, i, i+1)
+	}
 }
 
 // apply folds one change of the bucket into the state.
@@ -395,19 +422,19 @@ func (st *liveState) apply(e jetstream.KeyValueEntry) {
 			st.invalid[key] = err
 			return
 		}
-		st.subs[key] = sub
+		st.put(key, sub)
 		delete(st.invalid, key)
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
-		delete(st.subs, key)
+		st.remove(key)
 		delete(st.invalid, key)
 	}
 }
 
 // snapshot builds an immutable copy of the state.
 func (st *liveState) snapshot() *snapshot {
-	all := slices.SortedFunc(maps.Values(st.subs), func(a, b Subscriber) int { return cmp.Compare(a.ID, b.ID) })
-	if all == nil {
-		all = []Subscriber{}
+	all := make([]Subscriber, len(st.ids))
+	for i, id := range st.ids {
+		all[i] = st.subs[id]
 	}
 	snap := &snapshot{
 		all:     all,
