@@ -329,6 +329,38 @@ func TestSendDoesNotFollowRedirects(t *testing.T) {
 	require.Zero(t, targetHits.Load(), "the redirect target is never requested")
 }
 
+// TestSendTurnsURLCredentialsIntoBasicAuth: a subscriber URL with
+// user:password@ sends them as Basic authentication, as http.Client does,
+// unless the subscriber's own headers carry an Authorization; the
+// credentials never appear in an error.
+func TestSendTurnsURLCredentialsIntoBasicAuth(t *testing.T) {
+	t.Parallel()
+
+	got := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	u.User = url.UserPassword("hooks", "s3cret")
+
+	c := newTestClient(t)
+	o := c.Send(t.Context(), Request{URL: u.String(), ID: "evt_basic"})
+	require.Equal(t, Delivered, o.Class)
+	require.Equal(t, "Basic aG9va3M6czNjcmV0", <-got)
+
+	o = c.Send(t.Context(), Request{URL: u.String(), ID: "evt_bearer", Header: http.Header{"Authorization": {"Bearer tok"}}})
+	require.Equal(t, Delivered, o.Class)
+	require.Equal(t, "Bearer tok", <-got)
+
+	srv.Close()
+	o = c.Send(t.Context(), Request{URL: u.String(), ID: "evt_closed"})
+	require.Equal(t, Retryable, o.Class)
+	require.NotContains(t, o.Err.Error(), "s3cret")
+}
+
 // hangingServer answers nothing until the request is cancelled or the test
 // ends; arrived receives one value per request that reached the handler.
 func hangingServer(t *testing.T) (srv *httptest.Server, arrived <-chan struct{}) {

@@ -51,8 +51,14 @@ func newDelivery(msg jetstream.Msg) delivery {
 	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
 		d.attempts = n
 	}
-	d.firstAt, _ = time.Parse(time.RFC3339Nano, h.Get(streams.HeaderFirstAttemptAt))
-	d.deadline, _ = time.Parse(time.RFC3339Nano, streams.HeaderValue(h, streams.HeaderDeadline))
+	// Most deliveries carry neither: a parse of "" would build an error
+	// for each of them.
+	if v := h.Get(streams.HeaderFirstAttemptAt); v != "" {
+		d.firstAt, _ = time.Parse(time.RFC3339Nano, v)
+	}
+	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
+		d.deadline, _ = time.Parse(time.RFC3339Nano, v)
+	}
 	d.broughtBack = h.Get(streams.HeaderOverflowSeq) != ""
 	return d
 }
