@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/deliver"
 )
 
 // ---- latency: publish → arrival at a steady rate ----
@@ -27,17 +29,32 @@ const unlimitedInFlight = 64
 // arrivals are waited for; those still missing then are reported as such.
 const latencyWait = 30 * time.Second
 
-// latencyRun is one steady rate: how well the publisher kept its schedule
-// and how long each event took from its publish call to its first arrival.
+// The contenders of the latency scenario, as its rows and its JSON name
+// them.
+const (
+	// latencyBaseline is the throughput scenario's simplest correct loop
+	// (baselineSetup, signedLoop), measured at the same rates: its latency
+	// is what this machine, the server, the client and the receiver cost
+	// without relay, so that relay's own share shows as the difference.
+	latencyBaseline = "baseline"
+	// latencyRelay is `relay run` with one subscriber.
+	latencyRelay = "relay"
+)
+
+// latencyRun is one contender at one steady rate: how well the publisher
+// kept its schedule and how long each event took from its publish call to
+// its first arrival.
 type latencyRun struct {
-	rate     float64       // the schedule, events/s
-	span     time.Duration // how long the schedule lasts (-latency-for)
-	l        latency       // published, arrived, p50, p99, max
-	p90      time.Duration // not in latency, which the lane-mate shares
-	achieved float64       // events/s actually published: (n−1) ÷ (last publish call − first)
-	worstLag time.Duration // the latest any publish call came after its scheduled time
-	requests int           // requests that reached the receiver, duplicates included
-	distinct int           // webhook-ids that reached the receiver
+	contender string        // latencyBaseline or latencyRelay
+	server    string        // where its NATS server ran: "in-process", or "embedded" (relay with -embedded)
+	rate      float64       // the schedule, events/s
+	span      time.Duration // how long the schedule lasts (-latency-for)
+	l         latency       // published, arrived, p50, p99, max
+	p90       time.Duration // not in latency, which the lane-mate shares
+	achieved  float64       // events/s actually published: (n−1) ÷ (last publish call − first)
+	worstLag  time.Duration // the latest any publish call came after its scheduled time
+	requests  int           // requests that reached the receiver, duplicates included
+	distinct  int           // webhook-ids that reached the receiver
 }
 
 // behind reports whether the publisher fell short of its schedule by more
@@ -45,16 +62,39 @@ type latencyRun struct {
 // asked one, and the table says so.
 func (r latencyRun) behind() bool { return r.achieved < 0.99*r.rate }
 
-// latency measures publish → first arrival for one subscriber (--rate 0
-// --max-in-flight 64) at each rate of -latency-rates in turn, for
-// -latency-for each, on one relay: the question is how long an event waits
-// in relay when the relay is not saturated, which a burst cannot tell. Each
-// run starts with an unmeasured second at its rate, so that connections,
-// caches and the lane's pull are warm.
+// latencyTarget is what a paced run needs of a contender: the server and
+// subject it publishes to, the receiver and subscriber id its deliveries
+// reach, and how to tell that it has stopped delivering.
+type latencyTarget struct {
+	contender, server string
+	s                 *stack
+	subject           string
+	rcv               *receiver
+	id                string
+	// dead is why the contender can no longer deliver, nil while it can: a
+	// run whose deliveries are missing then fails instead of counting them
+	// as missing.
+	dead func() error
+}
+
+// latency measures publish → first arrival at each rate of -latency-rates
+// in turn, for -latency-for each: the question is how long an event waits
+// in relay when the relay is not saturated, which a burst cannot tell. At
+// each rate the baseline goes first (the throughput scenario's simplest
+// loop, on a fresh in-process server), then relay (one subscriber, --rate 0
+// --max-in-flight 64, on the one relay of the scenario), so that the
+// machine's noise at that moment reaches both; the publisher, the payload
+// and the Nats-Msg-Ids are the same. Each run starts with an unmeasured
+// second at its rate, so that connections, caches and the pulls are warm.
+// The result has a row per contender and rate, in the order they ran.
 func (e *env) latency(ctx context.Context) (out []latencyRun, err error) {
 	cfg := e.cfg
-	fmt.Fprintf(os.Stderr, "latency: one subscriber (--rate 0 --max-in-flight %d), events at %s/s for %v each\n",
+	fmt.Fprintf(os.Stderr, "latency: the simplest loop, then one subscriber (--rate 0 --max-in-flight %d), events at %s/s for %v each\n",
 		unlimitedInFlight, formatRates(cfg.latencyRates), cfg.latencyFor)
+	key, err := deliver.ParseSecret(e.secret)
+	if err != nil {
+		return nil, err
+	}
 	s, err := e.up(ctx, "latency")
 	if err != nil {
 		return nil, err
@@ -65,47 +105,108 @@ func (e *env) latency(ctx context.Context) (out []latencyRun, err error) {
 		return nil, err
 	}
 	defer e.rcv.forget(id)
+	server := "in-process"
+	if cfg.embedded {
+		server = "embedded"
+	}
+	relay := latencyTarget{
+		contender: latencyRelay, server: server, s: s, subject: "events.x", rcv: e.rcv, id: id,
+		dead: func() error {
+			if s.relay.exited() {
+				return exitErr(s.relay)
+			}
+			return nil
+		},
+	}
 	for k, rate := range cfg.latencyRates {
 		if ctx.Err() != nil {
 			break
 		}
-		warmN := max(1, int(math.Round(rate)))
-		if _, err := e.latencyOne(ctx, s, id, fmt.Sprintf("%sl%dw-", eventPrefix, k), rate, warmN); err != nil {
-			return out, fmt.Errorf("latency at %g/s, warm-up: %w", rate, err)
-		}
-		n := max(1, int(math.Round(rate*cfg.latencyFor.Seconds())))
-		r, err := e.latencyOne(ctx, s, id, fmt.Sprintf("%sl%d-", eventPrefix, k), rate, n)
-		r.span = cfg.latencyFor
+		b, err := e.latencyBaselineAt(ctx, k, rate, key)
 		if err != nil {
-			return out, fmt.Errorf("latency at %g/s: %w", rate, err)
+			return out, fmt.Errorf("latency at %g/s, baseline: %w", rate, err)
 		}
-		fmt.Fprintf(os.Stderr, "  %g/s: published %d at %.0f/s (worst lag %.1f ms); %d arrived, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-			rate, r.l.published, r.achieved, ms(r.worstLag), r.l.arrived, ms(r.l.p50), ms(r.p90), ms(r.l.p99), ms(r.l.max))
+		out = append(out, b)
+		if ctx.Err() != nil {
+			break
+		}
+		r, err := e.latencyAt(ctx, relay, k, rate)
+		if err != nil {
+			return out, fmt.Errorf("latency at %g/s, relay: %w", rate, err)
+		}
 		out = append(out, r)
 	}
 	return out, ctx.Err()
 }
 
-// latencyOne publishes n events on events.x at rate on a schedule (the
-// pacer), waits for them at subscriber id and computes the latencies from
+// latencyBaselineAt is the baseline's turn at the k-th rate: the
+// throughput scenario's baseline loop (BASE, its durable pull consumer,
+// signedLoop POSTing to the loops' receiver port, 64 in flight as relay's
+// subscriber has) on a fresh in-process server, whatever -embedded says,
+// pulling before the warm-up; then latencyAt, as for relay.
+func (e *env) latencyBaselineAt(ctx context.Context, k int, rate float64, key []byte) (_ latencyRun, err error) {
+	id := fmt.Sprintf("lbase%d", k)
+	l, err := e.startLoops(ctx, loopSpec{
+		id: id, what: "baseline deliveries at a steady rate",
+		subject: baseSubject, prefix: latencyPrefix(k), setup: baselineSetup,
+	}, e.baseRcv.URL, key, unlimitedInFlight)
+	if err != nil {
+		return latencyRun{}, err
+	}
+	defer func() { err = errors.Join(err, l.close()) }()
+	defer e.baseRcv.forget(id)
+	return e.latencyAt(ctx, latencyTarget{
+		contender: latencyBaseline, server: "in-process", s: l.s, subject: baseSubject, rcv: e.baseRcv, id: id,
+		dead: l.failed,
+	}, k, rate)
+}
+
+// latencyPrefix starts the Nats-Msg-Ids of the measured run at the k-th
+// rate, the same for both contenders, so that they publish the same bytes.
+func latencyPrefix(k int) string { return fmt.Sprintf("%sl%d-", eventPrefix, k) }
+
+// latencyAt is one contender's turn at the k-th rate: an unmeasured second
+// at that rate, then -latency-for of it, measured. It prints the run's
+// figures on stderr.
+func (e *env) latencyAt(ctx context.Context, t latencyTarget, k int, rate float64) (latencyRun, error) {
+	warmN := max(1, int(math.Round(rate)))
+	if _, err := e.latencyOne(ctx, t, fmt.Sprintf("%sl%dw-", eventPrefix, k), rate, warmN); err != nil {
+		return latencyRun{}, fmt.Errorf("warm-up: %w", err)
+	}
+	n := max(1, int(math.Round(rate*e.cfg.latencyFor.Seconds())))
+	r, err := e.latencyOne(ctx, t, latencyPrefix(k), rate, n)
+	r.span = e.cfg.latencyFor
+	if err != nil {
+		return r, err
+	}
+	fmt.Fprintf(os.Stderr, "  %g/s, %s: published %d at %.0f/s (worst lag %.1f ms); %d arrived, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+		rate, t.contender, r.l.published, r.achieved, ms(r.worstLag), r.l.arrived, ms(r.l.p50), ms(r.p90), ms(r.l.p99), ms(r.l.max))
+	return r, nil
+}
+
+// latencyOne publishes n events on t's subject at rate on a schedule (the
+// pacer), waits for them at t's subscriber and computes the latencies from
 // each event's publish call to its first arrival. The receiver's record of
-// id is cleared first, so that a warm-up does not count.
-func (e *env) latencyOne(ctx context.Context, s *stack, id, prefix string, rate float64, n int) (latencyRun, error) {
-	e.rcv.forget(id)
-	r := latencyRun{rate: rate, l: latency{published: n}}
-	sent, p, err := e.paced(ctx, s, "events.x", prefix, rate, n)
+// the subscriber is cleared first, so that a warm-up does not count.
+func (e *env) latencyOne(ctx context.Context, t latencyTarget, prefix string, rate float64, n int) (latencyRun, error) {
+	t.rcv.forget(t.id)
+	r := latencyRun{contender: t.contender, server: t.server, rate: rate, l: latency{published: n}}
+	sent, p, err := e.paced(ctx, t.s, t.subject, prefix, rate, n)
 	if err != nil {
 		return r, err
 	}
 	r.achieved, r.worstLag = p.achieved(n), p.worstLag
-	err = s.waitUntil(ctx, "deliveries at a steady rate", latencyWait, func() (bool, error) {
-		return e.rcv.snapshot(id).distinct >= n, nil
-	}, func() string { return fmt.Sprintf("%d of %d arrived", e.rcv.snapshot(id).distinct, n) })
-	if err != nil && (ctx.Err() != nil || s.relay.exited()) {
+	err = t.s.waitUntil(ctx, "deliveries at a steady rate", latencyWait, func() (bool, error) {
+		if err := t.dead(); err != nil {
+			return false, err
+		}
+		return t.rcv.snapshot(t.id).distinct >= n, nil
+	}, func() string { return fmt.Sprintf("%d of %d arrived", t.rcv.snapshot(t.id).distinct, n) })
+	if err != nil && (ctx.Err() != nil || t.dead() != nil) {
 		return r, err
 	}
 	// Missing deliveries are reported as such, not as an error.
-	arrived := e.rcv.arrivals(id, prefix) // one request for all of them
+	arrived := t.rcv.arrivals(t.id, prefix) // one request for all of them
 	lat := make([]time.Duration, 0, n)
 	for i := range n {
 		if at, ok := arrived[prefix+strconv.Itoa(i)]; ok {
@@ -113,7 +214,7 @@ func (e *env) latencyOne(ctx context.Context, s *stack, id, prefix string, rate 
 		}
 	}
 	r.l.arrived = len(lat)
-	snap := e.rcv.snapshot(id)
+	snap := t.rcv.snapshot(t.id)
 	r.requests, r.distinct = snap.requests, snap.distinct
 	if len(lat) > 0 {
 		slices.Sort(lat)
@@ -244,29 +345,55 @@ func formatRates(rates []float64) string {
 	return strings.Join(parts, ",")
 }
 
-// latencyTable is a row per rate: the publisher's schedule as kept, what
-// arrived and the latency percentiles.
+// latencyTable is a row per contender and rate, in the order they ran:
+// the publisher's schedule as kept, what arrived and the latency
+// percentiles; below it, per rate, relay's p50 and p99 minus the
+// baseline's, which is relay's own share of the latency.
 func latencyTable(runs []latencyRun) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "### Latency: one subscriber (--rate 0 --max-in-flight %d), events at a steady rate, publish call → first arrival\n\n",
+	fmt.Fprintf(&sb, "### Latency: relay (one subscriber, --rate 0 --max-in-flight %d) against the simplest loop, events at a steady rate, publish call → first arrival\n\n",
 		unlimitedInFlight)
-	sb.WriteString("Every rate on the same relay, one after the other, each after an unmeasured second at its rate; " +
-		"each event published on its own schedule with an async PubAck.\n\n")
-	sb.WriteString("| rate, events/s | for, s | published | achieved, events/s | worst lag behind schedule, ms | arrived | p50, ms | p90, ms | p99, ms | max, ms |\n")
-	sb.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	relayServer := "an in-process server"
 	for _, r := range runs {
-		fmt.Fprintf(&sb, "| %s | %.0f | %s | %s | %.1f | %s of %s | %.1f | %.1f | **%.1f** | %.1f |\n",
-			rateString(r.rate), r.span.Seconds(), thousands(int64(r.l.published)), thousands(int64(math.Round(r.achieved))),
+		if r.contender == latencyRelay && r.server == "embedded" {
+			relayServer = "its own embedded server"
+		}
+	}
+	fmt.Fprintf(&sb, "At each rate the baseline, then relay, each after an unmeasured second at its rate; "+
+		"each event published by the same pacer on its own schedule with an async PubAck, the same body and Nats-Msg-Id. "+
+		"Baseline: the throughput scenario's simplest loop (events to %s, a durable pull consumer drains it, "+
+		"each message POSTed signed to a receiver port of its own and acked after the 2xx, %d in flight), "+
+		"on a fresh in-process server per rate. Relay: `relay run` on %s, one relay for every rate. "+
+		"The baseline's latency is what this machine, the server and the receiver cost; relay − baseline is relay's own.\n\n",
+		baseStream, unlimitedInFlight, relayServer)
+	sb.WriteString("| rate, events/s | contender | for, s | published | achieved, events/s | worst lag behind schedule, ms | arrived | p50, ms | p90, ms | p99, ms | max, ms |\n")
+	sb.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range runs {
+		fmt.Fprintf(&sb, "| %s | %s | %.0f | %s | %s | %.1f | %s of %s | %.1f | %.1f | **%.1f** | %.1f |\n",
+			rateString(r.rate), r.contender, r.span.Seconds(), thousands(int64(r.l.published)), thousands(int64(math.Round(r.achieved))),
 			ms(r.worstLag), thousands(int64(r.l.arrived)), thousands(int64(r.l.published)),
 			ms(r.l.p50), ms(r.p90), ms(r.l.p99), ms(r.l.max))
 	}
+	sb.WriteString("\n")
+	for i, r := range runs {
+		if r.contender != latencyRelay {
+			continue
+		}
+		for j := i - 1; j >= 0; j-- { // the baseline measured just before it
+			if b := runs[j]; b.contender == latencyBaseline && b.rate == r.rate {
+				fmt.Fprintf(&sb, "- at %s/s, relay − baseline: p50 %+.1f ms, p99 **%+.1f** ms\n",
+					rateString(r.rate), ms(r.l.p50-b.l.p50), ms(r.l.p99-b.l.p99))
+				break
+			}
+		}
+	}
 	for _, r := range runs {
 		if r.behind() {
-			fmt.Fprintf(&sb, "- at %s/s the publisher fell behind its schedule: it published %s/s; the latencies are at that rate\n",
-				rateString(r.rate), thousands(int64(math.Round(r.achieved))))
+			fmt.Fprintf(&sb, "- at %s/s, %s: the publisher fell behind its schedule: it published %s/s; the latencies are at that rate\n",
+				rateString(r.rate), r.contender, thousands(int64(math.Round(r.achieved))))
 		}
 		if dup := r.requests - r.distinct; dup > 0 {
-			fmt.Fprintf(&sb, "- at %s/s: %d duplicate requests (same webhook-id twice)\n", rateString(r.rate), dup)
+			fmt.Fprintf(&sb, "- at %s/s, %s: %d duplicate requests (same webhook-id twice)\n", rateString(r.rate), r.contender, dup)
 		}
 	}
 	return sb.String()

@@ -52,7 +52,10 @@
 //     on its own schedule with an async PubAck, after an unmeasured second
 //     at that rate: publish call → first arrival, p50/p90/p99/max, how many
 //     arrived, and the publish rate achieved (a publisher that fell behind
-//     its schedule is reported).
+//     its schedule is reported). Before relay at each rate, the same for the
+//     throughput scenario's baseline loop on a fresh in-process server (the
+//     same pacer and warm-up), so that the machine's own latency shows
+//     apart: relay's p50 and p99 minus the baseline's, per rate.
 //   - fanout: -fanout-subscribers subscribers on one event type and one more
 //     on another, on one relay (--rate 0 --max-in-flight 64): the solo one
 //     taking -throughput-events, then -fanout-events copied to every one of

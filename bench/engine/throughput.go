@@ -134,18 +134,24 @@ func (e *env) baselineOne(ctx context.Context, i int, rcv *receiver, url string,
 	return e.loopOne(ctx, i, loopSpec{
 		id: fmt.Sprintf("base%02d", i), what: "baseline deliveries",
 		subject: baseSubject, prefix: fmt.Sprintf("%sbase%02d-", eventPrefix, i),
-		setup: func(ctx context.Context, s *stack) (jetstream.Consumer, []func(context.Context) error, error) {
-			if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
-				Name: baseStream, Subjects: []string{"base.>"}, Storage: jetstream.FileStorage,
-			}); err != nil {
-				return nil, nil, err
-			}
-			cons, err := s.js.CreateOrUpdateConsumer(ctx, baseStream, jetstream.ConsumerConfig{
-				Durable: baseConsumer, AckPolicy: jetstream.AckExplicitPolicy,
-			})
-			return cons, nil, err
-		},
+		setup: baselineSetup,
 	}, rcv, url, key)
+}
+
+// baselineSetup is the baseline's setup (a loopSpec's): the stream BASE
+// and its durable pull consumer, which signedLoop drains, and no loop
+// beside it. It is a function of its own because the latency scenario
+// measures the same loop at a steady rate.
+func baselineSetup(ctx context.Context, s *stack) (jetstream.Consumer, []func(context.Context) error, error) {
+	if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: baseStream, Subjects: []string{"base.>"}, Storage: jetstream.FileStorage,
+	}); err != nil {
+		return nil, nil, err
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, baseStream, jetstream.ConsumerConfig{
+		Durable: baseConsumer, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	return cons, nil, err
 }
 
 // loopSpec is one of the hand-written loops that relay is measured
@@ -164,60 +170,112 @@ type loopSpec struct {
 	setup func(ctx context.Context, s *stack) (drain jetstream.Consumer, beside []func(context.Context) error, err error)
 }
 
-// loopOne runs spec on a fresh in-process server: its loops and signedLoop
-// on its drain consumer, POSTing to the receiver at url/<id>, while
-// -throughput-events are published with PubAcks as publish does for relay,
-// until every event has arrived. A loop that stops early fails the run.
-func (e *env) loopOne(ctx context.Context, i int, spec loopSpec, rcv *receiver, url string, key []byte) (res burstRun, err error) {
-	res = burstRun{run: i, events: e.cfg.throughputEvents}
-	id := spec.id
-	s, err := e.serverOnly(id)
+// loops is a loopSpec running: its fresh in-process server, its loops
+// (those setup made and signedLoop on its drain consumer) and their HTTP
+// client. It is apart from loopOne so that the latency scenario drives the
+// same loops with its own publisher.
+type loops struct {
+	s         *stack
+	cancel    context.CancelFunc // stops every loop
+	stopped   chan error         // each loop's return, as it stops
+	n, ended  int                // the loops started, and those whose return was taken
+	err       error              // why the first loop to stop early stopped
+	transport *http.Transport
+}
+
+// startLoops starts spec on a fresh in-process server: its setup, then its
+// loops and signedLoop on its drain consumer, POSTing to url/<id> with
+// inFlight requests at most. Every loop is pulling when it returns, so that
+// the first event published is taken at once, as a running relay takes it.
+func (e *env) startLoops(ctx context.Context, spec loopSpec, url string, key []byte, inFlight int) (*loops, error) {
+	s, err := e.serverOnly(spec.id)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	defer func() { err = errors.Join(err, s.down()) }()
-	defer rcv.forget(id)
 	opCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cons, beside, err := spec.setup(opCtx, s)
 	if err != nil {
-		return res, err
+		return nil, errors.Join(err, s.down())
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.Proxy = nil
-	transport.MaxIdleConnsPerHost = e.cfg.throughputInFlight // as relay keeps them: no churn
+	transport.MaxIdleConnsPerHost = inFlight // as relay keeps them: no churn
 	client := &http.Client{Transport: transport, Timeout: deliver.DefaultTimeout}
-	defer transport.CloseIdleConnections()
 
-	loopCtx, stopLoop := context.WithCancel(ctx)
-	defer stopLoop()
-	loops := append(slices.Clone(beside), func(ctx context.Context) error {
-		return signedLoop(ctx, cons, client, url+"/"+id, key, e.cfg.throughputInFlight)
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	all := append(slices.Clone(beside), func(ctx context.Context) error {
+		return signedLoop(ctx, cons, client, url+"/"+spec.id, key, inFlight)
 	})
-	stopped := make(chan error, len(loops)) // each loop's return, as it stops
-	for _, loop := range loops {
-		go func() { stopped <- loop(loopCtx) }()
+	l := &loops{s: s, cancel: stopLoops, stopped: make(chan error, len(all)), n: len(all), transport: transport}
+	for _, loop := range all {
+		go func() { l.stopped <- loop(loopCtx) }()
 	}
+	return l, nil
+}
+
+// failed is, without waiting, why a loop stopped before halt, nil while
+// every loop runs: a loop that stops early fails the run, since the events
+// it leaves would never arrive.
+func (l *loops) failed() error {
+	if l.err != nil {
+		return l.err
+	}
+	select {
+	case err := <-l.stopped:
+		l.ended++
+		if err == nil {
+			err = errors.New("it returned before it was stopped")
+		}
+		l.err = fmt.Errorf("a loop stopped: %w", err)
+	default:
+	}
+	return l.err
+}
+
+// halt stops the loops and waits for each, so that every request they
+// started has ended. It may be called more than once.
+func (l *loops) halt() {
+	l.cancel()
+	for ; l.ended < l.n; l.ended++ {
+		<-l.stopped
+	}
+}
+
+// close halts the loops, closes their idle connections and takes their
+// server down.
+func (l *loops) close() error {
+	l.halt()
+	l.transport.CloseIdleConnections()
+	return l.s.down()
+}
+
+// loopOne runs spec on a fresh in-process server (startLoops), POSTing to
+// the receiver at url/<id>, while -throughput-events are published with
+// PubAcks as publish does for relay, until every event has arrived. A loop
+// that stops early fails the run.
+func (e *env) loopOne(ctx context.Context, i int, spec loopSpec, rcv *receiver, url string, key []byte) (res burstRun, err error) {
+	res = burstRun{run: i, events: e.cfg.throughputEvents}
+	id := spec.id
+	l, err := e.startLoops(ctx, spec, url, key, e.cfg.throughputInFlight)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, l.close()) }()
+	defer rcv.forget(id)
 
 	start := time.Now()
-	err = e.publishOn(ctx, s, spec.subject, spec.prefix, 0, res.events)
+	err = e.publishOn(ctx, l.s, spec.subject, spec.prefix, 0, res.events)
 	res.publish = time.Since(start)
-	ended := 0
 	if err == nil {
-		err = s.waitUntil(ctx, spec.what, e.cfg.timeout, func() (bool, error) {
-			select {
-			case loopErr := <-stopped:
-				ended++
-				return false, fmt.Errorf("a loop stopped: %w", loopErr)
-			default:
-				return rcv.snapshot(id).distinct >= res.events, nil
+		err = l.s.waitUntil(ctx, spec.what, e.cfg.timeout, func() (bool, error) {
+			if err := l.failed(); err != nil {
+				return false, err
 			}
+			return rcv.snapshot(id).distinct >= res.events, nil
 		}, func() string { return fmt.Sprintf("%d of %d delivered", rcv.snapshot(id).distinct, res.events) })
 	}
-	stopLoop()
-	for ; ended < len(loops); ended++ {
-		<-stopped
-	}
+	l.halt() // before the snapshot, so that it counts every request the loops made
 	if err != nil {
 		return res, err
 	}
