@@ -86,7 +86,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
-	view := &viewSync{live: cfg.Subscribers, log: log}
+	view := &viewSync{live: cfg.Subscribers, log: log, signal: newChangeSignal(ctx, js), dirty: true}
+	defer view.signal.close()
 	acks := make(chan pending, 2048)
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
@@ -155,13 +156,20 @@ const copyBatch = 512
 // count was stored before the sync that follows its delivery began. One
 // sync thus covers a whole pulled batch, and events arriving one by one
 // cost at most one small request per round trip (see copyEvents), answered
-// by the bucket's stream ([subscribers.Live.Sync]).
+// by the bucket's stream ([subscribers.Live.Sync]). On a single server the
+// fan-out needs even less: a sync after each change of the bucket, and none
+// while nothing changes (see changeSignal).
 type viewSync struct {
 	live *subscribers.Live
 	log  *slog.Logger
 	// covered is the highest EVENTS sequence known to have been stored
 	// before the last sync that succeeded began.
 	covered uint64
+	// signal, when the server allows it (see changeSignal), replaces the
+	// sync of every batch with one after each change: dirty says that the
+	// signal saw something since the last sync that succeeded.
+	signal *changeSignal
+	dirty  bool
 }
 
 // syncTimeout bounds one wait for the view; past it the event is fanned out
@@ -171,6 +179,16 @@ const syncTimeout = 2 * time.Second
 // upTo brings the view up to date unless every event of batch is covered
 // by the last sync.
 func (v *viewSync) upTo(ctx context.Context, batch []jetstream.Msg) {
+	if v.signal != nil {
+		// Drained before the sync, so that the sync covers what it held.
+		if v.signal.changed() {
+			v.dirty = true
+		}
+		if v.dirty && v.sync(ctx) {
+			v.dirty = false
+		}
+		return
+	}
 	var covers uint64
 	for _, msg := range batch {
 		md, err := msg.Metadata()
@@ -179,18 +197,24 @@ func (v *viewSync) upTo(ctx context.Context, batch []jetstream.Msg) {
 		}
 		covers = max(covers, md.Sequence.Stream+md.NumPending)
 	}
-	if covers == 0 {
-		return
+	if covers > 0 && v.sync(ctx) {
+		v.covered = max(v.covered, covers)
 	}
+}
+
+// sync brings the view up to date; false when it could not be confirmed
+// (the batch is then fanned out with the view as it is, and a warning
+// says so).
+func (v *viewSync) sync(ctx context.Context) bool {
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if err := v.live.Sync(syncCtx); err != nil {
 		if ctx.Err() == nil {
 			v.log.Warn("fanout: subscriber view not confirmed current", "err", err)
 		}
-		return
+		return false
 	}
-	v.covered = max(v.covered, covers)
+	return true
 }
 
 // publishCopies starts the async publish of one copy per matching enabled
