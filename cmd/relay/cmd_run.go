@@ -19,6 +19,7 @@ import (
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/logs"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
@@ -136,12 +137,15 @@ func (f *runFlags) validate() (slog.Level, error) {
 	return level, nil
 }
 
+// newLogger writes through logs.Handler, which masks secrets and URL
+// credentials and queries, and holds back repeated warnings.
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(logs.NewHandler(h, 0, nil))
 }
 
 func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Writer) error {

@@ -90,6 +90,8 @@ func (l *lane) consumer(ctx context.Context) (jetstream.Consumer, error) {
 // and waits for the requests in flight: nothing this relay was sent waits
 // out its ack wait.
 func (l *lane) run(ctx context.Context) {
+	l.log.Info("lanes: lane started")
+	defer l.log.Info("lanes: lane stopped")
 	stopping := context.AfterFunc(ctx, func() { l.stopping.Store(true) })
 	defer stopping()
 	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))

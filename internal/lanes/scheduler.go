@@ -421,7 +421,14 @@ func (s *scheduler) loop(ctx context.Context) {
 			release()
 			if dec.Hold != ratelimit.Token && dec.Wait >= parkAfter {
 				s.mu.Lock()
-				s.holdUntil = s.lane.cfg.Clock.Now().Add(dec.Wait)
+				now := s.lane.cfg.Clock.Now()
+				if !now.Before(s.holdUntil) {
+					// A hold begins (not one extended): once per pause or
+					// open circuit, on each relay.
+					s.lane.log.Info("lanes: holding a subscriber's deliveries", "subscriber", s.id,
+						"why", dec.Hold.String(), "for", dec.Wait.Round(time.Millisecond).String())
+				}
+				s.holdUntil = now.Add(dec.Wait)
 				// After an open circuit, or a pause long enough to send
 				// what was brought back out again, one message comes back
 				// first: a subscriber that is still down costs one.
@@ -474,6 +481,9 @@ func (s *scheduler) loop(ctx context.Context) {
 				s.latency = movingAverage(s.latency, took)
 			}
 			if out.Class == deliver.Delivered {
+				if s.cautious {
+					s.lane.log.Info("lanes: subscriber accepts deliveries again", "subscriber", s.id)
+				}
 				s.cautious = false
 			}
 			s.syncLocked()
