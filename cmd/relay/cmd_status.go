@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,74 +21,229 @@ import (
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
+// Defaults and bounds of relay status --watch.
+const (
+	// defaultWatchInterval redraws often enough to follow a backlog
+	// draining, rarely enough that a report of thousands of subscribers
+	// (about a second's reads at 10,000) is not redone back to back.
+	defaultWatchInterval = 2 * time.Second
+	// minWatchInterval keeps a mistyped --interval (1ms for 1s) from
+	// turning the report into a load on the cluster.
+	minWatchInterval = 100 * time.Millisecond
+)
+
+// clearScreen moves the cursor home and clears the terminal, so that each
+// frame of --watch is drawn in place.
+const clearScreen = "\033[H\033[2J"
+
+// statusFlags are relay status's own flags.
+type statusFlags struct {
+	asJSON      bool
+	sharedLanes int
+	watch       bool
+	interval    time.Duration
+	subscriber  string
+}
+
+// validate checks the flags before anything connects, so that a bad one
+// exits 2 with a message naming it.
+func (f statusFlags) validate(cmd *cobra.Command) error {
+	if f.sharedLanes < 1 || f.sharedLanes > maxSharedLanes {
+		return usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, f.sharedLanes)
+	}
+	if cmd.Flags().Changed("interval") {
+		if !f.watch {
+			return usagef("--interval: only with --watch, which it paces")
+		}
+		if f.interval < minWatchInterval {
+			return usagef("--interval: must be at least %s, got %s", minWatchInterval, f.interval)
+		}
+	}
+	if cmd.Flags().Changed("subscriber") {
+		if err := subscribers.ValidateID(f.subscriber); err != nil {
+			return usagef("--subscriber: %w", err)
+		}
+	}
+	return nil
+}
+
 func newStatusCmd(conn *connFlags) *cobra.Command {
-	var (
-		asJSON      bool
-		sharedLanes int
-	)
+	var f statusFlags
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show each subscriber's queue, rate, pause and circuit",
-		Long: `Shows, for every subscriber sorted by id, what NATS holds for it right now:
+		Long: `Shows what NATS holds for every subscriber right now, sorted by id, under a
+summary line (subscribers by state, open circuits, pending, parked and dead
+messages, and the oldest queue):
 
-  STATE           enabled, paused (relay sub pause; "paused until <time>" with --until)
-                  or disabled (relay sub disable, or a 410 Gone)
-  PENDING         deliveries queued in DELIVERIES (deliveries.*.<id>), held or on the wire
-  PARKED          deliveries waiting in RETRIES for a retry or the end of a pause
+  STATE           enabled, disabled (relay sub disable, or a 410 Gone), or paused:
+                  by an operator (relay sub pause; "paused until <time>" with --until)
+                  or by the subscriber's own Retry-After ("paused by Retry-After until")
+  PENDING         deliveries in DELIVERIES, held or on the wire: on its lane subject
+                  (deliveries.<lane>.<id>), and OVERFLOW, its backlog waiting on
+                  deliveries.overflow.<id>
   LANE_IN_FLIGHT  messages its lane's consumer has handed out and not had acked; JetStream
                   counts them per consumer, not per subject, so on a shared lane the
                   figure is the whole lane's, shared with its lane-mates
-  DEAD            dead letters in DLQ (see relay dlq ls)
+  DEAD            dead letters in DLQ (see relay dlq ls), and DEAD_BY_REASON
   RATE            the configured rate, and the rate in force (lower after 429s)
   TOKENS          what its token bucket holds now
   PAUSED_UNTIL    the end of the subscriber's own Retry-After pause, when one is running
   CIRCUIT         closed, open (cooling down after failures) or half-open (one probe)
   OLDEST          age of its oldest pending delivery
 
-Times are the NATS server's; --json gives them in RFC 3339, UTC. A subscriber on a
-shared lane whose pending and parked deliveries would take more than ` + fmt.Sprintf("%.0f s", status.HintBacklog.Seconds()) + ` to send
-at its rate gets a hint to move to a dedicated lane. --lanes must be relay run's
---lanes, which decides each subscriber's shared lane.`,
+Deliveries parked in RETRIES for a retry are counted in all in the summary;
+each waits on a subject of its own, which the server can count for one
+subscriber at a time only, so --subscriber ID counts a subscriber's.
+
+Everything is read from NATS (stream and consumer infos, the relay_ratelimit
+bucket), never from a relay, and nothing is written: it shows the same on any
+cluster, with or without a relay running. Times are the NATS server's; --json
+gives them in RFC 3339, UTC.
+
+--subscriber ID shows one subscriber in detail: its parked deliveries, and
+its last ` + strconv.Itoa(status.LastErrors) + ` dead letters' status and error. --watch redraws the
+report every --interval (default ` + defaultWatchInterval.String() + `) until Ctrl-C; when stdout is not
+a terminal it prints one report after another (with --json, one JSON value
+each).
+
+A subscriber on a shared lane whose pending deliveries (and, in the detail,
+parked ones) would take more than ` + fmt.Sprintf("%.0f s", status.HintBacklog.Seconds()) + ` to send at its rate gets a hint
+to move to a dedicated lane. --lanes must be relay run's --lanes, which decides each subscriber's shared lane.`,
 		Example: `  relay status
-  relay status --json | jq '.[] | select(.pending > 0)'`,
+  relay status --json | jq '.[] | select(.pending > 0)'
+  relay status --subscriber demo
+  relay status --watch --interval 5s`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if sharedLanes < 1 || sharedLanes > maxSharedLanes {
-				return usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, sharedLanes)
+			if err := f.validate(cmd); err != nil {
+				return err
 			}
 			return withStore(cmd.Context(), conn, "relay status", func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
-				subs, listErr := s.List(ctx)
-				if listErr != nil && !errors.Is(listErr, subscribers.ErrCorrupt) {
-					return listErr
+				frame := func(ctx context.Context, out io.Writer) error {
+					if f.subscriber != "" {
+						return statusDetail(ctx, out, js, s, f)
+					}
+					return statusReport(ctx, out, js, s, f)
 				}
-				rows, err := status.Collect(ctx, js, subs, sharedLanes)
-				if err != nil {
-					return err
+				if !f.watch {
+					return frame(ctx, cmd.OutOrStdout())
 				}
-				if err := printStatus(cmd, rows, asJSON); err != nil {
-					return err
-				}
-				// Subscribers whose stored value is unreadable are left out
-				// of the report; the error names them, and the exit code
-				// says the report is incomplete.
-				return listErr
+				return watch(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), f, frame)
 			})
 		},
 	}
-	f := cmd.Flags()
-	f.BoolVar(&asJSON, "json", false, "print a JSON array")
-	f.IntVar(&sharedLanes, "lanes", 16, fmt.Sprintf("number of shared lanes relay run uses (1-%d)", maxSharedLanes))
+	fl := cmd.Flags()
+	fl.BoolVar(&f.asJSON, "json", false, "print a JSON array (with --subscriber, one JSON object)")
+	fl.IntVar(&f.sharedLanes, "lanes", 16, fmt.Sprintf("number of shared lanes relay run uses (1-%d)", maxSharedLanes))
+	fl.BoolVar(&f.watch, "watch", false, "redraw the report every --interval until Ctrl-C")
+	fl.DurationVar(&f.interval, "interval", defaultWatchInterval, fmt.Sprintf("time between two reports of --watch (at least %s)", minWatchInterval))
+	fl.StringVar(&f.subscriber, "subscriber", "", "show this subscriber alone, in detail, with its last dead letters")
 	return cmd
 }
 
-func printStatus(cmd *cobra.Command, rows []status.Subscriber, asJSON bool) error {
-	out := cmd.OutOrStdout()
+// statusReport prints the report of every subscriber.
+func statusReport(ctx context.Context, out io.Writer, js jetstream.JetStream, s *subscribers.Store, f statusFlags) error {
+	subs, listErr := s.List(ctx)
+	if listErr != nil && !errors.Is(listErr, subscribers.ErrCorrupt) {
+		return listErr
+	}
+	report, err := status.Collect(ctx, js, subs, f.sharedLanes)
+	if err != nil {
+		return err
+	}
+	if err := printStatus(out, report, f.asJSON); err != nil {
+		return err
+	}
+	// Subscribers whose stored value is unreadable are left out of the
+	// report; the error names them, and the exit code says the report is
+	// incomplete.
+	return listErr
+}
+
+// statusDetail prints the detail of --subscriber.
+func statusDetail(ctx context.Context, out io.Writer, js jetstream.JetStream, s *subscribers.Store, f statusFlags) error {
+	sub, err := s.Get(ctx, f.subscriber)
+	if err != nil {
+		return fmt.Errorf("--subscriber %s: %w", f.subscriber, err)
+	}
+	d, err := status.Describe(ctx, js, sub, f.sharedLanes)
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return writeJSON(out, d)
+	}
+	return printDetail(out, d)
+}
+
+// watch prints a frame every f.interval until ctx ends (Ctrl-C), which is a
+// success. On a terminal each frame replaces the last; elsewhere (a pipe, a
+// file) frames follow one another, so that nothing but the frames is
+// written. A frame that fails is reported on errOut and the watch goes on:
+// a NATS server that restarts shows as a few errors, not the end of it.
+func watch(ctx context.Context, out, errOut io.Writer, f statusFlags, frame func(context.Context, io.Writer) error) error {
+	return watchTo(ctx, out, errOut, isTerminal(out), f, frame)
+}
+
+// watchTo is watch, told whether out is a terminal.
+func watchTo(ctx context.Context, out, errOut io.Writer, term bool, f statusFlags, frame func(context.Context, io.Writer) error) error {
+	tick := time.NewTicker(f.interval)
+	defer tick.Stop()
+	for {
+		// Drawn into a buffer first, so that the screen is cleared only
+		// when the next frame is ready and never shows half a report.
+		var buf bytes.Buffer
+		err := frame(ctx, &buf)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if term {
+			buf.WriteString("\nevery " + f.interval.String() + "; Ctrl-C to stop\n")
+			if _, werr := io.WriteString(out, clearScreen); werr != nil {
+				return werr
+			}
+		}
+		if _, werr := out.Write(buf.Bytes()); werr != nil {
+			return werr
+		}
+		if err != nil {
+			fmt.Fprintf(errOut, "relay: %s\n", oneLine(err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// isTerminal reports whether w is a terminal, where --watch may redraw.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// printStatus prints the report: with --json the rows alone, one JSON
+// array as before the summary existed, so that scripts keep working; else
+// the summary line, then the table.
+func printStatus(out io.Writer, report status.Report, asJSON bool) error {
+	rows := report.Subscribers
+	if !asJSON && len(rows) > 0 {
+		if _, err := fmt.Fprintf(out, "%s\n\n", report.Summary); err != nil {
+			return err
+		}
+	}
 	err := printList(out, rows, asJSON, noSubscribers,
-		"SUBSCRIBER\tSTATE\tLANE\tPENDING\tPARKED\tLANE_IN_FLIGHT\tDEAD\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST",
+		"SUBSCRIBER\tSTATE\tLANE\tPENDING\tOVERFLOW\tLANE_IN_FLIGHT\tDEAD\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST\tDEAD_BY_REASON",
 		func(r status.Subscriber) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s",
-				r.ID, cell(statusState(r), 0), r.Lane, r.Pending, r.Parked, r.LaneInFlight, r.Dead,
-				statusRate(r), statusTokens(r), statusTime(r.PausedUntil), r.Circuit, r.Failures, cell(r.OldestPendingAge, 0))
+			return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s",
+				r.ID, cell(statusState(r), 0), r.Lane, r.Pending, r.Overflow, r.LaneInFlight, r.Dead,
+				statusRate(r), statusTokens(r), statusTime(r.PausedUntil), r.Circuit, r.Failures, cell(r.OldestPendingAge, 0), deadReasons(r, "=", ","))
 		})
 	if err != nil || asJSON {
 		return err
@@ -100,14 +262,105 @@ func printStatus(cmd *cobra.Command, rows []status.Subscriber, asJSON bool) erro
 	return nil
 }
 
+// printDetail prints one subscriber's detail: a field a line, then its last
+// dead letters as relay dlq ls shows them.
+func printDetail(out io.Writer, d status.Detail) error {
+	r := d.Subscriber
+	lane := r.Lane + " (shared)"
+	if r.Dedicated {
+		lane = r.Lane + " (dedicated)"
+	}
+	inFlight := fmt.Sprintf("%d on lane %s", r.LaneInFlight, r.Lane)
+	if !r.Dedicated {
+		inFlight += " (the whole lane's, shared with its lane-mates)"
+	}
+	oldest := "-"
+	if r.OldestPendingAge != "" {
+		oldest = r.OldestPendingAge + " (since " + statusTime(r.OldestPendingAt) + ")"
+	}
+	circuit := string(r.Circuit)
+	if r.Failures > 0 {
+		circuit += fmt.Sprintf(", %d consecutive failures", r.Failures)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"subscriber", r.ID},
+		{"state", cell(statusState(r), 0)},
+		{"lane", lane},
+		{"pending", fmt.Sprintf("%d: %d queued on its lane, %d in its overflow", r.Pending, r.Queued, r.Overflow)},
+		{"in flight", inFlight},
+		{"parked", statusParked(r)},
+		{"dead", statusDeadDetail(r)},
+		{"rate", statusRate(r)},
+		{"tokens", statusTokens(r)},
+		{"paused until", statusTime(r.PausedUntil)},
+		{"circuit", circuit},
+		{"oldest pending", oldest},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+	}
+	if r.Hint != "" {
+		fmt.Fprintf(tw, "hint\t%s\n", r.Hint)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(d.LastErrors) == 0 {
+		_, err := fmt.Fprintln(out, "\nlast errors: none (no dead letters)")
+		return err
+	}
+	fmt.Fprintf(out, "\nlast errors (its newest dead letters, newest first; relay dlq show SEQ for one):\n")
+	p := newEntryPrinter(out, false)
+	for _, e := range d.LastErrors {
+		if err := p.add(e); err != nil {
+			return err
+		}
+	}
+	return p.close()
+}
+
+// statusDeadDetail shows the dead letters and their reasons: "3
+// (max_attempts 2, rejected 1)".
+func statusDeadDetail(r status.Subscriber) string {
+	if r.Dead == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", r.Dead, deadReasons(r, " ", ", "))
+}
+
+// statusParked shows the parked deliveries, when they were counted.
+func statusParked(r status.Subscriber) string {
+	if r.Parked == nil {
+		return "-"
+	}
+	return strconv.FormatUint(*r.Parked, 10)
+}
+
 func statusState(r status.Subscriber) string {
 	switch {
 	case r.DisabledReason != "":
 		return r.State + " (" + r.DisabledReason + ")"
+	case r.PauseReason == status.ByRetryAfter:
+		return r.State + " by Retry-After until " + statusTime(r.PausedUntil)
 	case !r.ResumesAt.IsZero():
 		return r.State + " until " + statusTime(r.ResumesAt)
 	}
 	return r.State
+}
+
+// deadReasons lists the dead letters by reason, sorted by reason, each as
+// reason, sep, count, the pairs joined by join: "max_attempts=3,rejected=2"
+// in the table, "max_attempts 3, rejected 2" in the detail; "-" when none.
+func deadReasons(r status.Subscriber, sep, join string) string {
+	if len(r.DeadByReason) == 0 {
+		return "-"
+	}
+	reasons := slices.Sorted(maps.Keys(r.DeadByReason))
+	parts := make([]string, len(reasons))
+	for i, reason := range reasons {
+		parts[i] = reason + sep + strconv.FormatUint(r.DeadByReason[reason], 10)
+	}
+	return strings.Join(parts, join)
 }
 
 // statusRate shows the configured rate, and the rate in force when the

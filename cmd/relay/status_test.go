@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
@@ -21,7 +22,6 @@ type statusRow struct {
 	State            string     `json:"state"`
 	Lane             string     `json:"lane"`
 	Pending          uint64     `json:"pending"`
-	Parked           uint64     `json:"parked"`
 	LaneInFlight     int        `json:"lane_in_flight"`
 	Dead             uint64     `json:"dead"`
 	Rate             float64    `json:"rate"`
@@ -64,6 +64,19 @@ func publishOn(t *testing.T, n *testutil.NATS, subject string, count int) {
 	}
 }
 
+// parkFor parks count deliveries for id in RETRIES as a lane does, due in
+// an hour, so that nothing moves them during the test.
+func parkFor(t *testing.T, n *testutil.NATS, id string, count int) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	at := time.Now().Add(time.Hour)
+	for i := range count {
+		if err := retry.Park(ctx, n.JS, id, []byte("{}"), nats.Header{}, at, fmt.Sprintf("park-%s-%d", id, i)); err != nil {
+			t.Fatalf("park for %s: %v", id, err)
+		}
+	}
+}
+
 func addSub(t *testing.T, url, id string, extra ...string) {
 	t.Helper()
 	mustRelay(t, append([]string{"sub", "add", id, "--nats", url, "--url", "https://example.com/" + id, "--secret", testSecret}, extra...)...)
@@ -89,8 +102,7 @@ func TestStatusCountsEachSubscribersMessages(t *testing.T) {
 	for id, count := range map[string]int{"alpha": 3, "beta": 1} {
 		publishOn(t, n, "deliveries."+subscribers.LaneFor(id, 16)+"."+id, count)
 	}
-	// A plain message (no schedule header) stays on RETRIES.
-	publishOn(t, n, "retries.wait.alpha.x1", 2)
+	parkFor(t, n, "alpha", 2)
 	publishOn(t, n, "dlq.alpha.rejected", 1)
 	publishOn(t, n, "dlq.beta.rejected", 4)
 
@@ -99,11 +111,16 @@ func TestStatusCountsEachSubscribersMessages(t *testing.T) {
 		t.Fatalf("%d rows, want 2: %+v", len(rows), rows)
 	}
 	a, b := rows["alpha"], rows["beta"]
-	if a.Pending != 3 || a.Parked != 2 || a.Dead != 1 {
-		t.Errorf("alpha pending/parked/dead = %d/%d/%d, want 3/2/1", a.Pending, a.Parked, a.Dead)
+	if a.Pending != 3 || a.Dead != 1 {
+		t.Errorf("alpha pending/dead = %d/%d, want 3/1", a.Pending, a.Dead)
 	}
-	if b.Pending != 1 || b.Parked != 0 || b.Dead != 4 {
-		t.Errorf("beta pending/parked/dead = %d/%d/%d, want 1/0/4", b.Pending, b.Parked, b.Dead)
+	if b.Pending != 1 || b.Dead != 4 {
+		t.Errorf("beta pending/dead = %d/%d, want 1/4", b.Pending, b.Dead)
+	}
+	// Parked deliveries are in the summary and in --subscriber, not in
+	// the rows.
+	if out := mustRelay(t, "status", "--nats", n.URL, "--json"); strings.Contains(out, `"parked"`) {
+		t.Errorf("status --json counts parked deliveries per subscriber:\n%s", out)
 	}
 	if a.Lane != subscribers.LaneFor("alpha", 16) || a.State != "enabled" || b.State != "disabled" {
 		t.Errorf("alpha lane %q state %q, beta state %q", a.Lane, a.State, b.State)
@@ -127,19 +144,22 @@ func TestStatusCountsEachSubscribersMessages(t *testing.T) {
 
 	table := mustRelay(t, "status", "--nats", n.URL)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("table has %d lines, want a header and two rows:\n%s", len(lines), table)
+	if len(lines) != 5 {
+		t.Fatalf("table has %d lines, want a summary, a blank line, a header and two rows:\n%s", len(lines), table)
 	}
-	for _, col := range []string{"SUBSCRIBER", "STATE", "LANE", "PENDING", "PARKED", "LANE_IN_FLIGHT", "DEAD", "RATE", "TOKENS", "PAUSED_UNTIL", "CIRCUIT", "FAILURES", "OLDEST"} {
-		if !strings.Contains(lines[0], col) {
-			t.Errorf("header %q lacks %s", lines[0], col)
+	if want := "2 subscribers (1 enabled, 0 paused, 1 disabled), 0 open circuits, 4 pending, 2 parked, 5 dead letters, oldest queue "; !strings.HasPrefix(lines[0], want) {
+		t.Errorf("summary %q, want it to start with %q", lines[0], want)
+	}
+	for _, col := range []string{"SUBSCRIBER", "STATE", "LANE", "PENDING", "OVERFLOW", "LANE_IN_FLIGHT", "DEAD", "RATE", "TOKENS", "PAUSED_UNTIL", "CIRCUIT", "FAILURES", "OLDEST", "DEAD_BY_REASON"} {
+		if !strings.Contains(lines[2], col) {
+			t.Errorf("header %q lacks %s", lines[2], col)
 		}
 	}
-	if f := strings.Fields(lines[1]); f[0] != "alpha" || f[1] != "enabled" || f[3] != "3" || f[4] != "2" || f[6] != "1" || f[7] != "unlimited" {
-		t.Errorf("alpha row %q", lines[1])
+	if f := strings.Fields(lines[3]); f[0] != "alpha" || f[1] != "enabled" || f[3] != "3" || f[4] != "0" || f[6] != "1" || f[7] != "unlimited" || f[len(f)-1] != "rejected=1" {
+		t.Errorf("alpha row %q", lines[3])
 	}
-	if !strings.HasPrefix(lines[2], "beta") || !strings.Contains(lines[2], "disabled (disabled by relay sub disable)") || !strings.Contains(lines[2], "20/s") {
-		t.Errorf("beta row %q", lines[2])
+	if !strings.HasPrefix(lines[4], "beta") || !strings.Contains(lines[4], "disabled (disabled by relay sub disable)") || !strings.Contains(lines[4], "20/s") {
+		t.Errorf("beta row %q", lines[4])
 	}
 }
 
@@ -185,11 +205,11 @@ func TestStatusHintsAtADedicatedLaneForABigBacklog(t *testing.T) {
 	addSub(t, n.URL, "slow", "--rate", "1")
 	addSub(t, n.URL, "quick", "--rate", "1000")
 	publishOn(t, n, "deliveries."+subscribers.LaneFor("slow", 16)+".slow", 80)
-	publishOn(t, n, "retries.wait.slow.x1", 10)
+	parkFor(t, n, "slow", 10)
 	publishOn(t, n, "deliveries."+subscribers.LaneFor("quick", 16)+".quick", 80)
 
 	rows := statusJSON(t, n.URL)
-	const want = "backlog of 90 s at its rate: consider --lane dedicated"
+	const want = "backlog of 80 s at its rate: consider --lane dedicated"
 	if got := rows["slow"].Hint; got != want {
 		t.Errorf("slow: hint %q, want %q", got, want)
 	}
@@ -199,6 +219,10 @@ func TestStatusHintsAtADedicatedLaneForABigBacklog(t *testing.T) {
 	table := mustRelay(t, "status", "--nats", n.URL)
 	if !strings.Contains(table, "hint: slow: "+want) || strings.Contains(table, "hint: quick") {
 		t.Errorf("table does not give slow, and only slow, the hint:\n%s", table)
+	}
+	// The detail counts the parked ones too.
+	if detail := mustRelay(t, "status", "--nats", n.URL, "--subscriber", "slow"); !strings.Contains(detail, "backlog of 90 s at its rate") {
+		t.Errorf("detail of slow lacks the hint with its parked deliveries:\n%s", detail)
 	}
 }
 

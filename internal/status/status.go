@@ -3,14 +3,13 @@ package status
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
+	"maps"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc/pool"
 
@@ -20,29 +19,6 @@ import (
 	"github.com/relay-dev/relay/streams"
 )
 
-// Subject filters of the stream infos [Collect] makes, one per stream. The
-// subscriber id is a fixed token of each subject, so the per-subject counts
-// the server returns add up per subscriber.
-const (
-	// deliveriesFilter covers deliveries.<lane>.<subscriber>.
-	deliveriesFilter = "deliveries.>"
-	// retriesFilter covers retries.wait.<subscriber>.<id>, a delivery
-	// waiting for its time, and retries.due.<subscriber>, one whose time
-	// has come and that is on its way back to DELIVERIES: both are out of
-	// the subscriber's queue yet not delivered.
-	retriesFilter = "retries.>"
-	// dlqFilter covers dlq.<subscriber>.<reason>.
-	dlqFilter = "dlq.>"
-)
-
-// Token positions of the subscriber id in the subjects above, counted from
-// zero.
-const (
-	deliveriesSubscriberToken = 2
-	retriesSubscriberToken    = 2
-	dlqSubscriberToken        = 1
-)
-
 // HintBacklog is how much backlog, in time at its configured rate, a
 // subscriber on a shared lane may have before the report suggests a
 // dedicated lane. A minute of work queued behind one subscriber is when its
@@ -50,8 +26,8 @@ const (
 // starts to be worth isolating; below it, sharing costs nothing measurable.
 const HintBacklog = time.Minute
 
-// readers bounds how many per-subscriber reads (a KV get, a message get)
-// [Collect] has on the wire at once: enough to hide the round trips on a
+// readers bounds how many per-subscriber reads (a message get, a consumer
+// info) [Collect] has on the wire at once: enough to hide the round trips on a
 // remote cluster with thousands of subscribers, few enough not to load it.
 const readers = 16
 
@@ -60,13 +36,26 @@ const (
 	// Enabled: the fan-out copies matching events to the subscriber and
 	// its lane delivers them.
 	Enabled = "enabled"
-	// Paused: an operator's pause (`relay sub pause`); the fan-out still
-	// copies matching events to the subscriber, and its lane holds them
-	// all, sending nothing, until `relay sub resume` or [Subscriber.ResumesAt].
+	// Paused: the fan-out still copies matching events to the
+	// subscriber, and its lane holds them all, sending nothing: an
+	// operator's pause (`relay sub pause`) until `relay sub resume` or
+	// [Subscriber.ResumesAt], or the subscriber's own Retry-After until
+	// [Subscriber.PausedUntil]; [Subscriber.PauseReason] says which.
 	Paused = "paused"
 	// Disabled: the fan-out skips the subscriber and its lane holds what
 	// is queued, until `relay sub enable`. It wins over Paused.
 	Disabled = "disabled"
+)
+
+// ByOperator and ByRetryAfter are the values of [Subscriber.PauseReason].
+const (
+	// ByOperator: `relay sub pause`, until `relay sub resume` or
+	// [Subscriber.ResumesAt].
+	ByOperator = "operator"
+	// ByRetryAfter: the subscriber asked every relay to wait (a
+	// Retry-After, or a rate-limit reset), until [Subscriber.PausedUntil].
+	// An operator's pause wins when both hold.
+	ByRetryAfter = "retry_after"
 )
 
 // Subscriber is the status of one subscriber, one row of `relay status` and
@@ -78,6 +67,9 @@ type Subscriber struct {
 	// State is [Enabled], [Paused] or [Disabled], so that a queue that
 	// does not move is explained at once.
 	State string `json:"state"`
+	// PauseReason says what pauses a paused subscriber: [ByOperator] or
+	// [ByRetryAfter]; empty unless State is [Paused].
+	PauseReason string `json:"pause_reason,omitempty"`
 	// ResumesAt is when an operator's pause ends by itself (`relay sub
 	// pause --until`); zero when the subscriber is not paused, or paused
 	// until `relay sub resume`. PausedUntil is another pause, the
@@ -91,15 +83,28 @@ type Subscriber struct {
 	Lane string `json:"lane"`
 	// Dedicated reports whether Lane is the subscriber's own.
 	Dedicated bool `json:"dedicated"`
-	// Pending counts the subscriber's messages in DELIVERIES, on any lane:
-	// queued, held by a relay, or on the wire.
+	// Pending counts the subscriber's messages in DELIVERIES, on any lane
+	// or in its overflow: queued, held by a relay, or on the wire. It is
+	// Queued + Overflow.
 	Pending uint64 `json:"pending"`
+	// Queued counts the Pending messages on a lane subject,
+	// deliveries.<lane>.<subscriber>: what the lanes have to hand.
+	Queued uint64 `json:"queued"`
+	// Overflow counts the Pending messages on the subscriber's overflow
+	// subject, deliveries.overflow.<subscriber>: its backlog beyond its
+	// share of the lane, and what waits while it is paused, its circuit
+	// is open or it is disabled.
+	Overflow uint64 `json:"overflow"`
 	// Parked counts the subscriber's messages in RETRIES: deliveries that
-	// wait outside the lane for a retry or for the end of a pause
-	// (retries.wait.<id>.>), and the few whose time has come and that are
-	// on their way back to DELIVERIES (retries.due.<id>), so that no
-	// undelivered message is missing from the report.
-	Parked uint64 `json:"parked"`
+	// wait outside the lane for a retry (retries.wait.<id>.<unique id>,
+	// one subject each, as retry.Park writes them: the server counts the
+	// subjects), and the few whose time has come and that are on their way
+	// back to DELIVERIES (retries.due.<id>), so that no undelivered message
+	// is missing from the report. Only [Describe] counts them: the server
+	// has no count of them by subscriber but one request per subscriber
+	// (see the package doc), so [Collect] leaves Parked nil and counts all
+	// of RETRIES in [Summary.Parked].
+	Parked *uint64 `json:"parked,omitempty"`
 	// LaneInFlight is the number of messages the lane's consumer has handed
 	// out and not yet had acknowledged (held, on the wire, or handed back
 	// with a delay). JetStream keeps it per consumer, not per subject, so on
@@ -107,6 +112,11 @@ type Subscriber struct {
 	LaneInFlight int `json:"lane_in_flight"`
 	// Dead counts the subscriber's dead letters in DLQ.
 	Dead uint64 `json:"dead"`
+	// DeadByReason splits Dead by reason (the last token of
+	// dlq.<subscriber>.<reason>), so that a subscriber that rejects
+	// everything stands apart from one that timed out; absent when Dead
+	// is 0.
+	DeadByReason map[string]uint64 `json:"dead_by_reason,omitempty"`
 	// Rate is the configured rate in requests per second; 0 means
 	// unlimited.
 	Rate float64 `json:"rate"`
@@ -119,8 +129,8 @@ type Subscriber struct {
 	// tokens refilled at the effective rate since the entry was written;
 	// nil when the subscriber is unlimited and has no bucket.
 	Tokens *float64 `json:"tokens,omitempty"`
-	// PausedUntil is the end of a subscriber-wide pause (a Retry-After) when
-	// it is still in the future; zero otherwise.
+	// PausedUntil is the end of a subscriber-wide pause (a Retry-After or
+	// a rate-limit reset) when it is still in the future; zero otherwise.
 	PausedUntil time.Time `json:"paused_until,omitzero"`
 	// Circuit is the breaker's state: closed, open (cooling down, nothing is
 	// sent) or half-open (one probe may go).
@@ -141,8 +151,17 @@ type Subscriber struct {
 	Hint string `json:"hint,omitempty"`
 }
 
+// Report is what `relay status` prints: the summary line and a row per
+// subscriber.
+type Report struct {
+	// Summary adds the rows up.
+	Summary Summary
+	// Subscribers are the rows, sorted by id.
+	Subscribers []Subscriber
+}
+
 // Collect reads the status of each of subs from NATS, as `relay status`
-// prints it, and returns it sorted by id; an empty slice, not nil, when subs
+// prints it, with the rows sorted by id; an empty slice, not nil, when subs
 // is empty, so that the JSON form is []. sharedLanes is relay run's --lanes,
 // which decides the lane of every subscriber without a dedicated one; below
 // 1 Collect returns [ErrInvalidLanes].
@@ -151,94 +170,143 @@ type Subscriber struct {
 // creates them); a lane consumer that does not exist yet counts as nothing
 // in flight, and a subscriber without a relay_ratelimit entry has a full
 // bucket and a closed breaker, as the rate limiter treats it.
-func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Subscriber, sharedLanes int) ([]Subscriber, error) {
+func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Subscriber, sharedLanes int) (Report, error) {
 	if sharedLanes < 1 {
-		return nil, fmt.Errorf("%w, got %d", ErrInvalidLanes, sharedLanes)
+		return Report{}, fmt.Errorf("%w, got %d", ErrInvalidLanes, sharedLanes)
 	}
 	out := make([]Subscriber, len(subs))
 	if len(subs) == 0 {
-		return out, nil
+		return Report{Subscribers: out}, nil
 	}
-	deliveries, err := js.Stream(ctx, streams.Deliveries)
+	r, err := open(ctx, js)
 	if err != nil {
-		return nil, streamErr(streams.Deliveries, err)
+		return Report{}, err
 	}
-	info, err := deliveries.Info(ctx, jetstream.WithSubjectFilter(deliveriesFilter))
+	c, err := r.counts(ctx, everyone)
 	if err != nil {
-		return nil, streamErr(streams.Deliveries, err)
+		return Report{}, err
 	}
-	now := info.TimeStamp.UTC()
-	if info.TimeStamp.IsZero() {
-		// A server too old to stamp its answers: the local clock is the
-		// best there is.
-		now = time.Now().UTC()
-	}
-	pending := countBySubscriber(info.State.Subjects, deliveriesSubscriberToken)
-	parked, err := subjectCounts(ctx, js, streams.Retries, retriesFilter, retriesSubscriberToken)
+	entries, err := r.rateEntries(ctx, "*")
 	if err != nil {
-		return nil, err
+		return Report{}, err
 	}
-	dead, err := subjectCounts(ctx, js, streams.DLQ, dlqFilter, dlqSubscriberToken)
-	if err != nil {
-		return nil, err
+	if err := r.rows(ctx, c, entries, subs, sharedLanes, out); err != nil {
+		return Report{}, err
 	}
-	kv, err := js.KeyValue(ctx, streams.RateLimitBucket)
-	if err != nil {
+	slices.SortFunc(out, func(a, b Subscriber) int { return cmp.Compare(a.ID, b.ID) })
+	s := Summarize(out)
+	s.Parked = c.retries
+	return Report{Summary: s, Subscribers: out}, nil
+}
+
+// reader holds what the reads of one report go through.
+type reader struct {
+	nc                       *nats.Conn
+	deliveries, retries, dlq jetstream.Stream
+}
+
+// open looks up the streams and the bucket a report reads: four stream
+// infos without subjects, each a small request.
+func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
+	r := &reader{nc: js.Conn()}
+	for _, s := range []struct {
+		name string
+		dst  *jetstream.Stream
+	}{{streams.Deliveries, &r.deliveries}, {streams.Retries, &r.retries}, {streams.DLQ, &r.dlq}} {
+		stream, err := js.Stream(ctx, s.name)
+		if err != nil {
+			return nil, streamErr(s.name, err)
+		}
+		*s.dst = stream
+	}
+	if _, err := js.KeyValue(ctx, streams.RateLimitBucket); err != nil {
 		return nil, fmt.Errorf("status: opening KV bucket %s (relay run creates it): %w", streams.RateLimitBucket, err)
 	}
+	return r, nil
+}
 
-	inFlight := map[string]int{}
+// rows fills out[i] with the status of subs[i] from the counts c, the
+// relay_ratelimit entries and the reads that have no aggregate form: an
+// oldest message each that has a queue, and a consumer info per lane in
+// use, [readers] of them on the wire at once.
+func (r *reader) rows(ctx context.Context, c counts, entries map[string]rateEntry, subs []subscribers.Subscriber, sharedLanes int, out []Subscriber) error {
+	lanesInUse := map[string]*int{}
 	for i, sub := range subs {
-		lane := sub.Lane(sharedLanes)
-		out[i] = Subscriber{
-			ID:        sub.ID,
-			State:     Enabled,
-			Lane:      lane,
-			Dedicated: sub.Dedicated,
-			Pending:   pending[sub.ID],
-			Parked:    parked[sub.ID],
-			Dead:      dead[sub.ID],
-			Rate:      sub.Rate,
-			Burst:     sub.Burst,
-			Circuit:   ratelimit.Closed,
+		out[i] = baseRow(sub, sharedLanes, c)
+		if e, ok := entries[sub.ID]; ok {
+			rateState(sub, &e, c.now, &out[i])
+		} else {
+			rateState(sub, nil, c.now, &out[i])
 		}
-		switch {
-		case sub.Disabled:
-			out[i].State, out[i].DisabledReason = Disabled, sub.DisabledReason
-		case sub.PausedAt(now):
-			out[i].State, out[i].ResumesAt = Paused, utcOrZero(sub.PausedUntil)
+		if lanesInUse[out[i].Lane] == nil {
+			lanesInUse[out[i].Lane] = new(int)
 		}
-		if _, seen := inFlight[lane]; !seen {
-			n, err := laneInFlight(ctx, deliveries, lane)
-			if err != nil {
-				return nil, err
-			}
-			inFlight[lane] = n
-		}
-		out[i].LaneInFlight = inFlight[lane]
 	}
 
 	p := pool.New().WithMaxGoroutines(readers).WithContext(ctx).WithCancelOnError().WithFirstError()
-	for i, sub := range subs {
+	for lane, n := range lanesInUse {
+		p.Go(func(ctx context.Context) error {
+			v, err := laneInFlight(ctx, r.deliveries, lane)
+			*n = v
+			return err
+		})
+	}
+	for i := range out {
+		if out[i].Pending == 0 {
+			continue
+		}
 		row := &out[i]
 		p.Go(func(ctx context.Context) error {
-			if err := readRateState(ctx, kv, sub, now, row); err != nil {
-				return err
-			}
-			if row.Pending > 0 {
-				if err := readOldest(ctx, deliveries, info.State.FirstSeq, now, row); err != nil {
-					return err
-				}
-			}
-			row.Hint = hint(*row)
-			return nil
+			return readOldest(ctx, r.deliveries, c.firstSeq, c.now, row)
 		})
 	}
 	if err := p.Wait(); err != nil {
-		return nil, err
+		return err
 	}
-	slices.SortFunc(out, func(a, b Subscriber) int { return cmp.Compare(a.ID, b.ID) })
-	return out, nil
+	for i := range out {
+		out[i].LaneInFlight = *lanesInUse[out[i].Lane]
+		settle(&out[i], subs[i], c.now)
+	}
+	return nil
+}
+
+// baseRow is the row of sub from its configuration and the counts c, before
+// the per-subscriber reads.
+func baseRow(sub subscribers.Subscriber, sharedLanes int, c counts) Subscriber {
+	row := Subscriber{
+		ID:        sub.ID,
+		State:     Enabled,
+		Lane:      sub.Lane(sharedLanes),
+		Dedicated: sub.Dedicated,
+		Queued:    c.queued[sub.ID],
+		Overflow:  c.overflow[sub.ID],
+		Rate:      sub.Rate,
+		Burst:     sub.Burst,
+		Circuit:   ratelimit.Closed,
+	}
+	row.Pending = row.Queued + row.Overflow
+	if dead := c.dead[sub.ID]; len(dead) > 0 {
+		row.DeadByReason = maps.Clone(dead)
+		for _, n := range dead {
+			row.Dead += n
+		}
+	}
+	return row
+}
+
+// settle decides the state of row once everything is read: disabled wins
+// over an operator's pause, which wins over a Retry-After pause; and the
+// hint, which needs the parked count when there is one.
+func settle(row *Subscriber, sub subscribers.Subscriber, now time.Time) {
+	switch {
+	case sub.Disabled:
+		row.State, row.DisabledReason = Disabled, sub.DisabledReason
+	case sub.PausedAt(now):
+		row.State, row.PauseReason, row.ResumesAt = Paused, ByOperator, utcOrZero(sub.PausedUntil)
+	case !row.PausedUntil.IsZero():
+		row.State, row.PauseReason = Paused, ByRetryAfter
+	}
+	row.Hint = hint(*row)
 }
 
 // utcOrZero returns t in UTC, leaving the zero time zero.
@@ -256,35 +324,6 @@ func streamErr(name string, err error) error {
 	return fmt.Errorf("status: reading stream %s: %w", name, err)
 }
 
-// subjectCounts makes one stream info with a subject filter and adds the
-// per-subject counts up per subscriber.
-func subjectCounts(ctx context.Context, js jetstream.JetStream, name, filter string, token int) (map[string]uint64, error) {
-	stream, err := js.Stream(ctx, name)
-	if err != nil {
-		return nil, streamErr(name, err)
-	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return nil, streamErr(name, err)
-	}
-	return countBySubscriber(info.State.Subjects, token), nil
-}
-
-// countBySubscriber adds up per-subject message counts by the subject's
-// token-th token, the subscriber id. A subject too short to have one was not
-// written by relay and is left out.
-func countBySubscriber(subjects map[string]uint64, token int) map[string]uint64 {
-	counts := make(map[string]uint64, len(subjects))
-	for subject, n := range subjects {
-		parts := strings.SplitN(subject, ".", token+2)
-		if len(parts) <= token {
-			continue
-		}
-		counts[parts[token]] += n
-	}
-	return counts
-}
-
 // laneInFlight is the NumAckPending of a lane's consumer, 0 when the lane
 // has no consumer yet (no relay has started it).
 func laneInFlight(ctx context.Context, deliveries jetstream.Stream, lane string) (int, error) {
@@ -296,51 +335,6 @@ func laneInFlight(ctx context.Context, deliveries jetstream.Stream, lane string)
 		return 0, fmt.Errorf("status: reading consumer %s: %w", lanes.ConsumerName(lane), err)
 	}
 	return c.CachedInfo().NumAckPending, nil
-}
-
-// readRateState fills the rate-limit fields of row from the subscriber's
-// relay_ratelimit entry, read at the server time now.
-func readRateState(ctx context.Context, kv jetstream.KeyValue, sub subscribers.Subscriber, now time.Time, row *Subscriber) error {
-	limit := ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
-	var st ratelimit.State
-	written := now
-	full := true
-	e, err := kv.Get(ctx, sub.ID)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// No entry: nothing was sent lately (or the entry expired), which
-		// the rate limiter reads as a full bucket and a closed breaker.
-	case err != nil:
-		return fmt.Errorf("status: reading %s in KV bucket %s: %w", sub.ID, streams.RateLimitBucket, err)
-	default:
-		// A value that is not a State was written around relay; the rate
-		// limiter starts such a subscriber over from a full bucket, and so
-		// does the report.
-		if json.Unmarshal(e.Value(), &st) == nil {
-			written, full = e.Created(), false
-		} else {
-			st = ratelimit.State{}
-		}
-	}
-	row.EffectiveRate = ratelimit.EffectiveRate(st, limit)
-	if !limit.Unlimited() {
-		var tokens float64
-		if full {
-			// Refill never goes beyond the bucket's capacity, so an
-			// unbounded start gives exactly a full bucket.
-			tokens = ratelimit.Refill(math.Inf(1), now, now, 0, limit)
-		} else {
-			tokens = st.TokensAt(written, now, limit)
-		}
-		tokens = math.Round(tokens*1000) / 1000
-		row.Tokens = &tokens
-	}
-	if st.PausedUntil.After(now) {
-		row.PausedUntil = st.PausedUntil.UTC()
-	}
-	row.Circuit = st.CircuitAt(now)
-	row.Failures = st.Failures
-	return nil
 }
 
 // readOldest fills the oldest-pending fields of row: the first message at
@@ -374,12 +368,16 @@ func formatAge(d time.Duration) string {
 	}
 }
 
-// hint is the advice of [Subscriber.Hint] for row.
+// hint is the advice of [Subscriber.Hint] for row: its pending deliveries,
+// and its parked ones where they were counted, against its rate.
 func hint(row Subscriber) string {
 	if row.Dedicated || row.Rate <= 0 {
 		return ""
 	}
-	backlog := float64(row.Pending + row.Parked)
+	backlog := float64(row.Pending)
+	if row.Parked != nil {
+		backlog += float64(*row.Parked)
+	}
 	if backlog <= row.Rate*HintBacklog.Seconds() {
 		return ""
 	}

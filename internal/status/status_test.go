@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
@@ -38,6 +40,20 @@ func queue(t *testing.T, js jetstream.JetStream, sub subscribers.Subscriber, n i
 	pub(t, js, "deliveries."+sub.Lane(testLanes)+"."+sub.ID, n)
 }
 
+// park parks n deliveries for subscriber id in RETRIES as a lane does,
+// each a JetStream message schedule on a subject of its own, due in an hour
+// so that nothing moves them during the test.
+func park(t *testing.T, js jetstream.JetStream, id string, n int) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	at := time.Now().Add(time.Hour)
+	for i := range n {
+		if err := retry.Park(ctx, js, id, fmt.Appendf(nil, "p%d", i), nats.Header{}, at, fmt.Sprintf("park-%s-%d", id, i)); err != nil {
+			t.Fatalf("park for %s: %v", id, err)
+		}
+	}
+}
+
 // putState writes a relay_ratelimit entry by hand.
 func putState(t *testing.T, js jetstream.JetStream, id string, st ratelimit.State) {
 	t.Helper()
@@ -57,10 +73,11 @@ func putState(t *testing.T, js jetstream.JetStream, id string, st ratelimit.Stat
 
 func collect(t *testing.T, js jetstream.JetStream, subs ...subscribers.Subscriber) map[string]Subscriber {
 	t.Helper()
-	rows, err := Collect(testutil.Context(t), js, subs, testLanes)
+	report, err := Collect(testutil.Context(t), js, subs, testLanes)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
+	rows := report.Subscribers
 	if len(rows) != len(subs) {
 		t.Fatalf("Collect returned %d rows for %d subscribers", len(rows), len(subs))
 	}
@@ -96,10 +113,11 @@ func laneMates(t *testing.T) (string, string) {
 func TestCollectWithoutSubscribersIsEmptyNotNil(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
-	rows, err := Collect(testutil.Context(t), n.JS, nil, testLanes)
+	report, err := Collect(testutil.Context(t), n.JS, nil, testLanes)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows := report.Subscribers
 	if rows == nil || len(rows) != 0 {
 		t.Fatalf("Collect(no subscribers) = %#v, want an empty slice", rows)
 	}
@@ -127,28 +145,42 @@ func TestCollectCountsEachSubscribersMessages(t *testing.T) {
 	// A delivery left on another lane (before a --lanes change) is still
 	// the subscriber's.
 	pub(t, n.JS, "deliveries.d_alpha.alpha", 1)
-	pub(t, n.JS, "retries.wait.alpha.x1", 2)
+	pub(t, n.JS, "deliveries.overflow.alpha", 2)
+	park(t, n.JS, "alpha", 2)
 	pub(t, n.JS, "retries.due.alpha", 1)
-	pub(t, n.JS, "retries.wait.beta.x1", 1)
+	park(t, n.JS, "beta", 1)
 	pub(t, n.JS, "dlq.alpha.rejected", 1)
 	pub(t, n.JS, "dlq.beta.gone", 2)
 	pub(t, n.JS, "dlq.beta.max_attempts", 3)
 	// Messages of a removed subscriber belong to nobody in the report.
 	pub(t, n.JS, "deliveries.s00.gone", 5)
 
-	rows, err := Collect(testutil.Context(t), n.JS, []subscribers.Subscriber{beta, alpha}, testLanes)
+	report, err := Collect(testutil.Context(t), n.JS, []subscribers.Subscriber{beta, alpha}, testLanes)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows := report.Subscribers
 	if len(rows) != 2 || rows[0].ID != "alpha" || rows[1].ID != "beta" {
 		t.Fatalf("rows %+v, want alpha then beta", rows)
 	}
 	a, b := rows[0], rows[1]
-	if a.Pending != 4 || a.Parked != 3 || a.Dead != 1 {
-		t.Errorf("alpha pending/parked/dead = %d/%d/%d, want 4/3/1", a.Pending, a.Parked, a.Dead)
+	if a.Pending != 6 || a.Queued != 4 || a.Overflow != 2 || a.Dead != 1 {
+		t.Errorf("alpha pending/queued/overflow/dead = %d/%d/%d/%d, want 6/4/2/1", a.Pending, a.Queued, a.Overflow, a.Dead)
 	}
-	if b.Pending != 1 || b.Parked != 1 || b.Dead != 5 {
-		t.Errorf("beta pending/parked/dead = %d/%d/%d, want 1/1/5", b.Pending, b.Parked, b.Dead)
+	if b.Pending != 1 || b.Queued != 1 || b.Overflow != 0 || b.Dead != 5 {
+		t.Errorf("beta pending/queued/overflow/dead = %d/%d/%d/%d, want 1/1/0/5", b.Pending, b.Queued, b.Overflow, b.Dead)
+	}
+	// Parked deliveries are counted in all, not per subscriber: the
+	// server could count them only one request per subscriber.
+	if a.Parked != nil || b.Parked != nil {
+		t.Errorf("parked counted per subscriber in the overview: alpha %v, beta %v", a.Parked, b.Parked)
+	}
+	want := Summary{Subscribers: 2, Enabled: 1, Disabled: 1, Pending: 7, Parked: 4, DeadLetters: 6, OldestQueue: report.Summary.OldestQueue, OldestQueueAge: report.Summary.OldestQueueAge}
+	if report.Summary != want || report.Summary.OldestQueue == "" {
+		t.Errorf("summary %+v, want %+v", report.Summary, want)
+	}
+	if !maps.Equal(a.DeadByReason, map[string]uint64{"rejected": 1}) || !maps.Equal(b.DeadByReason, map[string]uint64{"gone": 2, "max_attempts": 3}) {
+		t.Errorf("dead by reason: alpha %v, beta %v", a.DeadByReason, b.DeadByReason)
 	}
 	if a.State != Enabled || b.State != Disabled || b.DisabledReason != "410 Gone" {
 		t.Errorf("states %q, %q (%q)", a.State, b.State, b.DisabledReason)
@@ -176,7 +208,7 @@ func TestCollectOldestPendingIsEmptyWithoutAQueue(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
 	idle := limited("idle", 5)
-	pub(t, n.JS, "retries.wait.idle.x1", 1)
+	park(t, n.JS, "idle", 1)
 	row := collect(t, n.JS, idle)["idle"]
 	if !row.OldestPendingAt.IsZero() || row.OldestPendingAge != "" {
 		t.Fatalf("oldest pending at %v age %q, want none", row.OldestPendingAt, row.OldestPendingAge)
@@ -200,10 +232,28 @@ func TestCollectReadsTheRateLimitEntry(t *testing.T) {
 	putState(t, n.JS, "probing", ratelimit.State{Tokens: 0, Rate: 2.5, OpenUntil: time.Now().Add(-time.Minute), Failures: 7})
 	putState(t, n.JS, "past", ratelimit.State{Tokens: 10, PausedUntil: time.Now().Add(-time.Minute)})
 
-	rows := collect(t, n.JS, paused, probing, past)
+	// A deleted entry (the rate limiter's bucket has a TTL too) is no
+	// entry: a full bucket.
+	erased := limited("erased", 4)
+	putState(t, n.JS, "erased", ratelimit.State{Tokens: 0, Failures: 9, OpenUntil: future})
+	kv, err := n.JS.KeyValue(testutil.Context(t), streams.RateLimitBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(testutil.Context(t), "erased"); err != nil {
+		t.Fatal(err)
+	}
+
+	rows := collect(t, n.JS, paused, probing, past, erased)
+	if e := rows["erased"]; e.Tokens == nil || *e.Tokens != 4 || e.Circuit != ratelimit.Closed || e.Failures != 0 {
+		t.Errorf("erased: tokens %v circuit %s failures %d, want a full bucket of 4, closed, 0", e.Tokens, e.Circuit, e.Failures)
+	}
 	p := rows["paused"]
 	if !p.PausedUntil.Equal(future) || p.Circuit != ratelimit.Open || p.Failures != 5 {
 		t.Errorf("paused: until %v circuit %s failures %d, want %v open 5", p.PausedUntil, p.Circuit, p.Failures, future)
+	}
+	if p.State != Paused || p.PauseReason != ByRetryAfter || !p.ResumesAt.IsZero() {
+		t.Errorf("paused: state %q by %q resumes at %v, want paused by retry_after", p.State, p.PauseReason, p.ResumesAt)
 	}
 	// Written just now at 1/s: about 2 tokens, never more than the burst.
 	if p.Tokens == nil || *p.Tokens < 2 || *p.Tokens > 10 {
@@ -213,8 +263,8 @@ func TestCollectReadsTheRateLimitEntry(t *testing.T) {
 	if q.Circuit != ratelimit.HalfOpen || q.Failures != 7 || q.EffectiveRate != 2.5 || !q.PausedUntil.IsZero() {
 		t.Errorf("probing: circuit %s failures %d effective %v paused %v, want half-open 7 2.5 none", q.Circuit, q.Failures, q.EffectiveRate, q.PausedUntil)
 	}
-	if r := rows["past"]; !r.PausedUntil.IsZero() || r.Circuit != ratelimit.Closed || r.Tokens == nil || *r.Tokens != 10 {
-		t.Errorf("past: paused %v circuit %s tokens %v, want no pause, closed, 10", r.PausedUntil, r.Circuit, r.Tokens)
+	if r := rows["past"]; !r.PausedUntil.IsZero() || r.Circuit != ratelimit.Closed || r.Tokens == nil || *r.Tokens != 10 || r.State != Enabled || r.PauseReason != "" {
+		t.Errorf("past: paused %v circuit %s tokens %v state %q %q, want no pause, closed, 10, enabled", r.PausedUntil, r.Circuit, r.Tokens, r.State, r.PauseReason)
 	}
 	raw, err := json.Marshal(rows["past"])
 	if err != nil {
@@ -230,8 +280,8 @@ func TestCollectHintsAtADedicatedLaneForABigBacklog(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	slow, fast, own, free := limited("slow", 1), limited("fast", 100), limited("own", 1), limited("free", 0)
 	own.Dedicated = true
-	queue(t, n.JS, slow, 50)
-	pub(t, n.JS, "retries.wait.slow.x1", 20)
+	queue(t, n.JS, slow, 70)
+	park(t, n.JS, "slow", 20)
 	queue(t, n.JS, fast, 70)
 	queue(t, n.JS, own, 70)
 	queue(t, n.JS, free, 70)
@@ -239,6 +289,14 @@ func TestCollectHintsAtADedicatedLaneForABigBacklog(t *testing.T) {
 	rows := collect(t, n.JS, slow, fast, own, free)
 	if got, want := rows["slow"].Hint, "backlog of 70 s at its rate: consider --lane dedicated"; got != want {
 		t.Errorf("slow: hint %q, want %q", got, want)
+	}
+	// The detail counts the parked ones too.
+	d, err := Describe(testutil.Context(t), n.JS, slow, testLanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.Hint, "backlog of 90 s at its rate: consider --lane dedicated"; got != want {
+		t.Errorf("slow in detail: hint %q, want %q", got, want)
 	}
 	for _, id := range []string{"fast", "own", "free"} {
 		if h := rows[id].Hint; h != "" {
@@ -322,21 +380,21 @@ func TestCollectShowsAnOperatorsPause(t *testing.T) {
 	timed.Paused, timed.PausedUntil = true, until
 	over.Paused, over.PausedUntil = true, time.Now().Add(-time.Hour)
 	both.Paused, both.Disabled = true, true
-	rows, err := Collect(testutil.Context(t), n.JS, []subscribers.Subscriber{held, timed, over, both}, testLanes)
+	report, err := Collect(testutil.Context(t), n.JS, []subscribers.Subscriber{held, timed, over, both}, testLanes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]Subscriber{}
-	for _, r := range rows {
+	for _, r := range report.Subscribers {
 		got[r.ID] = r
 	}
-	if r := got["held"]; r.State != Paused || !r.ResumesAt.IsZero() {
+	if r := got["held"]; r.State != Paused || r.PauseReason != ByOperator || !r.ResumesAt.IsZero() {
 		t.Errorf("held: state %q resumes at %v, want paused until resume", r.State, r.ResumesAt)
 	}
 	if r := got["timed"]; r.State != Paused || !r.ResumesAt.Equal(until) || r.ResumesAt.Location() != time.UTC {
 		t.Errorf("timed: state %q resumes at %v, want paused until %v", r.State, r.ResumesAt, until)
 	}
-	if r := got["over"]; r.State != Enabled || !r.ResumesAt.IsZero() {
+	if r := got["over"]; r.State != Enabled || r.PauseReason != "" || !r.ResumesAt.IsZero() {
 		t.Errorf("over: state %q resumes at %v, want enabled", r.State, r.ResumesAt)
 	}
 	if r := got["both"]; r.State != Disabled {
