@@ -234,7 +234,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 
 	var metricsAddr net.Addr
 	var wg conc.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	if f.metricsAddr != "" {
 		ln, err := net.Listen("tcp", f.metricsAddr)
 		if err != nil {
@@ -243,6 +243,11 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		metricsAddr = ln.Addr()
 		wg.Go(func() { errs <- m.ServeListener(runCtx, ln) })
 	}
+	// The gauges about the whole cluster (queues, pauses, circuits) are read
+	// from these when /metrics is scraped; removed subscribers' series go.
+	wg.Go(func() {
+		errs <- m.Run(runCtx, metrics.Sources{JS: js, Subscribers: live, Limiter: limiter, Logger: log})
+	})
 	// The lanes tell the fan-out which subscribers have a backlog, so that
 	// their copies skip the lane (see overflow.Backlogged).
 	backlogs := &overflow.Backlogged{}

@@ -61,7 +61,9 @@ const retryDelay = 2 * time.Second
 type pending struct {
 	msg     jetstream.Msg
 	futures []jetstream.PubAckFuture
-	err     error
+	// subs[i] is the subscriber of futures[i], for the metrics.
+	subs []*subscribers.Subscriber
+	err  error
 }
 
 // Run fans out events until ctx is cancelled, then stops pulling, waits for
@@ -91,7 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 	acks := make(chan pending, 2048)
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
-	wg.Go(func() { ackInOrder(acks, log) })
+	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics) })
 	wg.Go(func() {
 		defer close(acks)
 		copyEvents(ctx, js, cfg, view, in, acks)
@@ -135,9 +137,7 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 		}
 		view.upTo(ctx, batch)
 		for _, m := range batch {
-			p := publishCopies(ctx, js, cfg, m)
-			cfg.Metrics.Event(len(p.futures))
-			acks <- p
+			acks <- publishCopies(ctx, js, cfg, m)
 		}
 		clear(batch)
 	}
@@ -233,6 +233,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	if len(subs) == 0 {
 		return p
 	}
+	p.subs = subs
 	// One header for the event, a shallow copy of it per copy: publishing
 	// sets the copy's Nats-Msg-Id on its own map and changes no value.
 	header := CopyHeader(orig, id, eventType, md.Timestamp)
@@ -278,13 +279,17 @@ func publishAsync(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id s
 
 // ackInOrder waits for each event's PubAcks and then acknowledges the event,
 // or hands it back to be fanned out again; duplicates of copies already
-// stored are dropped by JetStream's Nats-Msg-Id dedupe.
-func ackInOrder(acks <-chan pending, log *slog.Logger) {
+// stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
+// copies again).
+func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics) {
 	for p := range acks {
 		err := p.err
-		for _, f := range p.futures {
+		for i, f := range p.futures {
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				if !ack.Duplicate {
+					m.Copied(p.subs[i].ID)
+				}
 			case e := <-f.Err():
 				if err == nil {
 					err = e
@@ -299,5 +304,6 @@ func ackInOrder(acks <-chan pending, log *slog.Logger) {
 		if err := p.msg.Ack(); err != nil {
 			log.Warn("fanout: ack", "err", err)
 		}
+		m.EventIngested()
 	}
 }

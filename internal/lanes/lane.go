@@ -14,6 +14,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/streams"
 )
@@ -45,6 +46,8 @@ type lane struct {
 	// confirmed is when the last keep-alive round that the server is known
 	// to have received began (unix nanoseconds, real time).
 	confirmed atomic.Int64
+	// flight counts its requests in flight, for relay_lane_in_flight.
+	flight *metrics.Lane
 
 	mu     sync.Mutex
 	scheds map[string]*scheduler
@@ -60,6 +63,7 @@ func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, 
 		runCtx: ctx,
 		log:    cfg.Logger.With("lane", name),
 		scheds: make(map[string]*scheduler),
+		flight: cfg.Metrics.Lane(name),
 	}
 	l.confirmed.Store(time.Now().UnixNano())
 	if _, err := l.consumer(ctx); err != nil {
@@ -120,6 +124,7 @@ func (l *lane) run(ctx context.Context) {
 	l.starting.Unlock()
 	l.handBackAll()
 	l.work.Wait()
+	l.flight.Close()
 }
 
 // dispatch places one message with its subscriber's scheduler. It never

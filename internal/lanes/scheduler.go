@@ -436,7 +436,11 @@ func (s *scheduler) loop(ctx context.Context) {
 				s.mu.Unlock()
 				continue
 			}
+			waitFrom := s.lane.cfg.Clock.Now()
 			s.sleep(ctx, dec.Wait, false)
+			if dec.Hold == ratelimit.Token {
+				s.lane.cfg.Metrics.TokenWait(s.id, s.lane.cfg.Clock.Now().Sub(waitFrom))
+			}
 			continue
 		}
 
@@ -462,10 +466,12 @@ func (s *scheduler) loop(ctx context.Context) {
 			}
 			continue
 		}
+		s.lane.flight.Begin()
 		s.lane.work.Go(func() {
 			// An in-flight request finishes even when the relay is stopping:
 			// its outcome is then acked, parked or dead-lettered, never lost.
 			defer release()
+			defer s.lane.flight.End()
 			start := s.lane.cfg.Clock.Now()
 			s.mu.Lock()
 			localIsAttempt := s.localStreak >= maxLocalStreak

@@ -150,7 +150,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 		// No descriptor, no port, the relay stopping: not the subscriber's
 		// failure, not an attempt, nothing for the breaker.
 		l.log.Warn("lanes: request not made", "subscriber", sub.ID, "err", out.Err)
-		l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
+		l.cfg.Metrics.Attempt(sub.ID, out.Class.String(), out.Duration)
 		if l.stopping.Load() {
 			_ = d.msg.Nak()
 		} else {
@@ -160,7 +160,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	}
 	d.attempts++
 	d.attempted = true
-	l.cfg.Metrics.Attempt(out.Class.String(), out.Duration)
+	l.cfg.Metrics.Attempt(sub.ID, out.Class.String(), out.Duration)
 	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(sub), resultOf(out, probe)); err != nil {
 		l.log.Warn("lanes: recording the outcome for the rate limiter", "subscriber", sub.ID, "err", err)
 	}
@@ -168,6 +168,7 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 
 	switch out.Class {
 	case deliver.Delivered:
+		l.cfg.Metrics.Delivered(sub.ID, publishedAt(d))
 		if err := d.msg.Ack(); err != nil {
 			l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
 		}
@@ -211,8 +212,21 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	h.Set(streams.HeaderFirstAttemptAt, d.firstAt.UTC().Format(time.RFC3339Nano))
 	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
 	setOrDel(h, streams.HeaderLastError, death.LastError, death.LastError != "")
+	l.cfg.Metrics.Retried(sub.ID)
 	l.park(ctx, d, sub, h, at)
 	return out
+}
+
+// publishedAt is when the delivery's event was published on EVENTS (its
+// Relay-Published-At), zero when the copy does not say (one published on
+// DELIVERIES by hand).
+func publishedAt(d delivery) time.Time {
+	v := d.msg.Headers().Get(streams.HeaderPublishedAt)
+	if v == "" {
+		return time.Time{}
+	}
+	at, _ := time.Parse(time.RFC3339Nano, v)
+	return at
 }
 
 // park moves a delivery into RETRIES until at and acks the original once
@@ -255,6 +269,7 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 		_ = d.msg.NakWithDelay(settleRetry)
 		return false
 	}
+	l.cfg.Metrics.DeadLettered(id, death.Reason)
 	l.log.Info("lanes: dead-lettered", "subscriber", id, "event", h.Get(streams.HeaderEventID),
 		"reason", death.Reason, "attempts", death.Attempts, "last_status", death.LastStatus)
 	if err := d.msg.TermWithReason(string(death.Reason)); err != nil {

@@ -4,10 +4,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/metrics"
 )
 
@@ -22,9 +26,82 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// families scrapes /metrics over HTTP and parses it as Prometheus does.
+func families(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	return fams
+}
+
+// value is the value of the series of name whose labels include the given
+// pairs (a histogram's sample count), and whether there is one.
+func value(fams map[string]*dto.MetricFamily, name string, pairs ...string) (float64, bool) {
+	f, ok := fams[name]
+	if !ok {
+		return 0, false
+	}
+	for _, m := range f.GetMetric() {
+		if !hasLabels(m, pairs) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		case m.Untyped != nil:
+			return m.GetUntyped().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+func hasLabels(m *dto.Metric, pairs []string) bool {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == pairs[i] && l.GetValue() == pairs[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// want fails the test unless the series exists with the value.
+func want(t *testing.T, fams map[string]*dto.MetricFamily, v float64, name string, pairs ...string) {
+	t.Helper()
+	got, ok := value(fams, name, pairs...)
+	if !ok {
+		t.Errorf("%s%v: no such series", name, pairs)
+		return
+	}
+	if got != v {
+		t.Errorf("%s%v = %v, want %v", name, pairs, got, v)
+	}
+}
+
 // The probes an orchestrator uses: /healthz while the process lives,
-// /readyz only while the relay consumes, and the counters on /metrics.
-func TestHandlerServesProbesAndCounters(t *testing.T) {
+// /readyz only while the relay consumes; and what the relay records shows
+// on /metrics under the names the dashboard and the alerts use.
+func TestHandlerServesProbesAndSeries(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
 	srv := httptest.NewServer(m.Handler())
@@ -40,18 +117,73 @@ func TestHandlerServesProbesAndCounters(t *testing.T) {
 	if code, _ := get(t, srv.URL+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz when ready = %d", code)
 	}
-	m.Event(3)
-	m.Attempt("delivered", 5*time.Millisecond)
+
+	for range 3 {
+		m.Copied("a")
+	}
+	m.EventIngested()
+	m.Attempt("a", "delivered", 5*time.Millisecond)
+	m.Delivered("a", time.Now().Add(-time.Second))
+	m.Attempt("a", "retryable", time.Millisecond)
+	m.Retried("a")
+	m.DeadLettered("a", deadletter.Expired)
+	m.DeadLettered("b", deadletter.Rejected)
+	m.TokenWait("a", 250*time.Millisecond)
 	m.Overflow()
-	_, body := get(t, srv.URL+"/metrics")
-	for _, want := range []string{
-		"relay_events_fanned_out_total 1",
-		"relay_delivery_copies_total 3",
-		`relay_delivery_attempts_total{outcome="delivered"} 1`,
-		"relay_deliveries_overflowed_total 1",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
+	lane := m.Lane("s00")
+	lane.Begin()
+
+	fams := families(t, srv.URL)
+	want(t, fams, 1, "relay_events_ingested_total")
+	want(t, fams, 3, "relay_fanout_deliveries_total", "subscriber", "a")
+	want(t, fams, 1, "relay_deliveries_total", "subscriber", "a", "outcome", "delivered")
+	want(t, fams, 1, "relay_deliveries_total", "subscriber", "a", "outcome", "retried")
+	want(t, fams, 1, "relay_deliveries_total", "subscriber", "a", "outcome", "dead")
+	want(t, fams, 1, "relay_delivery_attempts_total", "outcome", "delivered")
+	want(t, fams, 1, "relay_delivery_attempts_total", "outcome", "retryable")
+	want(t, fams, 2, "relay_delivery_attempt_duration_seconds", "subscriber", "a")
+	want(t, fams, 1, "relay_event_delivery_latency_seconds", "subscriber", "a")
+	want(t, fams, 1, "relay_dlq_messages_total", "subscriber", "a", "reason", "expired")
+	want(t, fams, 1, "relay_dlq_messages_total", "subscriber", "b", "reason", "rejected")
+	want(t, fams, 1, "relay_deadline_missed_total", "subscriber", "a")
+	// Created at 0 with the subscriber, so that an alert on its increase
+	// sees the first one.
+	want(t, fams, 0, "relay_deadline_missed_total", "subscriber", "b")
+	want(t, fams, 0.25, "relay_ratelimit_wait_seconds_total", "subscriber", "a")
+	want(t, fams, 1, "relay_deliveries_overflowed_total")
+	want(t, fams, 1, "relay_lane_in_flight", "lane", "s00")
+	want(t, fams, 0, "relay_kv_cas_conflicts_total")
+	if _, ok := fams["go_goroutines"]; !ok {
+		t.Error("no Go runtime collector")
+	}
+	// A latency sample lands in the bucket of its value, not below.
+	for _, b := range fams["relay_event_delivery_latency_seconds"].GetMetric()[0].GetHistogram().GetBucket() {
+		if b.GetUpperBound() < 1 && b.GetCumulativeCount() != 0 {
+			t.Errorf("a latency of 1 s counted in the bucket le=%v", b.GetUpperBound())
+		}
+	}
+
+	lane.End()
+	want(t, families(t, srv.URL), 0, "relay_lane_in_flight", "lane", "s00")
+	lane.Close()
+	if _, ok := value(families(t, srv.URL), "relay_lane_in_flight", "lane", "s00"); ok {
+		t.Error("a closed lane still has its series")
+	}
+}
+
+// The renamed series are gone, so that nothing is exported twice.
+func TestOldNamesAreGone(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	m.EventIngested()
+	m.Copied("a")
+	m.Attempt("a", "delivered", time.Millisecond)
+	fams := families(t, srv.URL)
+	for _, old := range []string{"relay_events_fanned_out_total", "relay_delivery_copies_total", "relay_delivery_duration_seconds"} {
+		if _, ok := fams[old]; ok {
+			t.Errorf("%s is still exported", old)
 		}
 	}
 }
@@ -61,8 +193,17 @@ func TestHandlerServesProbesAndCounters(t *testing.T) {
 func TestNilMetricsRecordNothing(t *testing.T) {
 	t.Parallel()
 	var m *metrics.Metrics
-	m.Event(1)
-	m.Attempt("delivered", time.Millisecond)
+	m.EventIngested()
+	m.Copied("a")
+	m.Attempt("a", "delivered", time.Millisecond)
+	m.Delivered("a", time.Now())
+	m.Retried("a")
+	m.DeadLettered("a", deadletter.Gone)
+	m.TokenWait("a", time.Second)
 	m.Overflow()
+	l := m.Lane("s00")
+	l.Begin()
+	l.End()
+	l.Close()
 	m.SetReady(true)
 }

@@ -1,0 +1,22 @@
+package ratelimit
+
+import "time"
+
+// Watched returns a copy of the entries the watch of [Shared.Follow] holds,
+// by subscriber id, and the server's time as this relay estimates it, so
+// that the metrics can report every subscriber's pause, breaker and rate in
+// force without reading the bucket. ok is false while the watch is not
+// running or has not delivered the bucket's content yet: the entries may
+// then be missing or stale, and none are returned.
+func (s *Shared) Watched() (entries map[string]State, now time.Time, ok bool) {
+	if !s.following.Load() {
+		return nil, time.Time{}, false
+	}
+	s.mu.Lock()
+	entries = make(map[string]State, len(s.latest))
+	for id, e := range s.latest {
+		entries[id] = e.state
+	}
+	s.mu.Unlock()
+	return entries, s.estimateNow(), true
+}
