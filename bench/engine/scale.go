@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -28,6 +30,8 @@ type scaleResult struct {
 	peakRSS           int64         // VmHWM at the end
 	firstDelivery     time.Duration // relay sub add → first arrival for a new subscriber
 	status            time.Duration // wall time of relay status --json
+	scrape            time.Duration // wall time of one GET /metrics, its NATS-read gauges refreshed
+	scrapeBytes       int64         // the size of that /metrics, uncompressed
 }
 
 // scaleIdle is how long the idle CPU is measured.
@@ -38,7 +42,8 @@ const scaleIdle = 10 * time.Second
 // and RSS; one subscriber alone (--max-in-flight 64) taking
 // -throughput-events; every subscriber taking -scale-events-each events,
 // spread evenly; the time from `relay sub add` to the first delivery of a
-// new subscriber; and the wall time of `relay status`.
+// new subscriber; the wall time of `relay status`; and the time and size of
+// one scrape of the relay's /metrics.
 func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 	res = scaleResult{subscribers: e.cfg.scaleSubscribers, each: e.cfg.scaleEach}
 	fmt.Fprintf(os.Stderr, "scale: %d subscribers on one relay (%d lanes)\n", res.subscribers, e.cfg.lanes)
@@ -130,10 +135,33 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 		return res, fmt.Errorf("relay status: %w: %s", err, out)
 	}
 	res.status = time.Since(statusStart)
+	if res.scrape, res.scrapeBytes, err = scrapeMetrics(ctx, s.relay.metrics); err != nil {
+		return res, err
+	}
 	for i := range res.subscribers {
 		e.rcv.forget(id(i))
 	}
 	return res, nil
+}
+
+// scrapeMetrics reads the relay's /metrics once, as Prometheus would
+// (uncompressed), and says how long it took and how big it was.
+func scrapeMetrics(ctx context.Context, addr string) (time.Duration, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("scraping /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("scraping /metrics: %s %v", resp.Status, err)
+	}
+	return time.Since(start), n, nil
 }
 
 // publishSpread publishes each events to every one of n subscribers, round
@@ -193,5 +221,6 @@ func scaleTable(r scaleResult) string {
 	row("peak RSS (VmHWM), MB", fmt.Sprintf("%.0f", float64(r.peakRSS)/(1<<20)))
 	row("relay sub add → first delivery, s", fmt.Sprintf("%.2f", r.firstDelivery.Seconds()))
 	row("relay status --json, s", fmt.Sprintf("%.2f", r.status.Seconds()))
+	row("GET /metrics: s / MB", fmt.Sprintf("%.2f / %.1f", r.scrape.Seconds(), float64(r.scrapeBytes)/(1<<20)))
 	return sb.String()
 }
