@@ -3,6 +3,7 @@ package deliver
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -190,17 +191,73 @@ func newHTTPClient(allowPrivate bool, idleConns int) roundTripper {
 		dialer.Control = guardControl
 	}
 	transport := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := boundToAttempt(ctx)
+			defer cancel()
+			return dialer.DialContext(ctx, network, addr)
+		},
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialTLS(ctx, dialer, network, addr)
+		},
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           idleConns,
 		MaxIdleConnsPerHost:    idleConns,
 		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    10 * time.Second,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
 	return roundTripper{transport}
+}
+
+// tlsHandshakeTimeout bounds a TLS handshake, whatever the attempt's own
+// timeout.
+const tlsHandshakeTimeout = 10 * time.Second
+
+// attemptKey is the context key under which send stores the attempt's own
+// context, for the dial it may start.
+type attemptKey struct{}
+
+// boundToAttempt returns the dial context ctx, ended as well when the
+// attempt that started the dial ends. net/http detaches a dial from its
+// request's cancellation (keeping its values), so that a dial a request gave
+// up on may serve a later one; but then a subscriber that accepts and never
+// completes a TLS handshake, or an address that drops SYNs, holds a socket
+// and goroutines for the handshake's 10 s or the dialer's 30 s after each
+// attempt ended, out of --max-requests' count. Found by
+// TestHostileTLSHandshakeNeverFinishes.
+func boundToAttempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	attempt, ok := ctx.Value(attemptKey{}).(context.Context)
+	if !ok {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(attempt, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// dialTLS dials addr and completes the TLS handshake within the attempt
+// that asked for it (see boundToAttempt) and tlsHandshakeTimeout, offering
+// HTTP/2 as the transport's own handshake would.
+func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string) (net.Conn, error) {
+	ctx, cancel := boundToAttempt(ctx)
+	defer cancel()
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(raw, &tls.Config{ServerName: host, NextProtos: []string{"h2", "http/1.1"}})
+	hctx, hcancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
+	defer hcancel()
+	if err := conn.HandshakeContext(hctx); err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // roundTripper is the default Doer: each request goes straight to the
@@ -298,7 +355,8 @@ func (c *Client) send(parent context.Context, r Request) Outcome {
 		ctx, cancel = context.WithTimeout(parent, timeout)
 		defer cancel()
 	}
-	req = req.WithContext(ctx)
+	// The dial this attempt may start ends with it (boundToAttempt).
+	req = req.WithContext(context.WithValue(ctx, attemptKey{}, ctx))
 
 	resp, err := c.doer.Do(req)
 	if err != nil {
