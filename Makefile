@@ -1,9 +1,10 @@
 # relay: run `make help` for the targets.
 GO      ?= go
+FUZZTIME ?= 10s
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help run build test lint bench
+.PHONY: help run build test lint bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-7s %s\n", $$1, $$2}'
@@ -23,3 +24,21 @@ lint: ## gofmt and go vet
 
 bench: ## bench/engine, every scenario (the built relay end to end, the rate rule): about 10 minutes; tables on stdout, bench/results.json; see bench/README.md
 	$(GO) run ./bench/engine -json bench/results.json
+
+# Each fuzz target and its package, fuzzed one after another (go test fuzzes
+# one target at a time); `go test ./...` runs only their seed corpora.
+FUZZ_TARGETS := \
+	FuzzParseRetryAfter:./internal/deliver/ \
+	FuzzParseRateLimitReset:./internal/deliver/ \
+	FuzzSignVerify:./internal/deliver/ \
+	FuzzCheckAddr:./internal/deliver/ \
+	FuzzFilterIndex:./internal/subscribers/ \
+	FuzzDecode:./internal/subscribers/ \
+	FuzzEntryFromMsg:./internal/deadletter/
+
+fuzz: ## fuzz each target for FUZZTIME (default 10s), one after another; a failing input lands in its package's testdata/fuzz/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		name=$${t%%:*}; pkg=$${t#*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done

@@ -12,8 +12,8 @@ import (
 )
 
 // Entry is one DLQ message as `relay dlq ls` and `relay dlq show` print it.
-// The JSON field names are part of DESIGN.md's contract ("A DLQ entry has at
-// least ..."): scripts read them, so they never change.
+// The JSON field names are part of the contract (`relay dlq ls --json`,
+// docs/cli.md): scripts read them, so they never change.
 type Entry struct {
 	// Subscriber is the subscriber the delivery was for, from the subject.
 	Subscriber string `json:"subscriber"`
@@ -132,7 +132,9 @@ func EntryFromMsg(subject string, header nats.Header, body []byte, seq uint64) (
 }
 
 // headerTime parses an RFC 3339 header into UTC, reporting whether it was
-// present at all.
+// present at all. A time whose UTC year is outside 0–9999 (such as
+// "9999-12-31T23:59:59-01:00") is refused as well: RFC 3339 cannot write it,
+// so an entry holding it could not be printed by `relay dlq ls --json`.
 func headerTime(h nats.Header, name string) (time.Time, bool, error) {
 	v := streams.HeaderValue(h, name)
 	if v == "" {
@@ -142,5 +144,9 @@ func headerTime(h nats.Header, name string) (time.Time, bool, error) {
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("header %s: %q is not an RFC 3339 time", name, v)
 	}
-	return t.UTC(), true, nil
+	t = t.UTC()
+	if y := t.Year(); y < 0 || y > 9999 {
+		return time.Time{}, false, fmt.Errorf("header %s: %q is not an RFC 3339 time in UTC (year %d)", name, v, y)
+	}
+	return t, true, nil
 }

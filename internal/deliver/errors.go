@@ -22,8 +22,9 @@ var (
 	ErrMissingHeaders = errors.New("deliver: missing or malformed webhook headers")
 
 	// ErrRefused means the SSRF guard refused to dial an address because it
-	// is loopback, private, link-local, CGNAT, multicast, unspecified or
-	// broadcast. The outcome of such an attempt is [Refused].
+	// is loopback, private, link-local, CGNAT, reserved or special-purpose,
+	// multicast, unspecified or broadcast, or carries such an IPv4 address
+	// (see [CheckAddr]). The outcome of such an attempt is [Refused].
 	ErrRefused = errors.New("deliver: refused address")
 
 	// ErrTimeout means the attempt did not finish within its timeout. The

@@ -21,6 +21,13 @@ const DefaultTolerance = 5 * time.Minute
 // asymmetric) are ignored rather than rejected, so a header may carry several.
 const signaturePrefix = "v1,"
 
+// strictBase64 decodes received signatures. The last character of a
+// 32-byte signature's base64 carries two unused bits, which the lenient
+// decoder ignores: four spellings of every signature would verify, so a
+// changed header would pass for the one that was signed. Only the spelling
+// Sign writes is accepted.
+var strictBase64 = base64.StdEncoding.Strict()
+
 // mac computes HMAC-SHA256(key, id + "." + ts + "." + body) without first
 // concatenating the parts, so that a large body is not copied.
 func mac(key []byte, id, ts string, body []byte) []byte {
@@ -95,7 +102,7 @@ func Verify(keys [][]byte, id, tsHeader, sigHeader string, body []byte, now time
 		if !ok {
 			continue
 		}
-		got, err := base64.StdEncoding.DecodeString(encoded)
+		got, err := strictBase64.DecodeString(encoded)
 		if err != nil {
 			continue
 		}

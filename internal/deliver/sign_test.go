@@ -101,6 +101,8 @@ func TestVerify(t *testing.T) {
 			wantErr: ErrBadSignature},
 		{name: "truncated signature", keys: [][]byte{key}, id: refID, ts: ts, sig: sig[:len(sig)-8], body: body, now: now,
 			wantErr: ErrBadSignature},
+		{name: "unused bits of the last base64 character set", keys: [][]byte{key}, id: refID, ts: ts, sig: withUnusedBits(sig),
+			body: body, now: now, wantErr: ErrBadSignature},
 		{name: "missing id", keys: [][]byte{key}, ts: ts, sig: sig, body: body, now: now, wantErr: ErrMissingHeaders},
 		{name: "missing timestamp", keys: [][]byte{key}, id: refID, sig: sig, body: body, now: now, wantErr: ErrMissingHeaders},
 		{name: "missing signature", keys: [][]byte{key}, id: refID, ts: ts, body: body, now: now, wantErr: ErrMissingHeaders},
@@ -118,4 +120,13 @@ func TestVerify(t *testing.T) {
 			require.ErrorIs(t, err, tt.wantErr)
 		})
 	}
+}
+
+// withUnusedBits returns a signature that decodes to the same bytes under
+// lenient base64: the two unused low bits of its last character set. Found
+// by FuzzSignVerify: a changed header must not pass for the signed one.
+func withUnusedBits(sig string) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	last := len(sig) - 2 // before the "=" of a 32-byte signature
+	return sig[:last] + string(alphabet[strings.IndexByte(alphabet, sig[last])|3]) + sig[last+1:]
 }

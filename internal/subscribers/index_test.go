@@ -56,26 +56,88 @@ func TestFilterIndexMatchesWhatMatchesSays(t *testing.T) {
 	}
 }
 
+// FuzzFilterIndex checks the index against two references: Matches (what
+// the fan-out did before the index), and tokenMatch, a plain reading of the
+// NATS wildcard rules that shares no code with either, so that a mistake
+// common to the index and Matches shows too. filters is a comma-separated
+// list of subscribers, each a "|"-separated list of filters (an empty one:
+// no filter, every event); invalid filters are dropped, as Validate would
+// refuse them. The result must be ascending and without repeats, and a
+// reused buffer must not change it. `go test` runs the seeds; `make fuzz`
+// fuzzes it.
 func FuzzFilterIndex(f *testing.F) {
 	f.Add("video.*,order.>,*.x", "video.a")
 	f.Add(">,a.b", "a.b.c")
+	f.Add("a.*|a.>|*.b,,a.b", "a.b")
+	f.Add("*.*.*|>,a.>", "a")
+	f.Add("a.*.c.>|a.b.c,*", "a.b.c.d")
+	f.Add("x.y|x.y|x.>", "x.y")
+	f.Add("video.*,video", "video")
+	f.Add("*", "\u00e9t\u00e9")
 	f.Fuzz(func(t *testing.T, filters, eventType string) {
 		var ix filterIndex
 		var subs []Subscriber
 		for part := range strings.SplitSeq(filters, ",") {
-			if ValidateFilter(part) != nil || len(subs) > 20 {
-				continue
+			if len(subs) > 20 {
+				break
 			}
-			subs = append(subs, Subscriber{Events: []string{part}})
-			ix.add(len(subs)-1, []string{part})
+			var fs []string
+			for flt := range strings.SplitSeq(part, "|") {
+				if ValidateFilter(flt) == nil {
+					fs = append(fs, flt)
+				}
+			}
+			if len(fs) == 0 && part != "" {
+				continue // only invalid filters: not a subscriber
+			}
+			subs = append(subs, Subscriber{Events: fs})
+			ix.add(len(subs)-1, fs)
 		}
 		if ValidateFilter(eventType) != nil || strings.ContainsAny(eventType, "*>") {
 			return
 		}
-		if got, want := ix.match(eventType, nil), bruteForce(subs, eventType); !slices.Equal(got, want) {
+		got := ix.match(eventType, nil)
+		if want := bruteForce(subs, eventType); !slices.Equal(got, want) {
 			t.Fatalf("%q over %q: index %v, Matches %v", eventType, filters, got, want)
 		}
+		var want []int
+		for i, s := range subs {
+			if len(s.Events) == 0 || slices.ContainsFunc(s.Events, func(flt string) bool { return tokenMatch(flt, eventType) }) {
+				want = append(want, i)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q over %q: index %v, the NATS rules %v", eventType, filters, got, want)
+		}
+		for _, s := range subs {
+			for _, flt := range s.Events {
+				if MatchFilter(flt, eventType) != tokenMatch(flt, eventType) {
+					t.Fatalf("MatchFilter(%q, %q) = %v", flt, eventType, MatchFilter(flt, eventType))
+				}
+			}
+		}
+		buf := append(make([]int, 0, 64), 99, 98, 97)
+		if again := ix.match(eventType, buf[:0]); !slices.Equal(again, got) {
+			t.Fatalf("%q over %q: a reused buffer gives %v, not %v", eventType, filters, again, got)
+		}
 	})
+}
+
+// tokenMatch is the NATS rule written out on split tokens: "*" is any one
+// token, ">" one or more last tokens, anything else itself.
+func tokenMatch(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range ft {
+		switch {
+		case tok == fullWildcard:
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case tok != singleWildcard && tok != st[i]:
+			return false
+		}
+	}
+	return len(ft) == len(st)
 }
 
 // BenchmarkMatch compares, for 10,000 subscribers each on its own event
