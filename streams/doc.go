@@ -1,8 +1,7 @@
-// Package streams owns the JetStream layout of DESIGN.md "Names that are part
-// of the contract": the EVENTS, DELIVERIES and DLQ streams, the RETRIES
-// stream where deliveries wait for a retry, the KV buckets,
-// and the embedded nats-server that `relay run` starts when no cluster is
-// given.
+// Package streams owns the JetStream layout of docs/streams.md: the EVENTS,
+// DELIVERIES and DLQ streams, the RETRIES stream where deliveries wait for a
+// retry, the KV buckets, and the embedded nats-server that `relay run` starts
+// when no cluster is given.
 //
 // The stream definitions live beside this file as JSON in the format of
 // `nats stream add --config` (durations in nanoseconds). They are embedded in

@@ -6,10 +6,9 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Headers relay sets on the copies it keeps in DELIVERIES and DLQ (DESIGN.md
-// "Names that are part of the contract"). The fan-out writes them and the
-// lanes and dead-letter tools read them, so they live beside the streams
-// they describe.
+// Headers relay sets on the copies it keeps in DELIVERIES and DLQ
+// (docs/headers.md). The fan-out writes them and the lanes and dead-letter
+// tools read them, so they live beside the streams they describe.
 const (
 	HeaderEventID        = "Relay-Event-Id"
 	HeaderEventType      = "Relay-Event-Type"

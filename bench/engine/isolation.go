@@ -76,7 +76,7 @@ func (r isolationRun) ratioAlone() float64 {
 // times out (-isolation-timeout) and one whose receiver answers 500, the
 // peers and the misbehaving ones receiving the same events as the healthy
 // one. Every subscriber is on the healthy one's lane, the hard case: they
-// share its consumer, its pulls and its slots. DESIGN.md promises that a
+// share its consumer, its pulls and its slots. docs/delivery-rules.md promises that a
 // failing or slow subscriber never delays its lane-mates; (b) ÷ (a) says how
 // far that holds for throughput.
 func (e *env) isolation(ctx context.Context) ([]isolationRun, error) {

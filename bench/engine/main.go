@@ -68,7 +68,7 @@
 //     beside a subscriber whose receiver never answers (it times out after
 //     -isolation-timeout) and one answering 500, all on its lane: its
 //     deliveries/s in each, (b)/(a) and (b)/alone.
-//   - rate: DESIGN.md's rate rule, on the library rather than the binary
+//   - rate: the rate rule of docs/delivery-rules.md, on the library rather than the binary
 //     (see rate.go): for each of -rate-rates and each of -rate-relays, a
 //     backlog of rate × -rate-backlog straight onto DELIVERIES, drained by
 //     that many relays run in this process on a server of its own: the

@@ -28,7 +28,7 @@ import (
 
 // ---- rate: does relay keep a subscriber's rate? ----
 //
-// The rate scenario measures how closely relay keeps DESIGN.md's rate rule:
+// The rate scenario measures how closely relay keeps the rate rule of docs/delivery-rules.md:
 //
 //	In any interval of length T, at most burst + rate × T requests go to one
 //	subscriber, summed over all relay instances, plus at most one lease of
@@ -57,7 +57,7 @@ import (
 // A run lasts about its backlog when the lanes keep the rate, longer when
 // they fall behind.
 
-// Thresholds of DESIGN.md's rate rule.
+// Thresholds of the rate rule of docs/delivery-rules.md.
 const (
 	rateMinAchieved  = 0.95 // of the rate, with a backlog
 	rateSlackInLease = 1.0  // at most one lease over burst + rate × T
@@ -614,7 +614,7 @@ func rateDetail(r rateRun) string {
 }
 
 // rateTable is the rate scenario's markdown: a row per run, then the burst
-// and lease of each rate and a MISS line for every run outside DESIGN.md's
+// and lease of each rate and a MISS line for every run outside docs/delivery-rules.md's
 // rule (or the statement that none is).
 func rateTable(cfg rateConfig, runs []rateRun) string {
 	var sb strings.Builder

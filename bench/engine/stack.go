@@ -23,7 +23,7 @@ import (
 	"github.com/relay-dev/relay/streams"
 )
 
-// Contract names (DESIGN.md): the fan-out's consumer on EVENTS and the lane
+// Contract names (docs/streams.md): the fan-out's consumer on EVENTS and the lane
 // consumers on DELIVERIES.
 const (
 	fanoutConsumer = "fanout"

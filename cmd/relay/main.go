@@ -1,6 +1,6 @@
 // Command relay delivers events published on NATS JetStream to subscriber
 // webhooks, within each subscriber's rate, without losing any to a transient
-// failure or a crash. See README.md and DESIGN.md.
+// failure or a crash. See README.md and docs/.
 package main
 
 import (

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit codes of DESIGN.md "Command line".
+// Exit codes of docs/cli.md "Exit codes".
 const (
 	exitOK      = 0
 	exitFailure = 1

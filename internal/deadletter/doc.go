@@ -1,7 +1,7 @@
-// Package deadletter owns the dead-letter rules of DESIGN.md: the DLQ
+// Package deadletter owns the dead-letter rules of docs/dead-letters.md: the DLQ
 // stream's subjects (dlq.<subscriber>.<reason>), the reasons a delivery dies
-// for, the headers relay sets on a DLQ copy ("Headers relay sets on its own
-// copies": Relay-Reason, Relay-Attempts, Relay-Last-Status, Relay-Last-Error
+// for, the headers relay sets on a DLQ copy (docs/headers.md "On a dead
+// letter": Relay-Reason, Relay-Attempts, Relay-Last-Status, Relay-Last-Error
 // of at most 1 KiB, Relay-Dead-At, Relay-First-Attempt-At and
 // Relay-Origin-Seq), the Nats-Msg-Id of a DLQ copy (dlq.<DELIVERIES
 // sequence>), and the JSON form of a DLQ entry that `relay dlq ls --json`

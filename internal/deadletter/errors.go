@@ -4,7 +4,7 @@ import "errors"
 
 var (
 	// ErrInvalidReason means a string is not one of the dead-letter reasons
-	// of DESIGN.md. The wrapping error quotes the string and lists the valid
+	// of docs/dead-letters.md. The wrapping error quotes the string and lists the valid
 	// reasons, so that `relay dlq ls --reason` can print it as is.
 	ErrInvalidReason = errors.New("deadletter: invalid reason")
 

@@ -17,7 +17,7 @@ import (
 )
 
 // MaxLastError is the most bytes of Relay-Last-Error a DLQ copy carries
-// (DESIGN.md: "Relay-Last-Error (≤ 1 KiB)"). A subscriber's error page can be
+// (docs/headers.md: Relay-Last-Error, at most 1 KiB). A subscriber's error page can be
 // megabytes; the first kilobyte says what went wrong and keeps every DLQ
 // copy far below the server's maximum payload.
 const MaxLastError = 1024
@@ -79,7 +79,7 @@ func (d Death) validate() error {
 }
 
 // msgID is the Nats-Msg-Id of the DLQ copy of DELIVERIES message seq
-// (DESIGN.md: dlq.<DELIVERIES sequence>).
+// (docs/dead-letters.md: dlq.<DELIVERIES sequence>).
 func msgID(seq uint64) string {
 	return "dlq." + strconv.FormatUint(seq, 10)
 }
@@ -160,7 +160,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 
 	msg := &nats.Msg{Subject: Subject(d.Subscriber, d.Reason), Header: h, Data: body}
 	// No Nats-Expected-Stream: JetStream would store it on the copy, and
-	// DESIGN.md allows a copy no Nats-* header but its Nats-Msg-Id. Only the
+	// docs/headers.md allows a copy no Nats-* header but its Nats-Msg-Id. Only the
 	// DLQ stream can hold dlq.> (stream subjects cannot overlap).
 	_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID(d.OriginSeq)))
 	if err != nil {

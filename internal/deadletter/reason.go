@@ -10,7 +10,7 @@ import (
 // or purge one kind of failure with plain subject filters.
 type Reason string
 
-// The reasons of DESIGN.md "Delivery rules". Each is final: retrying the same
+// The reasons of docs/dead-letters.md "Reasons". Each is final: retrying the same
 // request could not have succeeded, or the subscriber ran out of attempts or
 // time.
 const (
@@ -38,11 +38,11 @@ const (
 	Unroutable Reason = "unroutable"
 )
 
-// reasons lists every valid reason in the order of DESIGN.md, for messages
+// reasons lists every valid reason in the order of docs/dead-letters.md, for messages
 // and help texts.
 var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable}
 
-// Reasons returns every valid reason, in the order DESIGN.md lists them, so
+// Reasons returns every valid reason, in the order docs/dead-letters.md lists them, so
 // that a command can list them in its help and in its errors. The slice is a
 // copy the caller may keep.
 func Reasons() []Reason {
@@ -58,7 +58,7 @@ func reasonList() string {
 	return strings.Join(s, ", ")
 }
 
-// Valid reports whether r is one of the reasons of DESIGN.md. Relay never
+// Valid reports whether r is one of the reasons of docs/dead-letters.md. Relay never
 // writes any other, so only these may appear in a subject it publishes.
 func (r Reason) Valid() bool {
 	for _, v := range reasons {

@@ -31,7 +31,7 @@ const removeTimeout = 5 * time.Second
 const replayWorkers = 16
 
 // replayMsgID is the Nats-Msg-Id of the copy a replay puts back on
-// DELIVERIES (DESIGN.md: replay.<DLQ sequence>), so that two replays of one
+// DELIVERIES (docs/dead-letters.md: replay.<DLQ sequence>), so that two replays of one
 // entry at once, or a replay run again after a crash between its publish and
 // its removal of the entry, enqueue one copy.
 func replayMsgID(seq uint64) string {

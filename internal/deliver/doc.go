@@ -1,6 +1,6 @@
 // Package deliver makes one signed webhook attempt and says what happened.
 //
-// It owns three rules of DESIGN.md and nothing else; it knows nothing of
+// It owns three rules of docs/delivery-rules.md and nothing else; it knows nothing of
 // JetStream, lanes, rates or retries. The caller hands it a [Request] and gets
 // back an [Outcome], and decides on its own what to do next.
 //
@@ -35,7 +35,7 @@
 //     network), and a request that cannot be built at all.
 //   - [Refused]: the SSRF guard refused the address that was about to be
 //     dialled.
-//   - [Local]: the attempt failed on the relay's own side, so DESIGN.md does
+//   - [Local]: the attempt failed on the relay's own side, so the delivery rules do
 //     not count it as an attempt nor as a breaker failure: the dial found no
 //     file descriptor (EMFILE, ENFILE), socket buffer (ENOBUFS), memory
 //     (ENOMEM) or local port (EADDRNOTAVAIL), or the caller's context was

@@ -30,7 +30,7 @@ const (
 	// Local means the attempt failed on this side, through no fault of the
 	// subscriber: the dial found no file descriptor, socket buffer, memory
 	// or local port, or the caller's context was cancelled (the relay
-	// stopping) before a reply came. DESIGN.md makes such a failure neither
+	// stopping) before a reply came. docs/delivery-rules.md makes such a failure neither
 	// an attempt nor a breaker failure, so the caller hands the message back
 	// without counting it: blaming the subscriber would burn its attempts
 	// and open its circuit for a fault of the relay's own.
@@ -66,7 +66,7 @@ type Outcome struct {
 	Status int
 	// RetryAfter is the wait the subscriber asked for with Retry-After,
 	// already converted to a duration from the client's clock. It is set
-	// only on 429 and 503, the statuses where DESIGN.md makes it pause the
+	// only on 429 and 503, the statuses where docs/delivery-rules.md makes it pause the
 	// whole subscriber.
 	RetryAfter time.Duration
 	// RetryAfterSet says whether RetryAfter came from a valid header, since

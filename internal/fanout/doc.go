@@ -1,4 +1,4 @@
-// Package fanout owns the first hop of DESIGN.md's data flow: it reads EVENTS
+// Package fanout owns the first hop of the data flow of docs/streams.md: it reads EVENTS
 // through the durable pull consumer "fanout" and, for every enabled
 // subscriber whose filters match the event type, publishes one copy on
 // deliveries.<lane>.<subscriber> with Nats-Msg-Id <event id>.<subscriber>.

@@ -19,7 +19,7 @@ const SubjectPrefix = "events."
 // part of a Nats-Msg-Id and of every webhook-id header.
 const maxIDLen = 200
 
-// EventID returns the id of an event as DESIGN.md defines it: the
+// EventID returns the id of an event as docs/headers.md defines it: the
 // Nats-Msg-Id header, else EVENTS-<stream sequence>. The body is opaque
 // bytes and never parsed: a body's own "id" is often an entity's, shared by
 // many events ({"id":"ord_1","status":"paid"}, then "shipped"), and taking

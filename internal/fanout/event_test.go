@@ -14,7 +14,7 @@ import (
 	"github.com/relay-dev/relay/streams"
 )
 
-// TestEventID proves DESIGN.md's event id rule: the Nats-Msg-Id header,
+// TestEventID proves the event id rule of docs/headers.md: the Nats-Msg-Id header,
 // else EVENTS-<sequence>; the body is never read. A header that cannot be a
 // header value (empty, longer than 200 bytes, holding a space or a control
 // character) falls back to the sequence.
@@ -76,7 +76,7 @@ func TestDeliverySubject(t *testing.T) {
 	require.Equal(t, "deliveries.d_big.big", fanout.DeliverySubject("d_big", "big"))
 }
 
-// TestCopyHeader proves the header rule of DESIGN.md for copies: every
+// TestCopyHeader proves the header rule of docs/headers.md for copies: every
 // Nats-* header of the original is stripped whatever its case, every other
 // header is kept with all its values, Relay-Event-Id, Relay-Event-Type and
 // Relay-Published-At (RFC 3339, UTC) are set, and the original is left as

@@ -274,8 +274,8 @@ func checkCopies(t *testing.T, js jetstream.JetStream, want map[string]wantCopy)
 	return got
 }
 
-// TestRunCopiesToMatchingSubscribers proves the fan-out hop of DESIGN.md's
-// data flow: each event is copied once to every enabled subscriber whose
+// TestRunCopiesToMatchingSubscribers proves the fan-out hop of
+// docs/streams.md's data flow: each event is copied once to every enabled subscriber whose
 // filters match its type, on deliveries.<lane>.<subscriber> (the shared
 // lane of the id, or d_<id> for a dedicated subscriber), with Nats-Msg-Id
 // <event id>.<subscriber>, the event's body byte for byte, the original's

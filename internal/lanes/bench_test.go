@@ -18,7 +18,7 @@ import (
 )
 
 // BenchmarkDrain measures how fast the lanes drain a backlog to one
-// unlimited subscriber, against the naive loop of MEASUREMENTS.md (pull,
+// unlimited subscriber, against the naive loop (pull,
 // signed POST, ack, 64 in flight) run on the same machine in the same
 // process: compare the two deliveries/s figures of one run, not across runs.
 //

@@ -1,4 +1,4 @@
-// Package lanes owns DESIGN.md "Lanes" and "Waiting costs no lane slot": the
+// Package lanes owns docs/delivery-rules.md "Isolation" and docs/streams.md "DELIVERIES": the
 // durable pull consumers on DELIVERIES and the per-subscriber scheduling
 // inside each of them.
 //

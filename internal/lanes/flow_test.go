@@ -58,7 +58,7 @@ func TestCapHoldsAcrossRelays(t *testing.T) {
 	}
 }
 
-// checkCapWithSlack is checkCap with a lease of slack, as DESIGN.md allows.
+// checkCapWithSlack is checkCap with a lease of slack, as docs/delivery-rules.md allows.
 func checkCapWithSlack(t *testing.T, arr *arrivals, id string, rate float64, burst, lease int) {
 	t.Helper()
 	at := arr.times(id)

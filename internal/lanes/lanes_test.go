@@ -236,8 +236,8 @@ func (b *bundle) flush(t testing.TB) {
 	}
 }
 
-// TestThrottledSubscriberNeverDelaysItsLaneMates is DESIGN.md's isolation
-// rule at the scale it was designed for: 1,000 subscribers on 16 shared
+// TestThrottledSubscriberNeverDelaysItsLaneMates is the isolation rule of
+// docs/delivery-rules.md at the scale it was designed for: 1,000 subscribers on 16 shared
 // lanes, one of them limited to 1 request/s with a backlog of a minute. Every
 // other subscriber's deliveries complete while the throttled one still has
 // most of its backlog, and the throttled one is never sent more than

@@ -54,7 +54,7 @@ type Config struct {
 	RetryPolicy func(sub subscribers.Subscriber) retry.Policy
 	// MaxPause bounds a Retry-After (--max-pause). Defaults to 1h.
 	MaxPause time.Duration
-	// Disable turns a subscriber off after a 410 Gone (DESIGN.md: "the
+	// Disable turns a subscriber off after a 410 Gone (docs/delivery-rules.md: "the
 	// subscriber is disabled until relay sub enable"). Nil leaves it on.
 	Disable func(ctx context.Context, id, reason string) error
 	// Backlogs is told which subscribers have a backlog in overflow, for

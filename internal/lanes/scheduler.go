@@ -13,8 +13,8 @@ import (
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
-// Where a delivery is, and who moves it next (DESIGN.md "Waiting costs no
-// lane slot"):
+// Where a delivery is, and who moves it next (docs/delivery-rules.md
+// "Isolation"):
 //
 //   - held: in its subscriber's queue in the lane, its ack wait kept alive;
 //     the scheduler sends it when a token, an in-flight slot and a request

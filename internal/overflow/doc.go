@@ -1,4 +1,4 @@
-// Package overflow owns DESIGN.md "Waiting costs no lane slot" for the
+// Package overflow owns docs/delivery-rules.md "Isolation" for the
 // messages a subscriber cannot take now: a backlog beyond its share of its
 // lane, or everything queued while it is paused, its circuit is open or it
 // is disabled.

@@ -1,4 +1,4 @@
-// Package ratelimit owns DESIGN.md's flow-control rules for one subscriber,
+// Package ratelimit owns the flow-control rules of docs/delivery-rules.md for one subscriber,
 // shared by every relay on a cluster: the rate cap, the subscriber-wide
 // pause on Retry-After, the adaptive rate, and the circuit breaker.
 //

@@ -70,7 +70,7 @@ const LeaseWindow = 100 * time.Millisecond
 const LeaseTTL = LeaseWindow
 
 // LeaseSize is how many tokens one lease takes: what the subscriber may
-// spend in LeaseWindow at rate (rounded down, as DESIGN.md bounds a lease by
+// spend in LeaseWindow at rate (rounded down, as docs/delivery-rules.md bounds a lease by
 // max(1, rate × 0.1)), at least one, and at most half the bucket.
 // A relay waits for a whole lease before it asks; if a lease were the whole
 // bucket, every moment between the bucket filling up and the relay's write

@@ -1,8 +1,8 @@
 // Package receiver is what `relay listen` runs: a local webhook receiver for
 // trying relay by hand, and for watching what a subscriber would see.
 //
-// It owns the `relay listen` entry of DESIGN.md's "Command line" section and
-// plays the subscriber's side of "What a subscriber receives": it verifies
+// It owns the `relay listen` section of docs/cli.md and
+// plays the subscriber's side of docs/headers.md "What a subscriber receives": it verifies
 // the Standard Webhooks signature with the same code that signs it
 // ([deliver.Verify]), and prints one block per delivery with the webhook-id,
 // how many times that id has arrived (a retry or a replay shows up as

@@ -1,4 +1,4 @@
-// Package requests owns DESIGN.md's `relay run --max-requests N` rule: it
+// Package requests owns the `relay run --max-requests N` rule of docs/delivery-rules.md: it
 // bounds the requests in flight over all subscribers, shared fairly.
 //
 // A relay delivers to thousands of subscribers at once, and every request in

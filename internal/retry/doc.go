@@ -1,5 +1,5 @@
-// Package retry owns when a failed delivery is tried again (DESIGN.md
-// "Delivery rules": max(Retry-After, min(retry-max, retry-base ×
+// Package retry owns when a failed delivery is tried again (docs/delivery-rules.md
+// "Retries and back-off": max(Retry-After, min(retry-max, retry-base ×
 // 2^(attempt−1)) × U(0.5, 1.0)), the Retry-After bounded by --max-pause) and
 // where it waits meanwhile.
 //

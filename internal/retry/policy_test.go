@@ -70,7 +70,7 @@ func TestExponentialSchedule(t *testing.T) {
 }
 
 // With the defaults a subscriber has about two hours to recover before its
-// twelfth attempt fails (DESIGN.md).
+// twelfth attempt fails (docs/delivery-rules.md).
 func TestDefaultScheduleGivesAboutTwoHours(t *testing.T) {
 	t.Parallel()
 	for _, j := range []float64{0, 1} {

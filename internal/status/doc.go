@@ -1,5 +1,5 @@
 // Package status computes what `relay status` reports for each subscriber
-// (DESIGN.md "Command line"): its queue in DELIVERIES (on its lane and in its
+// (docs/cli.md "relay status"): its queue in DELIVERIES (on its lane and in its
 // overflow), its parked retries in RETRIES, its dead letters in DLQ by
 // reason, its lane consumer's outstanding messages, and its shared
 // flow-control state in the relay_ratelimit bucket (tokens, pause, adaptive

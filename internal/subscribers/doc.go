@@ -1,4 +1,4 @@
-// Package subscribers owns the subscriber rules of DESIGN.md: what a
+// Package subscribers owns the subscriber rules of docs/cli.md (relay sub): what a
 // subscriber is (its id, URL, secrets, event filters, rate, retry and
 // in-flight settings, headers), which values `relay sub add` accepts and the
 // one-line message it prints for each it refuses, how an event type is

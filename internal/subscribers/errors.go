@@ -11,7 +11,7 @@ var (
 	ErrNotFound = errors.New("subscriber not found")
 
 	// ErrInvalid means a subscriber, or one of its parts given on its own,
-	// breaks a rule of DESIGN.md. Every validation error wraps it and is a
+	// breaks a rule of docs/cli.md (relay sub add). Every validation error wraps it and is a
 	// [*ValidationError] naming the `relay sub add` flag at fault, so the CLI
 	// can print it as is and exit with status 2.
 	ErrInvalid = errors.New("invalid subscriber")

@@ -9,7 +9,7 @@ import (
 // once. Each dedicated lane is its own durable consumer on the DELIVERIES
 // work-queue stream, and every ack on that stream scans all of its
 // consumers, while a stream takes at most 1,000 consumers and a clean server
-// shutdown waits about 10 ms for each (DESIGN.md, "JetStream facts"). A few
+// shutdown waits about 10 ms for each. A few
 // big subscribers deserve a lane of their own; everyone else shares one.
 const MaxDedicated = 32
 

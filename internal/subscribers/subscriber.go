@@ -15,7 +15,7 @@ import (
 
 // Defaults that [Subscriber.SetDefaults] fills in, the defaults of the
 // `relay sub add` flags. With them a failing subscriber has about two hours
-// to recover before an event is dead-lettered (DESIGN.md, "Delivery rules").
+// to recover before an event is dead-lettered (docs/delivery-rules.md, "Retries and back-off").
 const (
 	// DefaultMaxAttempts is how many requests an event gets by default
 	// before it is dead-lettered: enough, with the default delays, to ride
@@ -186,7 +186,7 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// Validate reports the first rule of DESIGN.md that s breaks, as a
+// Validate reports the first subscriber rule (docs/cli.md, relay sub add) that s breaks, as a
 // [*ValidationError] wrapping [ErrInvalid] whose one-line message names the
 // `relay sub add` flag at fault and what it expects. It judges s as given:
 // call [Subscriber.SetDefaults] first to accept the defaults. It checks the
