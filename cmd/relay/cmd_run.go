@@ -32,6 +32,10 @@ import (
 // ack on a work-queue stream scans them all.
 const maxSharedLanes = 256
 
+// defaultSharedLanes is relay run's --lanes when none is given, and what
+// the commands that need the count assume before any relay ran.
+const defaultSharedLanes = 16
+
 // defaultDLQMaxAge is how long a new DLQ keeps dead letters: a month to
 // notice, fix and replay.
 const defaultDLQMaxAge = 30 * 24 * time.Hour
@@ -88,7 +92,7 @@ back to JetStream, nothing is lost.`,
 	fl.StringVar(&f.data, "data", "./relay-data", "directory of the embedded NATS server's JetStream files")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "HOST:PORT the embedded NATS server listens on")
 	fl.StringVar(&f.metricsAddr, "metrics", "127.0.0.1:9469", "HOST:PORT serving /metrics, /healthz and /readyz (empty to turn off)")
-	fl.IntVar(&f.lanes, "lanes", 16, fmt.Sprintf("number of shared lanes (1-%d); every relay on one cluster must use the same", maxSharedLanes))
+	fl.IntVar(&f.lanes, "lanes", defaultSharedLanes, fmt.Sprintf("number of shared lanes (1-%d); every relay on one cluster must use the same", maxSharedLanes))
 	fl.BoolVar(&f.allowPrivate, "allow-private-targets", false, "allow subscriber URLs on loopback and private addresses (for local testing)")
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and buckets relay creates: 1, 3 or 5 (default: keep those of existing streams, 1 for new ones)")
 	fl.DurationVar(&f.maxPause, "max-pause", retry.DefaultMaxPause, "longest Retry-After relay obeys")

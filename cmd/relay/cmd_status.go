@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/status"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
@@ -48,7 +49,7 @@ type statusFlags struct {
 // validate checks the flags before anything connects, so that a bad one
 // exits 2 with a message naming it.
 func (f statusFlags) validate(cmd *cobra.Command) error {
-	if f.sharedLanes < 1 || f.sharedLanes > maxSharedLanes {
+	if cmd.Flags().Changed("lanes") && (f.sharedLanes < 1 || f.sharedLanes > maxSharedLanes) {
 		return usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, f.sharedLanes)
 	}
 	if cmd.Flags().Changed("interval") {
@@ -109,7 +110,8 @@ each).
 
 A subscriber on a shared lane whose pending deliveries (and, in the detail,
 parked ones) would take more than ` + fmt.Sprintf("%.0f s", status.HintBacklog.Seconds()) + ` to send at its rate gets a hint
-to move to a dedicated lane. --lanes must be relay run's --lanes, which decides each subscriber's shared lane.`,
+to move to a dedicated lane. --lanes is relay run's --lanes, which decides each subscriber's
+shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 		Example: `  relay status
   relay status --json | jq '.[] | select(.pending > 0)'
   relay status --subscriber demo
@@ -120,6 +122,13 @@ to move to a dedicated lane. --lanes must be relay run's --lanes, which decides 
 				return err
 			}
 			return withStore(cmd.Context(), conn, "relay status", func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
+				if !cmd.Flags().Changed("lanes") {
+					n, err := statusLanes(ctx, js)
+					if err != nil {
+						return err
+					}
+					f.sharedLanes = n
+				}
 				frame := func(ctx context.Context, out io.Writer) error {
 					if f.subscriber != "" {
 						return statusDetail(ctx, out, js, s, f)
@@ -135,11 +144,22 @@ to move to a dedicated lane. --lanes must be relay run's --lanes, which decides 
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&f.asJSON, "json", false, "print a JSON array (with --subscriber, one JSON object)")
-	fl.IntVar(&f.sharedLanes, "lanes", 16, fmt.Sprintf("number of shared lanes relay run uses (1-%d)", maxSharedLanes))
+	fl.IntVar(&f.sharedLanes, "lanes", 0, fmt.Sprintf("number of shared lanes relay run uses (1-%d); default: what the lane consumers on DELIVERIES show (16 before any relay ran)", maxSharedLanes))
 	fl.BoolVar(&f.watch, "watch", false, "redraw the report every --interval until Ctrl-C")
 	fl.DurationVar(&f.interval, "interval", defaultWatchInterval, fmt.Sprintf("time between two reports of --watch (at least %s)", minWatchInterval))
 	fl.StringVar(&f.subscriber, "subscriber", "", "show this subscriber alone, in detail, with its last dead letters")
 	return cmd
+}
+
+// statusLanes is the number of shared lanes the relays use, as their lane
+// consumers on DELIVERIES show it; before any relay ran, relay run's default,
+// which is what the first relay will use unless told otherwise.
+func statusLanes(ctx context.Context, js jetstream.JetStream) (int, error) {
+	n, err := lanes.SharedLanes(ctx, js)
+	if errors.Is(err, lanes.ErrNoLanes) {
+		return defaultSharedLanes, nil
+	}
+	return n, err
 }
 
 // statusReport prints the report of every subscriber.

@@ -239,3 +239,34 @@ func TestStatusRefusesABadLaneCount(t *testing.T) {
 		t.Errorf("status with an argument: exit %d, want 2", code)
 	}
 }
+
+// TestStatusReadsTheLaneCountFromTheRelays: without --lanes, status names
+// each subscriber's lane as the running relays compute it (here 4 lanes,
+// not relay run's default of 16); before any relay ran, as the default.
+func TestStatusReadsTheLaneCountFromTheRelays(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	addSub(t, n.URL, "alpha")
+	lane := func() string {
+		var rows []struct {
+			ID   string `json:"id"`
+			Lane string `json:"lane"`
+		}
+		out := mustRelay(t, "status", "--nats", n.URL, "--json")
+		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+			t.Fatalf("status --json: %v: %s", err, out)
+		}
+		return rows[0].Lane
+	}
+	if got, want := lane(), subscribers.LaneFor("alpha", 16); got != want {
+		t.Errorf("before any relay ran: lane %s, want %s (16 lanes)", got, want)
+	}
+	startRelay(t, n.URL) // --lanes 4
+	testutil.Eventually(t, func() bool {
+		_, err := n.JS.Consumer(testutil.Context(t), streams.Deliveries, "lane_s03")
+		return err == nil
+	}, "the relay's lanes were not created")
+	if got, want := lane(), subscribers.LaneFor("alpha", 4); got != want {
+		t.Errorf("beside a relay with 4 lanes: lane %s, want %s", got, want)
+	}
+}
