@@ -125,7 +125,7 @@ func TestMetricsScrapeAtTenThousandSubscribers(t *testing.T) {
 	// Every outcome recorded, and the paused subscribers' deliveries
 	// queued, as the scrape shows them.
 	outcomes := func() (settled, queued int) {
-		fams := metricsOf(t, base)
+		fams := testutil.Scrape(t, base)
 		for _, m := range fams["relay_deliveries_total"].GetMetric() {
 			settled += int(m.GetCounter().GetValue())
 		}
@@ -218,7 +218,7 @@ func TestMetricsScrapeAtTenThousandSubscribers(t *testing.T) {
 	for _, name := range []string{"relay_delivery_attempt_duration_seconds", "relay_event_delivery_latency_seconds"} {
 		own, other := 0, false
 		for _, m := range fams[name].GetMetric() {
-			if labelsInclude(m, []string{"subscriber", metrics.OtherSubscriber}) {
+			if testutil.HasLabels(m, "subscriber", metrics.OtherSubscriber) {
 				other = true
 			} else {
 				own++

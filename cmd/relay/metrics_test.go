@@ -11,8 +11,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/relay-dev/relay/internal/testutil"
 )
@@ -36,59 +34,6 @@ func startRelayWithMetrics(t *testing.T, natsURL string, extra ...string) string
 	return base
 }
 
-// metricsOf scrapes /metrics over HTTP and parses it as Prometheus does.
-func metricsOf(t *testing.T, base string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
-	return fams
-}
-
-// seriesValue is the value of the series of name whose labels include the
-// pairs given (a histogram's sample count), and whether there is one.
-func seriesValue(fams map[string]*dto.MetricFamily, name string, pairs ...string) (float64, bool) {
-	for _, m := range fams[name].GetMetric() {
-		if !labelsInclude(m, pairs) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		case m.Untyped != nil:
-			return m.GetUntyped().GetValue(), true
-		}
-	}
-	return 0, false
-}
-
-func labelsInclude(m *dto.Metric, pairs []string) bool {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		found := false
-		for _, l := range m.GetLabel() {
-			found = found || (l.GetName() == pairs[i] && l.GetValue() == pairs[i+1])
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
 // expectation is one series and the value it must reach.
 type expectation struct {
 	name  string
@@ -108,7 +53,7 @@ func waitMetrics(t *testing.T, base string, want ...expectation) map[string]*dto
 	unmet := func() []string {
 		var out []string
 		for _, e := range want {
-			got, ok := seriesValue(fams, e.name, e.pairs...)
+			got, ok := testutil.SeriesValue(fams, e.name, e.pairs...)
 			if !ok || got != e.value {
 				out = append(out, fmt.Sprintf("%s (got %v, present %v)", e, got, ok))
 			}
@@ -116,7 +61,7 @@ func waitMetrics(t *testing.T, base string, want ...expectation) map[string]*dto
 		return out
 	}
 	if !testutil.Within(30*time.Second, func() bool {
-		fams = metricsOf(t, base)
+		fams = testutil.Scrape(t, base)
 		return len(unmet()) == 0
 	}) {
 		t.Fatalf("metrics never reached:\n  %s", strings.Join(unmet(), "\n  "))
@@ -211,19 +156,19 @@ func TestMetricsFollowDeliveriesRetriesAndDeadLetters(t *testing.T) {
 		series("relay_event_delivery_latency_seconds", 1, "subscriber", "flaky"),
 		series("relay_delivery_attempt_duration_seconds", 2, "subscriber", "flaky"),
 	)
-	if _, ok := seriesValue(fams, "relay_dlq_messages_total", "reason", "max_attempts"); ok {
+	if _, ok := testutil.SeriesValue(fams, "relay_dlq_messages_total", "reason", "max_attempts"); ok {
 		t.Error("a reason nothing died of has a series")
 	}
-	if wait, ok := seriesValue(fams, "relay_ratelimit_wait_seconds_total", "subscriber", "rated"); !ok || wait <= 0 {
+	if wait, ok := testutil.SeriesValue(fams, "relay_ratelimit_wait_seconds_total", "subscriber", "rated"); !ok || wait <= 0 {
 		t.Errorf("3 deliveries at 5/s with a burst of 1 waited %v s for tokens (present %v)", wait, ok)
 	}
-	if _, ok := seriesValue(fams, "relay_kv_cas_conflicts_total"); !ok {
+	if _, ok := testutil.SeriesValue(fams, "relay_kv_cas_conflicts_total"); !ok {
 		t.Error("no relay_kv_cas_conflicts_total")
 	}
 	// The flaky event's latency covers its retry: at least the 50 ms of
 	// its shortest back-off.
 	for _, m := range fams["relay_event_delivery_latency_seconds"].GetMetric() {
-		if labelsInclude(m, []string{"subscriber", "flaky"}) && m.GetHistogram().GetSampleSum() < 0.05 {
+		if testutil.HasLabels(m, "subscriber", "flaky") && m.GetHistogram().GetSampleSum() < 0.05 {
 			t.Errorf("the retried event's latency is %v s, less than its back-off", m.GetHistogram().GetSampleSum())
 		}
 	}
@@ -284,10 +229,10 @@ func TestMetricsShowPausesAndOpenCircuits(t *testing.T) {
 		series("relay_ratelimit_effective_rate", 5, "subscriber", "throttled"),
 		series("relay_deliveries_total", 5, "subscriber", "down", "outcome", "retried"),
 	)
-	if age, ok := seriesValue(fams, "relay_queue_oldest_age_seconds", "subscriber", "held"); !ok || age < 0 {
+	if age, ok := testutil.SeriesValue(fams, "relay_queue_oldest_age_seconds", "subscriber", "held"); !ok || age < 0 {
 		t.Errorf("the paused subscriber's oldest age: %v (present %v)", age, ok)
 	}
-	if _, ok := seriesValue(fams, "relay_subscriber_paused", "subscriber", "down"); ok {
+	if _, ok := testutil.SeriesValue(fams, "relay_subscriber_paused", "subscriber", "down"); ok {
 		t.Error("a subscriber that was never paused has a paused series")
 	}
 

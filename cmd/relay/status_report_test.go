@@ -21,24 +21,6 @@ import (
 	"github.com/relay-dev/relay/streams"
 )
 
-// putRateState writes a subscriber's relay_ratelimit entry as the rate
-// limiter writes it: its JSON State under the subscriber's id.
-func putRateState(t *testing.T, n *testutil.NATS, id string, st ratelimit.State) {
-	t.Helper()
-	ctx := testutil.Context(t)
-	kv, err := n.JS.KeyValue(ctx, streams.RateLimitBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, id, raw); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // storeDeadLetter stores one dead letter for id as a lane does.
 func storeDeadLetter(t *testing.T, n *testutil.NATS, id string, reason deadletter.Reason, lastStatus int, lastError string, originSeq uint64) {
 	t.Helper()
@@ -78,8 +60,8 @@ func TestStatusJSONShowsPausesCircuitsAndDeadLettersByReason(t *testing.T) {
 	}
 	mustRelay(t, "sub", "pause", "held", "--nats", n.URL, "--until", "1h")
 	future := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	putRateState(t, n, "throttled", ratelimit.State{Tokens: 0, At: time.Now().UTC(), Rate: 2.5, DecreasedAt: time.Now().UTC(), PausedUntil: future})
-	putRateState(t, n, "broken", ratelimit.State{Tokens: 10, At: time.Now().UTC(), Failures: 6, OpenUntil: future, Opens: 2})
+	testutil.PutJSON(t, n.JS, streams.RateLimitBucket, "throttled", ratelimit.State{Tokens: 0, At: time.Now().UTC(), Rate: 2.5, DecreasedAt: time.Now().UTC(), PausedUntil: future})
+	testutil.PutJSON(t, n.JS, streams.RateLimitBucket, "broken", ratelimit.State{Tokens: 10, At: time.Now().UTC(), Failures: 6, OpenUntil: future, Opens: 2})
 	storeDeadLetter(t, n, "broken", deadletter.MaxAttempts, 503, "503 Service Unavailable", 1)
 	storeDeadLetter(t, n, "broken", deadletter.MaxAttempts, 0, "dial tcp: connection refused", 2)
 	storeDeadLetter(t, n, "broken", deadletter.Rejected, 400, "400 Bad Request", 3)

@@ -97,7 +97,7 @@ func TestStatusAt10000Subscribers(t *testing.T) {
 	}
 	future := time.Now().Add(time.Hour).UTC()
 	for i := 7; i < total; i += 2000 {
-		putRateState(t, n, id(i), ratelimit.State{Tokens: 1, At: time.Now().UTC(), Failures: 5, OpenUntil: future, Opens: 1})
+		testutil.PutJSON(t, n.JS, streams.RateLimitBucket, id(i), ratelimit.State{Tokens: 1, At: time.Now().UTC(), Failures: 5, OpenUntil: future, Opens: 1})
 	}
 
 	start := time.Now()

@@ -2,7 +2,6 @@ package metrics_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"testing"
@@ -86,23 +85,6 @@ func publishOn(t *testing.T, n *testutil.NATS, subject string, count int) {
 	}
 }
 
-// putState writes a relay_ratelimit entry as a relay would.
-func putState(t *testing.T, n *testutil.NATS, id string, st ratelimit.State) {
-	t.Helper()
-	ctx := testutil.Context(t)
-	kv, err := n.JS.KeyValue(ctx, streams.RateLimitBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, id, raw); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // The gauges about the cluster come from NATS at scrape time: each
 // subscriber's messages on its lane and in its overflow, the age of its
 // oldest, a pause (an operator's or a Retry-After), an open circuit and
@@ -117,8 +99,8 @@ func TestGaugesReadTheQueuesAndTheFlowControlState(t *testing.T) {
 	publishOn(t, r.n, "deliveries.s01.b", 1)
 	publishOn(t, r.n, "deliveries.s02.ghost", 4)
 	now := time.Now()
-	putState(t, r.n, "a", ratelimit.State{Tokens: 1})
-	putState(t, r.n, "c", ratelimit.State{Tokens: 0, Rate: 5, PausedUntil: now.Add(time.Hour),
+	testutil.PutJSON(t, r.n.JS, streams.RateLimitBucket, "a", ratelimit.State{Tokens: 1})
+	testutil.PutJSON(t, r.n.JS, streams.RateLimitBucket, "c", ratelimit.State{Tokens: 0, Rate: 5, PausedUntil: now.Add(time.Hour),
 		Failures: 5, OpenUntil: now.Add(time.Hour), Opens: 1})
 	if _, err := r.store.Pause(testutil.Context(t), "b", time.Time{}); err != nil {
 		t.Fatal(err)
@@ -126,7 +108,7 @@ func TestGaugesReadTheQueuesAndTheFlowControlState(t *testing.T) {
 
 	check := func(name string, v float64, pairs ...string) func() bool {
 		return func() bool {
-			got, ok := value(families(t, r.url), name, pairs...)
+			got, ok := testutil.SeriesValue(testutil.Scrape(t, r.url), name, pairs...)
 			return ok && got == v
 		}
 	}
@@ -134,13 +116,13 @@ func TestGaugesReadTheQueuesAndTheFlowControlState(t *testing.T) {
 	testutil.Eventually(t, check("relay_subscriber_paused", 1, "subscriber", "b", "kind", "operator"), "operator pause of b")
 	testutil.Eventually(t, check("relay_subscriber_paused", 1, "subscriber", "c", "kind", "retry_after"), "Retry-After pause of c")
 
-	fams := families(t, r.url)
+	fams := testutil.Scrape(t, r.url)
 	want(t, fams, 3, "relay_queue_pending", "subscriber", "b")
-	if _, ok := value(fams, "relay_queue_pending", "subscriber", "ghost"); ok {
+	if _, ok := testutil.SeriesValue(fams, "relay_queue_pending", "subscriber", "ghost"); ok {
 		t.Error("a subscriber the view does not hold has a pending series")
 	}
 	for _, id := range []string{"a", "b"} {
-		age, ok := value(fams, "relay_queue_oldest_age_seconds", "subscriber", id)
+		age, ok := testutil.SeriesValue(fams, "relay_queue_oldest_age_seconds", "subscriber", id)
 		if !ok || age < 0 {
 			t.Errorf("oldest age of %s: %v, %v", id, age, ok)
 		}
@@ -149,14 +131,14 @@ func TestGaugesReadTheQueuesAndTheFlowControlState(t *testing.T) {
 	want(t, fams, 0, "relay_circuit_open", "subscriber", "a")
 	want(t, fams, 5, "relay_ratelimit_effective_rate", "subscriber", "c")
 	want(t, fams, 20, "relay_ratelimit_effective_rate", "subscriber", "a")
-	if _, ok := value(fams, "relay_subscriber_paused", "subscriber", "a"); ok {
+	if _, ok := testutil.SeriesValue(fams, "relay_subscriber_paused", "subscriber", "a"); ok {
 		t.Error("a subscriber that was never paused has a paused series")
 	}
 
 	r.m.DeadLettered("ghost", deadletter.Unroutable)
-	fams = families(t, r.url)
+	fams = testutil.Scrape(t, r.url)
 	want(t, fams, 1, "relay_dlq_messages_total", "subscriber", metrics.UnknownSubscriber, "reason", "unroutable")
-	if _, ok := value(fams, "relay_dlq_messages_total", "subscriber", "ghost"); ok {
+	if _, ok := testutil.SeriesValue(fams, "relay_dlq_messages_total", "subscriber", "ghost"); ok {
 		t.Error("an id the view does not hold has series of its own")
 	}
 
@@ -171,7 +153,7 @@ func TestGaugesReadTheQueuesAndTheFlowControlState(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, func() bool {
-		_, ok := value(families(t, r.url), "relay_queue_pending", "subscriber", "a")
+		_, ok := testutil.SeriesValue(testutil.Scrape(t, r.url), "relay_queue_pending", "subscriber", "a")
 		return !ok
 	}, "the pending series of a removed subscriber stays")
 }
@@ -195,9 +177,9 @@ func TestOldestAgeOfALongQueueBehindABacklog(t *testing.T) {
 	}
 	publishOn(t, r.n, "deliveries.s03.late", 2)
 	testutil.Eventually(t, func() bool {
-		fams := families(t, r.url)
-		_, big := value(fams, "relay_queue_oldest_age_seconds", "subscriber", "big")
-		_, late := value(fams, "relay_queue_oldest_age_seconds", "subscriber", "late")
+		fams := testutil.Scrape(t, r.url)
+		_, big := testutil.SeriesValue(fams, "relay_queue_oldest_age_seconds", "subscriber", "big")
+		_, late := testutil.SeriesValue(fams, "relay_queue_oldest_age_seconds", "subscriber", "late")
 		return big && late
 	}, "an oldest age is missing")
 }

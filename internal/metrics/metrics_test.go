@@ -8,11 +8,10 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/testutil"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -26,69 +25,10 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// families scrapes /metrics over HTTP and parses it as Prometheus does.
-func families(t *testing.T, base string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
-	return fams
-}
-
-// value is the value of the series of name whose labels include the given
-// pairs (a histogram's sample count), and whether there is one.
-func value(fams map[string]*dto.MetricFamily, name string, pairs ...string) (float64, bool) {
-	f, ok := fams[name]
-	if !ok {
-		return 0, false
-	}
-	for _, m := range f.GetMetric() {
-		if !hasLabels(m, pairs) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		case m.Untyped != nil:
-			return m.GetUntyped().GetValue(), true
-		}
-	}
-	return 0, false
-}
-
-func hasLabels(m *dto.Metric, pairs []string) bool {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == pairs[i] && l.GetValue() == pairs[i+1] {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
 // want fails the test unless the series exists with the value.
 func want(t *testing.T, fams map[string]*dto.MetricFamily, v float64, name string, pairs ...string) {
 	t.Helper()
-	got, ok := value(fams, name, pairs...)
+	got, ok := testutil.SeriesValue(fams, name, pairs...)
 	if !ok {
 		t.Errorf("%s%v: no such series", name, pairs)
 		return
@@ -133,7 +73,7 @@ func TestHandlerServesProbesAndSeries(t *testing.T) {
 	lane := m.Lane("s00")
 	lane.Begin()
 
-	fams := families(t, srv.URL)
+	fams := testutil.Scrape(t, srv.URL)
 	want(t, fams, 1, "relay_events_ingested_total")
 	want(t, fams, 3, "relay_fanout_deliveries_total", "subscriber", "a")
 	want(t, fams, 1, "relay_deliveries_total", "subscriber", "a", "outcome", "delivered")
@@ -164,9 +104,9 @@ func TestHandlerServesProbesAndSeries(t *testing.T) {
 	}
 
 	lane.End()
-	want(t, families(t, srv.URL), 0, "relay_lane_in_flight", "lane", "s00")
+	want(t, testutil.Scrape(t, srv.URL), 0, "relay_lane_in_flight", "lane", "s00")
 	lane.Close()
-	if _, ok := value(families(t, srv.URL), "relay_lane_in_flight", "lane", "s00"); ok {
+	if _, ok := testutil.SeriesValue(testutil.Scrape(t, srv.URL), "relay_lane_in_flight", "lane", "s00"); ok {
 		t.Error("a closed lane still has its series")
 	}
 }
@@ -180,7 +120,7 @@ func TestOldNamesAreGone(t *testing.T) {
 	m.EventIngested()
 	m.Copied("a")
 	m.Attempt("a", "delivered", time.Millisecond)
-	fams := families(t, srv.URL)
+	fams := testutil.Scrape(t, srv.URL)
 	for _, old := range []string{"relay_events_fanned_out_total", "relay_delivery_copies_total", "relay_delivery_duration_seconds"} {
 		if _, ok := fams[old]; ok {
 			t.Errorf("%s is still exported", old)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/testutil"
 )
 
 // Only the top subscribers by attempts have histograms of their own, the
@@ -22,7 +23,7 @@ func TestTopSubscribersHaveTheirOwnHistograms(t *testing.T) {
 		}
 	}
 	has := func(id string) bool {
-		_, ok := value(families(t, srv.URL), "relay_delivery_attempt_duration_seconds", "subscriber", id)
+		_, ok := testutil.SeriesValue(testutil.Scrape(t, srv.URL), "relay_delivery_attempt_duration_seconds", "subscriber", id)
 		return ok
 	}
 
@@ -31,7 +32,7 @@ func TestTopSubscribersHaveTheirOwnHistograms(t *testing.T) {
 	attempts("b", 1)
 	attempts("c", 5)
 	m.Copied("a")
-	fams := families(t, srv.URL)
+	fams := testutil.Scrape(t, srv.URL)
 	want(t, fams, 1, "relay_delivery_attempt_duration_seconds", "subscriber", "a")
 	want(t, fams, 1, "relay_delivery_attempt_duration_seconds", "subscriber", "b")
 	want(t, fams, 5, "relay_delivery_attempt_duration_seconds", "subscriber", metrics.OtherSubscriber)
@@ -42,7 +43,7 @@ func TestTopSubscribersHaveTheirOwnHistograms(t *testing.T) {
 	// c was the busiest: in; a and b tie, a wins by its id and b goes.
 	m.Rank()
 	attempts("c", 1)
-	fams = families(t, srv.URL)
+	fams = testutil.Scrape(t, srv.URL)
 	want(t, fams, 1, "relay_delivery_attempt_duration_seconds", "subscriber", "c")
 	want(t, fams, 1, "relay_delivery_attempt_duration_seconds", "subscriber", "a")
 	if has("b") {
@@ -56,18 +57,18 @@ func TestTopSubscribersHaveTheirOwnHistograms(t *testing.T) {
 		t.Error("an idle top subscriber lost its place to one no busier")
 	}
 	attempts("b", 1)
-	want(t, families(t, srv.URL), 6, "relay_delivery_attempt_duration_seconds", "subscriber", metrics.OtherSubscriber)
+	want(t, testutil.Scrape(t, srv.URL), 6, "relay_delivery_attempt_duration_seconds", "subscriber", metrics.OtherSubscriber)
 
 	// Removed: every series of a goes, and its place is free for b.
 	m.Forget(func(id string) bool { return id != "a" })
-	fams = families(t, srv.URL)
+	fams = testutil.Scrape(t, srv.URL)
 	for _, name := range []string{"relay_fanout_deliveries_total", "relay_delivery_attempt_duration_seconds", "relay_deadline_missed_total"} {
-		if _, ok := value(fams, name, "subscriber", "a"); ok {
+		if _, ok := testutil.SeriesValue(fams, name, "subscriber", "a"); ok {
 			t.Errorf("%s of a removed subscriber stays", name)
 		}
 	}
 	attempts("b", 2)
 	m.Rank()
 	attempts("b", 1)
-	want(t, families(t, srv.URL), 1, "relay_delivery_attempt_duration_seconds", "subscriber", "b")
+	want(t, testutil.Scrape(t, srv.URL), 1, "relay_delivery_attempt_duration_seconds", "subscriber", "b")
 }

@@ -54,23 +54,6 @@ func park(t *testing.T, js jetstream.JetStream, id string, n int) {
 	}
 }
 
-// putState writes a relay_ratelimit entry by hand.
-func putState(t *testing.T, js jetstream.JetStream, id string, st ratelimit.State) {
-	t.Helper()
-	ctx := testutil.Context(t)
-	kv, err := js.KeyValue(ctx, streams.RateLimitBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, id, raw); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func collect(t *testing.T, js jetstream.JetStream, subs ...subscribers.Subscriber) map[string]Subscriber {
 	t.Helper()
 	report, err := Collect(testutil.Context(t), js, subs, testLanes)
@@ -228,14 +211,14 @@ func TestCollectReadsTheRateLimitEntry(t *testing.T) {
 	future := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	paused, probing, past := limited("paused", 1), limited("probing", 10), limited("past", 10)
 	paused.Burst = 10
-	putState(t, n.JS, "paused", ratelimit.State{Tokens: 2, PausedUntil: future, OpenUntil: future, Failures: 5})
-	putState(t, n.JS, "probing", ratelimit.State{Tokens: 0, Rate: 2.5, OpenUntil: time.Now().Add(-time.Minute), Failures: 7})
-	putState(t, n.JS, "past", ratelimit.State{Tokens: 10, PausedUntil: time.Now().Add(-time.Minute)})
+	testutil.PutJSON(t, n.JS, streams.RateLimitBucket, "paused", ratelimit.State{Tokens: 2, PausedUntil: future, OpenUntil: future, Failures: 5})
+	testutil.PutJSON(t, n.JS, streams.RateLimitBucket, "probing", ratelimit.State{Tokens: 0, Rate: 2.5, OpenUntil: time.Now().Add(-time.Minute), Failures: 7})
+	testutil.PutJSON(t, n.JS, streams.RateLimitBucket, "past", ratelimit.State{Tokens: 10, PausedUntil: time.Now().Add(-time.Minute)})
 
 	// A deleted entry (the rate limiter's bucket has a TTL too) is no
 	// entry: a full bucket.
 	erased := limited("erased", 4)
-	putState(t, n.JS, "erased", ratelimit.State{Tokens: 0, Failures: 9, OpenUntil: future})
+	testutil.PutJSON(t, n.JS, streams.RateLimitBucket, "erased", ratelimit.State{Tokens: 0, Failures: 9, OpenUntil: future})
 	kv, err := n.JS.KeyValue(testutil.Context(t), streams.RateLimitBucket)
 	if err != nil {
 		t.Fatal(err)
