@@ -187,7 +187,7 @@ func hopLoop(ctx context.Context, nc *nats.Conn, cons jetstream.Consumer, subjec
 			Header:  fanout.CopyHeader(msg.Headers(), id, fanout.EventType(msg.Subject()), md.Timestamp),
 			Data:    msg.Data(),
 		}
-		f, err := hopPublish(ctx, js, m, id+"."+hopSubscriber)
+		f, err := fanout.PublishCopy(ctx, js, m, id+"."+hopSubscriber)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -198,23 +198,6 @@ func hopLoop(ctx context.Context, nc *nats.Conn, cons jetstream.Consumer, subjec
 		case copies <- hopCopy{msg: msg, ack: f}:
 		case <-ctx.Done():
 			return nil
-		}
-	}
-}
-
-// hopPublish starts one copy's async publish and, as the fan-out's
-// publishAsync does, waits for the window to drain and tries again when it
-// is full, rather than fail the copy.
-func hopPublish(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string) (jetstream.PubAckFuture, error) {
-	for {
-		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id))
-		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			return f, err
-		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return nil, ctx.Err()
 		}
 	}
 }

@@ -247,7 +247,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			h = maps.Clone(header)
 		}
 		m := &nats.Msg{Subject: subject, Header: h, Data: msg.Data()}
-		f, err := publishAsync(ctx, js, m, id+"."+sub.ID)
+		f, err := PublishCopy(ctx, js, m, id+"."+sub.ID)
 		if err != nil {
 			p.err = err
 			return p
@@ -257,13 +257,15 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	return p
 }
 
-// publishAsync starts one copy's publish. When the async window is full
+// PublishCopy starts the async publish of one copy with its Nats-Msg-Id.
+// When the async window is full
 // for longer than nats.go's stall wait (an event with thousands of
 // subscribers, PubAcks slowed by a busy server), it waits for the window to
 // drain and tries again: failing would hand the whole event back, and
 // fanning it out again would publish its copies a second time, as
-// duplicates the stream drops but has to read.
-func publishAsync(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string) (jetstream.PubAckFuture, error) {
+// duplicates the stream drops but has to read. The benchmark's two-hop loop
+// copies with it too, so that it measures relay's way of copying.
+func PublishCopy(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string) (jetstream.PubAckFuture, error) {
 	for {
 		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id))
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
