@@ -56,6 +56,8 @@ type runFlags struct {
 	ackWait      time.Duration
 	maxRequests  int
 	logFormat    string
+	// shutdownTimeout bounds how long a stop waits for requests in flight.
+	shutdownTimeout time.Duration
 	// dlqMaxAge is --dlq-max-age when given, else 0: keep the age of a DLQ
 	// stream that exists.
 	dlqMaxAge time.Duration
@@ -99,6 +101,7 @@ back to JetStream, nothing is lost.`,
 	fl.DurationVar(&f.ackWait, "ack-wait", 60*time.Second, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed")
 	fl.IntVar(&f.maxRequests, "max-requests", lanes.DefaultMaxRequests, "most HTTP requests in flight over all subscribers, shared fairly among them (0: unlimited)")
 	fl.DurationVar(&f.dlqMaxAge, "dlq-max-age", defaultDLQMaxAge, "how long dead letters are kept; a DLQ that exists keeps its age (nats stream edit DLQ --max-age) unless this is given")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", lanes.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may finish; those still open then are abandoned and their messages handed back (0: at once)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -131,6 +134,9 @@ func (f *runFlags) validate() (slog.Level, error) {
 	}
 	if f.ackWait < time.Second {
 		return level, usagef("--ack-wait: must be at least 1s, got %s", f.ackWait)
+	}
+	if f.shutdownTimeout < 0 {
+		return level, usagef("--shutdown-timeout: must be 0 (abandon requests in flight at once) or more, got %s", f.shutdownTimeout)
 	}
 	if f.maxRequests < 0 {
 		return level, usagef("--max-requests: must be 0 (unlimited) or more, got %d", f.maxRequests)
@@ -166,6 +172,22 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return err
 	}
 	log := newLogger(stderr, level, f.logFormat)
+	m := metrics.New()
+	// While NATS is away the relay can neither take nor settle a delivery:
+	// /readyz says so until the client has reconnected.
+	opts = append(opts,
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if c.IsClosed() || c.IsDraining() {
+				return // the relay's own stop
+			}
+			m.SetConnected(false)
+			log.Warn("disconnected from NATS; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			m.SetConnected(true)
+			log.Info("reconnected to NATS", "url", c.ConnectedUrlRedacted())
+		}),
+	)
 
 	var srv *server.Server
 	url := conn.url
@@ -234,7 +256,6 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return err
 	}
 	defer client.CloseIdleConnections()
-	m := metrics.New()
 
 	var metricsAddr net.Addr
 	var wg conc.WaitGroup
@@ -270,6 +291,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		errs <- lanes.Run(runCtx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
 			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests), Backlogs: backlogs,
+			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout),
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},
@@ -307,6 +329,15 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	log.Info("relay stopped")
 	return nil
+}
+
+// shutdownTimeout turns --shutdown-timeout into lanes.Config's terms, where
+// 0 takes the default and a negative duration abandons at once.
+func shutdownTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // maxRequests turns --max-requests into lanes.Config's terms, where 0 takes

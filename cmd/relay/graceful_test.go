@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,4 +50,94 @@ func TestGracefulRestartHandsBackEverything(t *testing.T) {
 	t.Logf("stopped after %d deliveries; the other %d arrived %v after the restart (%d requests in all)",
 		stoppedAt, events-stoppedAt, took.Round(time.Millisecond), rcv.count())
 	require.Less(t, took, ackWait/2, "deliveries waited out the stopped relay's ack wait")
+}
+
+// TestShutdownTimeoutAbandonsHangingRequests stops a relay whose requests
+// hang at a receiver that never answers, with a request timeout far longer
+// than --shutdown-timeout: relay must not wait for them. Once the shutdown
+// timeout has passed it cancels them, exits 0, and hands their messages back
+// at once (not after the ack wait) without counting an attempt: with
+// --max-attempts 1 a counted attempt would be a dead letter, and the next
+// relay delivers every event instead.
+func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
+	t.Parallel()
+	const (
+		events      = 12
+		maxInFlight = 4
+		ackWait     = 60 * time.Second
+	)
+	n := testutil.StartRelayNATS(t)
+	var (
+		mu        sync.Mutex
+		healthy   bool
+		hanging   int
+		abandoned int
+		seen      = map[string]bool{}
+		release   = make(chan struct{})
+	)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// Read to the end: only then does the server notice a client that
+		// closes the connection, and cancel the request's context.
+		_, _ = io.Copy(io.Discard, req.Body)
+		mu.Lock()
+		if healthy {
+			seen[req.Header.Get("webhook-id")] = true
+			mu.Unlock()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		hanging++
+		mu.Unlock()
+		select {
+		case <-req.Context().Done():
+			mu.Lock()
+			abandoned++
+			mu.Unlock()
+		case <-release:
+		}
+	}))
+	t.Cleanup(rcv.Close)
+	t.Cleanup(func() { close(release) })
+	count := func(v *int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return *v
+	}
+	mustRelay(t, "sub", "add", "slow", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret,
+		"--timeout", "5m", "--max-in-flight", fmt.Sprint(maxInFlight), "--max-attempts", "1")
+	for i := range events {
+		publish(t, n.JS, "x", fmt.Sprintf("evt-%02d", i), []byte(`{}`))
+	}
+	args := []string{"--allow-private-targets", "--ack-wait", ackWait.String(), "--shutdown-timeout", "500ms"}
+	first := startRelay(t, n.URL, args...)
+	testutil.Eventually(t, func() bool { return count(&hanging) == maxInFlight }, "%d requests hang, want %d", count(&hanging), maxInFlight)
+
+	stopped := make(chan int, 1)
+	go func() { stopped <- first.stop() }()
+	select {
+	case code := <-stopped:
+		require.Zero(t, code, first.stderr.String())
+	case <-time.After(ackWait):
+		t.Fatalf("relay still waits for its hanging requests %v after the stop", ackWait)
+	}
+	require.Equal(t, maxInFlight, count(&abandoned), "requests abandoned at the shutdown timeout; relay said:\n%s", first.stderr.String())
+	require.Contains(t, first.stderr.String(), "shutdown timeout passed")
+
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	restart := time.Now()
+	startRelay(t, n.URL, args...)
+	delivered := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+	testutil.Eventually(t, func() bool { return delivered() == events }, "%d of %d delivered after the restart", delivered(), events)
+	took := time.Since(restart)
+	require.Less(t, took, ackWait/2, "abandoned deliveries waited out the stopped relay's ack wait")
+	code, out, errOut := relayCmd(t, "dlq", "ls", "--nats", n.URL, "--json")
+	require.Zero(t, code, errOut)
+	require.JSONEq(t, "[]", out, "an abandoned request was counted as an attempt")
+	t.Logf("%d requests abandoned; every event delivered %v after the restart", maxInFlight, took.Round(time.Millisecond))
 }

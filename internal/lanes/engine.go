@@ -22,6 +22,11 @@ type engine struct {
 	refiller   *overflow.Refiller
 	deliveries jetstream.Stream
 	store      *subscribers.Store
+	// finishing is the context of the work a lane lets finish when it
+	// stops (requests in flight, their acks, parks and dead letters): not
+	// cancelled by the relay's stop, but once Config.ShutdownTimeout has
+	// passed after it, so that a request that hangs cannot hold the exit.
+	finishing context.Context
 
 	mu     sync.Mutex
 	known  map[string]*lookup
@@ -45,7 +50,7 @@ const lookupFor = time.Second
 // subscriber this relay cannot use) is logged again.
 const logEvery = time.Minute
 
-func newEngine(ctx context.Context, cfg Config) (*engine, error) {
+func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 	refiller, err := overflow.NewRefiller(ctx, cfg.JS)
 	if err != nil {
 		return nil, fmt.Errorf("lanes: %w", err)
@@ -64,6 +69,7 @@ func newEngine(ctx context.Context, cfg Config) (*engine, error) {
 		refiller:   refiller,
 		deliveries: deliveries,
 		store:      store,
+		finishing:  finishing,
 		known:      make(map[string]*lookup),
 		logged:     make(map[string]time.Time),
 	}, nil

@@ -65,6 +65,12 @@ type Config struct {
 	// this relay (--max-requests), shared fairly among them. Defaults to
 	// 4096; negative means unlimited.
 	MaxRequests int
+	// ShutdownTimeout is how long, once the relay stops, the requests in
+	// flight may still run (--shutdown-timeout). Then they are abandoned:
+	// cancelled, not counted as attempts, their messages handed back to
+	// JetStream for the next relay. Defaults to 30s; negative abandons them
+	// at once.
+	ShutdownTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.
@@ -90,6 +96,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxRequests == 0 {
 		c.MaxRequests = DefaultMaxRequests
 	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
 	if c.RetryPolicy == nil {
 		maxPause := c.MaxPause
 		c.RetryPolicy = func(sub subscribers.Subscriber) retry.Policy {
@@ -106,6 +115,11 @@ func (c *Config) setDefaults() error {
 // relay's CPU can keep busy on one host, far fewer file descriptors than a
 // default limit allows.
 const DefaultMaxRequests = 4096
+
+// DefaultShutdownTimeout is --shutdown-timeout's default: as long as the
+// default HTTP timeout of three attempts, and within the 30 s an orchestrator
+// such as Kubernetes gives a process between SIGTERM and SIGKILL.
+const DefaultShutdownTimeout = 30 * time.Second
 
 // sweepEvery is how often a relay looks for backlogs in overflow that no
 // queue of its own knows about: those of a relay that stopped or died, or of
@@ -127,7 +141,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
-	env, err := newEngine(ctx, cfg)
+	finishing, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	stopTimer := context.AfterFunc(ctx, func() {
+		wait := max(cfg.ShutdownTimeout, 0)
+		timer := time.AfterFunc(wait, func() {
+			cfg.Logger.Warn("lanes: shutdown timeout passed; abandoning the requests still in flight and handing their messages back",
+				"shutdown_timeout", wait)
+			abandon()
+		})
+		context.AfterFunc(finishing, func() { timer.Stop() })
+	})
+	defer stopTimer()
+	env, err := newEngine(ctx, finishing, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -349,7 +349,7 @@ func (s *scheduler) loop(ctx context.Context) {
 				if ok {
 					s.lane.toOverflow(d, s.id, s.stored)
 				} else {
-					s.lane.work.Go(func() { s.lane.unknownSubscriber(context.WithoutCancel(ctx), d, s.id) })
+					s.lane.work.Go(func() { s.lane.unknownSubscriber(s.lane.env.finishing, d, s.id) })
 				}
 			}
 			return
@@ -462,21 +462,23 @@ func (s *scheduler) loop(ctx context.Context) {
 			if dec.Probe {
 				// Nothing to probe with after all (or held now, which the
 				// loop's first check settles): let the probe go.
-				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(sub), ratelimit.Result{Probe: true})
+				_ = s.lane.cfg.Limiter.Observe(s.lane.env.finishing, s.id, limitOf(sub), ratelimit.Result{Probe: true})
 			}
 			continue
 		}
 		s.lane.flight.Begin()
 		s.lane.work.Go(func() {
-			// An in-flight request finishes even when the relay is stopping:
-			// its outcome is then acked, parked or dead-lettered, never lost.
+			// An in-flight request finishes even when the relay is stopping,
+			// within --shutdown-timeout: its outcome is then acked, parked or
+			// dead-lettered, never lost; one still open then is abandoned and
+			// handed back.
 			defer release()
 			defer s.lane.flight.End()
 			start := s.lane.cfg.Clock.Now()
 			s.mu.Lock()
 			localIsAttempt := s.localStreak >= maxLocalStreak
 			s.mu.Unlock()
-			out := s.lane.send(context.WithoutCancel(ctx), d, *fresh, dec.Probe, localIsAttempt)
+			out := s.lane.send(s.lane.env.finishing, d, *fresh, dec.Probe, localIsAttempt)
 			took := s.lane.cfg.Clock.Now().Sub(start)
 			s.mu.Lock()
 			delete(s.inFlight, d.msg)
@@ -546,7 +548,7 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 	s.expectUntil = now.Add(expectFor)
 	from, subject, puts := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
 	s.lane.work.Go(func() {
-		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
+		moved, next, more, err := s.lane.env.refiller.Refill(s.lane.env.finishing, s.id, subject, from, room)
 		if err != nil {
 			s.lane.log.Warn("lanes: bringing back a backlog", "subscriber", s.id, "err", err)
 			s.sleep(ctx, time.Second, false)

@@ -146,9 +146,10 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 		d.firstAt = now
 	}
 	out = l.cfg.Client.Send(ctx, req)
-	if out.Class == deliver.Local && !localIsAttempt {
-		// No descriptor, no port, the relay stopping: not the subscriber's
-		// failure, not an attempt, nothing for the breaker.
+	if out.Class == deliver.Local && (!localIsAttempt || ctx.Err() != nil) {
+		// No descriptor, no port, the relay stopping (a request abandoned at
+		// --shutdown-timeout among them): not the subscriber's failure, not
+		// an attempt, nothing for the breaker.
 		l.log.Warn("lanes: request not made", "subscriber", sub.ID, "err", out.Err)
 		l.cfg.Metrics.Attempt(sub.ID, out.Class.String(), out.Duration)
 		if l.stopping.Load() {

@@ -146,6 +146,9 @@ type Metrics struct {
 	gauge refresher
 
 	ready atomic.Bool
+	// disconnected is set while the relay has lost NATS: it can then
+	// neither take nor settle a delivery, so it is not ready.
+	disconnected atomic.Bool
 }
 
 // New registers the relay's instruments on a fresh registry, with the Go
@@ -395,9 +398,17 @@ func (m *Metrics) SetReady(ok bool) {
 	}
 }
 
+// SetConnected tells /readyz whether the relay is connected to NATS: not
+// ready while it is not, ready again once it has reconnected.
+func (m *Metrics) SetConnected(ok bool) {
+	if m != nil {
+		m.disconnected.Store(!ok)
+	}
+}
+
 // Handler serves /metrics (the gauges read from NATS refreshed first when
 // they are older than [Options.MinRefresh]), /healthz (the process is
-// alive) and /readyz (the relay is consuming).
+// alive) and /readyz (the relay is consuming and connected to NATS).
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	prom := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
@@ -409,8 +420,12 @@ func (m *Metrics) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !m.ready.Load() {
+		switch {
+		case !m.ready.Load():
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		case m.disconnected.Load():
+			http.Error(w, "not ready: disconnected from NATS", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
