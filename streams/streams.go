@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -83,7 +84,15 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		if name == DLQ {
 			cfg.MaxAge = dlqMaxAge(ctx, js, cfg.MaxAge, opts.DLQMaxAge)
 		}
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if err := AskAgain(ctx, func(ctx context.Context) error {
+			// Create first, update only what exists with another
+			// definition: see askAgain.
+			_, err := js.CreateStream(ctx, cfg)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				_, err = js.UpdateStream(ctx, cfg)
+			}
+			return err
+		}); err != nil {
 			return fmt.Errorf("streams: creating or updating %s: %w", name, err)
 		}
 	}
@@ -103,11 +112,43 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		},
 	} {
 		kv.Replicas = replicas("KV_" + kv.Bucket)
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+		if err := AskAgain(ctx, func(ctx context.Context) error {
+			_, err := js.CreateKeyValue(ctx, kv)
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				_, err = js.UpdateKeyValue(ctx, kv)
+			}
+			return err
+		}); err != nil {
 			return fmt.Errorf("streams: creating or updating bucket %s: %w", kv.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// ensureAttempt bounds one create-or-update request of Ensure.
+const ensureAttempt = 5 * time.Second
+
+// askAgain runs one create-or-update request, and runs it again while it
+// goes unanswered, until ctx ends. On a cluster, two relays that start at
+// once must not both update a replicated stream one of them is creating:
+// nats-server v2.15.2 leaves such an update without a reply (nats.go's
+// CreateOrUpdate calls update first), so the relay creates first (streams, buckets and consumers) and updates
+// only a stream that exists with another definition. A request left
+// unanswered all the same is asked again: the stream exists by then.
+func AskAgain(ctx context.Context, request func(context.Context) error) error {
+	for {
+		attemptCtx, cancel := context.WithTimeout(ctx, ensureAttempt)
+		err := request(attemptCtx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !unanswered(err) {
+			return err
+		}
+	}
+}
+
+// unanswered reports whether a JetStream API request got no reply in time.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // dlqMaxAge is the max age the DLQ stream gets: the one asked for, else the

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
 )
 
 // restartDelay is how long a failed consumer waits before it is re-created.
@@ -38,12 +40,30 @@ const restartDelay = time.Second
 // later, and a lost request is replaced at once.
 const MaxWait = time.Second
 
+// Ensure creates the durable consumer cfg on stream, or updates it when it
+// exists with another definition. Every relay on a cluster ensures the same
+// consumers as it starts: creating first, and asking again when a request
+// goes unanswered, keeps two relays that start at once from leaving each
+// other without a reply (see [streams.AskAgain]).
+func Ensure(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	var cons jetstream.Consumer
+	err := streams.AskAgain(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = js.CreateConsumer(ctx, stream, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			cons, err = js.UpdateConsumer(ctx, stream, cfg)
+		}
+		return err
+	})
+	return cons, err
+}
+
 // Run creates or updates the durable consumer cfg on stream and calls handle
 // with every message, one at a time, until ctx is cancelled; then it returns
 // nil. batch is how many messages it pulls at once.
 func Run(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, batch int, log *slog.Logger, handle func(jetstream.Msg)) error {
 	for {
-		cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		cons, err := Ensure(ctx, js, stream, cfg)
 		if err != nil {
 			err = fmt.Errorf("creating consumer %s: %w", cfg.Durable, err)
 		} else {

@@ -66,14 +66,21 @@ func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, 
 		flight: cfg.Metrics.Lane(name),
 	}
 	l.confirmed.Store(time.Now().UnixNano())
-	if _, err := l.consumer(ctx); err != nil {
+	// Bounded: the manager tries a lane that cannot start again later,
+	// and meanwhile starts the others.
+	createCtx, cancel := context.WithTimeout(ctx, laneCreateTimeout)
+	defer cancel()
+	if _, err := l.consumer(createCtx); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
+// laneCreateTimeout bounds the creation of a lane's consumer as it starts.
+const laneCreateTimeout = 15 * time.Second
+
 func (l *lane) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	cons, err := l.cfg.JS.CreateOrUpdateConsumer(ctx, streams.Deliveries, jetstream.ConsumerConfig{
+	cons, err := consumer.Ensure(ctx, l.cfg.JS, streams.Deliveries, jetstream.ConsumerConfig{
 		Durable:       ConsumerName(l.name),
 		Description:   "relay lane " + l.name,
 		FilterSubject: "deliveries." + l.name + ".>",

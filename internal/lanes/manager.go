@@ -164,14 +164,6 @@ func Run(ctx context.Context, cfg Config) error {
 	defer m.work.Wait()
 	defer m.stopAll()
 
-	for i := range cfg.SharedLanes {
-		if err := m.start(ctx, SharedLane(i)); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while starting
-			}
-			return err
-		}
-	}
 	// Lanes left by an earlier run (a larger --lanes, a dedicated subscriber
 	// since moved to a shared lane) still hold messages: keep draining them.
 	leftovers := false
@@ -180,7 +172,8 @@ func Run(ctx context.Context, cfg Config) error {
 	m.sweep(ctx)
 	for {
 		changed := cfg.Subscribers.Changed()
-		ok := m.syncDedicated(ctx)
+		ok := m.startShared(ctx)
+		ok = m.syncDedicated(ctx) && ok
 		if !leftovers {
 			leftovers = m.startExisting(ctx)
 		}
@@ -285,6 +278,24 @@ func (m *manager) lane(name string) *lane {
 		return rl.lane
 	}
 	return nil
+}
+
+// startShared starts the shared lanes not running yet; it reports whether
+// they all run. One that cannot start (its consumer not created, NATS
+// briefly away, a cluster electing) is logged and tried again by Run, not
+// fatal: the other lanes deliver meanwhile.
+func (m *manager) startShared(ctx context.Context) bool {
+	ok := true
+	for i := range m.cfg.SharedLanes {
+		name := SharedLane(i)
+		if err := m.start(ctx, name); err != nil {
+			if ctx.Err() == nil {
+				m.cfg.Logger.Error("lanes: starting lane", "lane", name, "err", err)
+			}
+			ok = false
+		}
+	}
+	return ok
 }
 
 // startExisting starts the lanes whose consumers exist on DELIVERIES; it
