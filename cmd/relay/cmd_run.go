@@ -208,7 +208,10 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		log.Info("embedded NATS server started", "url", url, "data", f.data)
 	}
 	closed := make(chan struct{})
-	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	// A subject NATS refuses during the start-up closes the connection, so
+	// that the start-up fails at once with the refusal; later ones are logged.
+	refused := newRefusals((*nats.Conn).Close, log)
+	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }), refused.option())
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
@@ -235,22 +238,23 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas, DLQMaxAge: f.dlqMaxAge}); err != nil {
-		return err
+		return refused.explain(err)
 	}
 	store, err := subscribers.Open(setupCtx, js)
 	if err != nil {
-		return err
+		return refused.explain(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	live, err := store.Watch(runCtx)
 	if err != nil {
-		return err
+		return refused.explain(err)
 	}
 	limiter, err := ratelimit.NewShared(setupCtx, js, ratelimit.Options{MaxPause: f.maxPause})
 	if err != nil {
-		return err
+		return refused.explain(err)
 	}
+	refused.disarm()
 	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate), deliver.WithIdleConns(idleConns(f.maxRequests)))
 	if err != nil {
 		return err

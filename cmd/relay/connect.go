@@ -24,6 +24,10 @@ type connFlags struct {
 	tlsKey   string
 	tlsCA    string
 	context  string
+	// refused, when set, records what NATS refuses the connections of
+	// connect, so that the command reports the refusal instead of the
+	// timeout it causes.
+	refused *refusals
 }
 
 func addConnFlags(cmd *cobra.Command) *connFlags {
@@ -152,7 +156,11 @@ func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(c.url, append(opts, nats.MaxReconnects(0), nats.RetryOnFailedConnect(false))...)
+	opts = append(opts, nats.MaxReconnects(0), nats.RetryOnFailedConnect(false))
+	if c.refused != nil {
+		opts = append(opts, c.refused.option())
+	}
+	nc, err := nats.Connect(c.url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to NATS at %s: %w (is relay run or a NATS server up? set --nats or NATS_URL)", c.url, err)
 	}

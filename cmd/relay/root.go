@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -33,10 +34,16 @@ func usagef(format string, args ...any) error {
 
 // run is the whole program behind main, testable with its arguments and
 // output streams.
+//
+// A command whose connection NATS refuses a subject is stopped at once and
+// fails with the refusal, not with the timeout its request would end in.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(stdout, stderr)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	root, conn := newRootConn(stdout, stderr)
+	conn.refused = newRefusals(func(*nats.Conn) { stop() }, nil)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	err := conn.refused.explain(root.ExecuteContext(ctx))
 	if err == nil {
 		return exitOK
 	}
@@ -69,6 +76,12 @@ func oneLine(s string) string {
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root, _ := newRootConn(stdout, stderr)
+	return root
+}
+
+// newRootConn is newRoot, with the connection flags its commands share.
+func newRootConn(stdout, stderr io.Writer) (*cobra.Command, *connFlags) {
 	root := &cobra.Command{
 		Use:   "relay",
 		Short: "Deliver NATS JetStream events to webhooks, within every subscriber's rate, losing none",
@@ -97,7 +110,7 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 		newListenCmd(),
 		newVersionCmd(),
 	)
-	return root
+	return root, conn
 }
 
 // exactArgs is cobra.ExactArgs with an error that exits 2 and says what the
