@@ -2,16 +2,15 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/relay-dev/relay/internal/testutil"
 )
 
-// TestMain removes the relay binary the crash tests build, once they are
-// all done with it.
+// TestMain removes the binaries the process tests build (relay and
+// nats-server), once they are all done with them.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
+	testutil.RemoveBuilds()
 	os.Exit(code)
 }

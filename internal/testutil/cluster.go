@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -70,17 +69,7 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		c.URLs = append(c.URLs, srv.ClientURL())
 	}
-	nc := Connect(t, c.URLs[0])
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(Context(t), time.Second)
-		defer cancel()
-		_, err := js.AccountInfo(ctx)
-		return err == nil
-	}, "cluster has no JetStream meta leader")
+	waitJetStream(t, c.URLs)
 	return c
 }
 

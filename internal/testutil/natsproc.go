@@ -32,31 +32,10 @@ type ServerProcess struct {
 	proc *Process
 }
 
-var (
-	serverBinOnce sync.Once
-	serverBin     string
-	serverBinErr  error
-)
-
 // NATSServerBinary builds the nats-server of go.mod once per test binary.
 func NATSServerBinary(t testing.TB) string {
 	t.Helper()
-	serverBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "relay-nats-server-")
-		if err != nil {
-			serverBinErr = err
-			return
-		}
-		serverBin = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", serverBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			serverBinErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
-		}
-	})
-	if serverBinErr != nil {
-		t.Fatal(serverBinErr)
-	}
-	return serverBin
+	return Build(t, "github.com/nats-io/nats-server/v2")
 }
 
 // StartServerProcess starts one JetStream nats-server process with file
