@@ -86,7 +86,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		}
 		if err := AskAgain(ctx, func(ctx context.Context) error {
 			// Create first, update only what exists with another
-			// definition: see askAgain.
+			// definition: see AskAgain.
 			_, err := js.CreateStream(ctx, cfg)
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				_, err = js.UpdateStream(ctx, cfg)
@@ -125,30 +125,53 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	return nil
 }
 
-// ensureAttempt bounds one create-or-update request of Ensure.
-const ensureAttempt = 5 * time.Second
+// askAttempt bounds one create-or-update request of AskAgain, and
+// askAttempts how many it makes while they go unanswered.
+const (
+	askAttempt  = 5 * time.Second
+	askAttempts = 3
+)
 
-// askAgain runs one create-or-update request, and runs it again while it
-// goes unanswered, until ctx ends. On a cluster, two relays that start at
-// once must not both update a replicated stream one of them is creating:
+// AskAgain runs one create-or-update request of the JetStream API (a
+// stream, a bucket, a consumer), and runs it again while it goes
+// unanswered, up to three times in all, returning the last error: the
+// caller logs it and decides. On a cluster, two relays that start at once
+// must not both update a replicated stream one of them is creating:
 // nats-server v2.15.2 leaves such an update without a reply (nats.go's
-// CreateOrUpdate calls update first), so the relay creates first (streams, buckets and consumers) and updates
-// only a stream that exists with another definition. A request left
-// unanswered all the same is asked again: the stream exists by then.
+// CreateOrUpdate calls update first), so the relay creates first and
+// updates only what exists with another definition. A request left
+// unanswered all the same is asked again: the resource exists by then.
 func AskAgain(ctx context.Context, request func(context.Context) error) error {
-	for {
-		attemptCtx, cancel := context.WithTimeout(ctx, ensureAttempt)
-		err := request(attemptCtx)
+	var err error
+	for range askAttempts {
+		attemptCtx, cancel := context.WithTimeout(ctx, askAttempt)
+		err = request(attemptCtx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !unanswered(err) {
 			return err
 		}
 	}
+	return err
 }
 
 // unanswered reports whether a JetStream API request got no reply in time.
 func unanswered(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+// Transient reports whether a JetStream API request failed in a way that
+// asking again later may mend: no reply in time, no server to answer it, the
+// connection away, or a cluster without a leader for it yet (503).
+func Transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return unanswered(err) ||
+		errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // dlqMaxAge is the max age the DLQ stream gets: the one asked for, else the

@@ -316,6 +316,10 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	select {
 	case <-ctx.Done():
 	case first = <-errs:
+	case <-closed:
+		// Only a refusal closes the connection before the relay's own
+		// stop (it reconnects for ever otherwise).
+		first = refused.explain(errors.New("the NATS connection was closed"))
 	}
 	m.SetReady(false)
 	log.Info("relay stopping: finishing or handing back deliveries in flight")

@@ -120,7 +120,9 @@ func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
 	case <-time.After(ackWait):
 		t.Fatalf("relay still waits for its hanging requests %v after the stop", ackWait)
 	}
-	require.Equal(t, maxInFlight, count(&abandoned), "requests abandoned at the shutdown timeout; relay said:\n%s", first.stderr.String())
+	// The receiver sees a closed connection a moment after the relay exits.
+	testutil.Eventually(t, func() bool { return count(&abandoned) == maxInFlight },
+		"requests abandoned at the shutdown timeout; relay said:\n%s", first.stderr.String())
 	require.Contains(t, first.stderr.String(), "shutdown timeout passed")
 
 	mu.Lock()

@@ -22,10 +22,11 @@ type engine struct {
 	refiller   *overflow.Refiller
 	deliveries jetstream.Stream
 	store      *subscribers.Store
-	// finishing is the context of the work a lane lets finish when it
-	// stops (requests in flight, their acks, parks and dead letters): not
-	// cancelled by the relay's stop, but once Config.ShutdownTimeout has
-	// passed after it, so that a request that hangs cannot hold the exit.
+	// finishing is the context of the requests in flight: not cancelled by
+	// the relay's stop, but once Config.ShutdownTimeout has passed after it,
+	// so that a request that hangs cannot hold the exit. Settling what a
+	// request's outcome says (ack, park, dead letter) is not bound to it:
+	// each of those steps has a timeout of its own.
 	finishing context.Context
 
 	mu     sync.Mutex

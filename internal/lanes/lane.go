@@ -145,12 +145,12 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	id := subscriberOf(msg.Subject())
 	sub, ok := l.cfg.Subscribers.Get(id)
 	if !ok {
-		l.work.Go(func() { l.unknownSubscriber(l.env.finishing, d, id) })
+		l.work.Go(func() { l.unknownSubscriber(context.WithoutCancel(ctx), d, id) })
 		return
 	}
 	if !d.dueBy(l.cfg.Clock.Now()) {
 		l.work.Go(func() {
-			l.deadLetter(l.env.finishing, d, id, deadletter.Death{Reason: d.lateReason()})
+			l.deadLetter(context.WithoutCancel(ctx), d, id, deadletter.Death{Reason: d.lateReason()})
 		})
 		return
 	}

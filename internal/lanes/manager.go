@@ -141,18 +141,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
+	// Once ctx is cancelled, the requests in flight have ShutdownTimeout
+	// to finish; then finishing is cancelled. The timer's goroutine ends
+	// with Run, after every lane has stopped.
 	finishing, abandon := context.WithCancel(context.WithoutCancel(ctx))
-	defer abandon()
-	stopTimer := context.AfterFunc(ctx, func() {
-		wait := max(cfg.ShutdownTimeout, 0)
-		timer := time.AfterFunc(wait, func() {
+	stopped := make(chan struct{})
+	var timer conc.WaitGroup
+	timer.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+			return
+		}
+		t := time.NewTimer(max(cfg.ShutdownTimeout, 0))
+		defer t.Stop()
+		select {
+		case <-t.C:
 			cfg.Logger.Warn("lanes: shutdown timeout passed; abandoning the requests still in flight and handing their messages back",
-				"shutdown_timeout", wait)
+				"shutdown_timeout", max(cfg.ShutdownTimeout, 0))
 			abandon()
-		})
-		context.AfterFunc(finishing, func() { timer.Stop() })
+		case <-stopped:
+		}
 	})
-	defer stopTimer()
+	defer func() {
+		close(stopped)
+		timer.Wait()
+		abandon()
+	}()
 	env, err := newEngine(ctx, finishing, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -163,6 +178,22 @@ func Run(ctx context.Context, cfg Config) error {
 	m := &manager{cfg: cfg, env: env, lanes: make(map[string]*runningLane)}
 	defer m.work.Wait()
 	defer m.stopAll()
+
+	// A shared lane that cannot start for good (the stream's consumer limit,
+	// a definition the server refuses) stops the relay, as a broken set-up
+	// should; one that meets an outage or a cluster electing is tried
+	// again while the others deliver.
+	for i := range cfg.SharedLanes {
+		if err := m.start(ctx, SharedLane(i)); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
+			if !streams.Transient(err) {
+				return err
+			}
+			cfg.Logger.Warn("lanes: starting lane, trying again", "lane", SharedLane(i), "err", err)
+		}
+	}
 
 	// Lanes left by an earlier run (a larger --lanes, a dedicated subscriber
 	// since moved to a shared lane) still hold messages: keep draining them.

@@ -349,7 +349,7 @@ func (s *scheduler) loop(ctx context.Context) {
 				if ok {
 					s.lane.toOverflow(d, s.id, s.stored)
 				} else {
-					s.lane.work.Go(func() { s.lane.unknownSubscriber(s.lane.env.finishing, d, s.id) })
+					s.lane.work.Go(func() { s.lane.unknownSubscriber(context.WithoutCancel(ctx), d, s.id) })
 				}
 			}
 			return
@@ -462,7 +462,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			if dec.Probe {
 				// Nothing to probe with after all (or held now, which the
 				// loop's first check settles): let the probe go.
-				_ = s.lane.cfg.Limiter.Observe(s.lane.env.finishing, s.id, limitOf(sub), ratelimit.Result{Probe: true})
+				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(sub), ratelimit.Result{Probe: true})
 			}
 			continue
 		}
@@ -478,7 +478,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.mu.Lock()
 			localIsAttempt := s.localStreak >= maxLocalStreak
 			s.mu.Unlock()
-			out := s.lane.send(s.lane.env.finishing, d, *fresh, dec.Probe, localIsAttempt)
+			out := s.lane.send(context.WithoutCancel(ctx), s.lane.env.finishing, d, *fresh, dec.Probe, localIsAttempt)
 			took := s.lane.cfg.Clock.Now().Sub(start)
 			s.mu.Lock()
 			delete(s.inFlight, d.msg)
@@ -548,7 +548,7 @@ func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber
 	s.expectUntil = now.Add(expectFor)
 	from, subject, puts := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
 	s.lane.work.Go(func() {
-		moved, next, more, err := s.lane.env.refiller.Refill(s.lane.env.finishing, s.id, subject, from, room)
+		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
 		if err != nil {
 			s.lane.log.Warn("lanes: bringing back a backlog", "subscriber", s.id, "err", err)
 			s.sleep(ctx, time.Second, false)

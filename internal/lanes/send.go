@@ -118,7 +118,11 @@ func request(d delivery, sub subscribers.Subscriber, now time.Time) (deliver.Req
 // back without counting as an attempt, unless localIsAttempt: a failure the
 // relay keeps hitting for one subscriber (no IPv6 route to it, say) is the
 // subscriber's after all, or its messages would be handed back for ever.
-func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber, probe, localIsAttempt bool) (out deliver.Outcome) {
+//
+// The request runs under reqCtx, which --shutdown-timeout cancels; the
+// settling runs under ctx, so that a request answered just before the
+// timeout is still acked, parked or dead-lettered by its outcome.
+func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub subscribers.Subscriber, probe, localIsAttempt bool) (out deliver.Outcome) {
 	defer func() {
 		// A probe that ends without a request must be given back, or this
 		// relay would wait for its outcome for ever.
@@ -145,8 +149,8 @@ func (l *lane) send(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	if d.firstAt.IsZero() {
 		d.firstAt = now
 	}
-	out = l.cfg.Client.Send(ctx, req)
-	if out.Class == deliver.Local && (!localIsAttempt || ctx.Err() != nil) {
+	out = l.cfg.Client.Send(reqCtx, req)
+	if out.Class == deliver.Local && (!localIsAttempt || reqCtx.Err() != nil) {
 		// No descriptor, no port, the relay stopping (a request abandoned at
 		// --shutdown-timeout among them): not the subscriber's failure, not
 		// an attempt, nothing for the breaker.
