@@ -117,8 +117,9 @@ func (c *Config) setDefaults() error {
 const DefaultMaxRequests = 4096
 
 // DefaultShutdownTimeout is --shutdown-timeout's default: as long as the
-// default HTTP timeout of three attempts, and within the 30 s an orchestrator
-// such as Kubernetes gives a process between SIGTERM and SIGKILL.
+// default HTTP timeout of three attempts. The process manager's grace period
+// between SIGTERM and SIGKILL should exceed it by about 15 s, for the acks
+// and the NATS connection to drain (docker-compose.yml gives 45 s).
 const DefaultShutdownTimeout = 30 * time.Second
 
 // sweepEvery is how often a relay looks for backlogs in overflow that no
