@@ -182,10 +182,21 @@ func publishUntilAcked(t *testing.T, js jetstream.JetStream, eventType, id strin
 	}
 }
 
+// errCodeMsgIDInProcess is JetStream's answer to a publish whose
+// Nats-Msg-Id a replicated stream is still storing from an earlier publish
+// (one whose PubAck was lost in a leader change): asked again, it is
+// answered as a duplicate.
+const errCodeMsgIDInProcess = 10158
+
 // serverUnavailable reports whether a publish failed as it does while the
-// server is down or restarting: no PubAck in time, no stream listening yet,
-// or the client's reconnect buffer full.
+// server is down or restarting, or a cluster elects: no PubAck in time, no
+// stream listening yet, the client's reconnect buffer full, or an earlier
+// copy of the same message still being stored.
 func serverUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMsgIDInProcess {
+		return true
+	}
 	return errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) ||
