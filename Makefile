@@ -15,9 +15,9 @@ run: ## run relay on an embedded NATS server (loopback targets allowed, for the 
 build: ## build the static binary bin/relay
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/relay ./cmd/relay
 
-test: ## run every test with the race detector, then fuzz each fuzz target for 2s
+test: ## run every test with the race detector, then fuzz each fuzz target for 20,000 inputs
 	$(GO) test -race -count=1 -timeout 15m ./...
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=2s
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1)
