@@ -309,6 +309,25 @@ func probeRound(t *testing.T, id string, l ratelimit.Limit, relays ...*ratelimit
 	return prober, probes
 }
 
+// watchesShow waits until every relay's watch of the bucket holds id's
+// breaker as stored: a relay learns of another's change from its watch, a
+// moment later, and the fake clock must not move on before.
+func watchesShow(t *testing.T, n *testutil.NATS, id string, relays ...*ratelimit.Shared) {
+	t.Helper()
+	want := entry(t, n, id)
+	testutil.Eventually(t, func() bool {
+		for _, s := range relays {
+			seen, _, ok := s.Watched()
+			st, found := seen[id]
+			if ok && (!found || st.Opens != want.Opens || st.Failures != want.Failures ||
+				!st.OpenUntil.Equal(want.OpenUntil) || !st.ProbeUntil.Equal(want.ProbeUntil)) {
+				return false
+			}
+		}
+		return true
+	}, "the relays' watches never showed %s's breaker as stored: %+v", id, want)
+}
+
 // TestSharedBreaker proves the breaker: failures below the threshold leave
 // it closed, the threshold-th opens it for the cool-down on every relay,
 // then exactly one request across the relays is a probe; a failed probe
@@ -338,6 +357,7 @@ func TestSharedBreaker(t *testing.T) {
 		t.Fatalf("after five failures: %+v, want an open breaker", st)
 	}
 	wantHold(t, "a after the fifth failure", reserve(t, a, id, l), ratelimit.CircuitOpen, 5*time.Second, time.Millisecond)
+	watchesShow(t, n, id, a, b)
 	fake.Advance(ratelimit.LeaseTTL)
 	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, crossRelay)
 	// A failure of a request that was already on the wire does not extend
@@ -359,6 +379,7 @@ func TestSharedBreaker(t *testing.T) {
 		t.Fatalf("after a failed probe: %+v, want the second cool-down", st)
 	}
 	wantHold(t, "the prober after its failure", reserve(t, prober, id, l), ratelimit.CircuitOpen, 10*time.Second, time.Millisecond)
+	watchesShow(t, n, id, a, b)
 	fake.Advance(5 * time.Second)
 	for _, s := range []*ratelimit.Shared{a, b} {
 		wantHold(t, "half-way through the doubled cool-down", reserve(t, s, id, l), ratelimit.CircuitOpen, 5*time.Second, crossRelay)
@@ -373,6 +394,7 @@ func TestSharedBreaker(t *testing.T) {
 	if st := entry(t, n, id); st.Failures != 0 || st.Opens != 0 || !st.OpenUntil.IsZero() || !st.ProbeUntil.IsZero() {
 		t.Fatalf("after a successful probe: %+v, want a closed breaker", st)
 	}
+	watchesShow(t, n, id, a, b)
 	wantGo(t, "a after the breaker closed", reserve(t, a, id, l))
 	wantGo(t, "b after the breaker closed", reserve(t, b, id, l))
 }
