@@ -332,10 +332,10 @@ func TestFaultKillDeliveriesLeaderMidBurst(t *testing.T) {
 // TestFaultNATSRestartUnderRelay takes away the single NATS server a relay
 // runs beside (file storage) and starts it again: /readyz fails while it is
 // down, the relay reconnects and recovers without a restart of its own, and
-// every event published before and after is delivered. A restart (SIGTERM)
-// delivers nothing twice. A crash (SIGKILL) may: the server forgets the
-// consumer state it had not yet written, and what that state covered comes
-// again; the duplicates are counted.
+// every event published before and after is delivered. Once every ack is
+// stored, a restart (SIGTERM) delivers nothing twice. A crash (SIGKILL) may
+// forget state it had not yet written, and what that state covered comes
+// again: its duplicates are counted, not refused.
 func TestFaultNATSRestartUnderRelay(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
