@@ -388,7 +388,7 @@ func (r *crashSink) summary(want []string) string {
 }
 
 // jetStreamState describes the relay's streams and consumers, for the
-// message of a failing test.
+// message of a failing test or a fault test's log.
 func jetStreamState(js jetstream.JetStream) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -234,38 +234,6 @@ func deadLettered(t *testing.T, js jetstream.JetStream) uint64 {
 	return msgs
 }
 
-// copiesState is where duplicates came from: the copies DELIVERIES ever
-// stored (more than the events: the fan-out ran again for some) and the
-// messages each consumer sent again.
-func copiesState(t *testing.T, js jetstream.JetStream) string {
-	t.Helper()
-	ctx := testutil.Context(t)
-	var b strings.Builder
-	for _, name := range []string{streams.Events, streams.Deliveries, streams.Retries} {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			fmt.Fprintf(&b, "%s: %v; ", name, err)
-			continue
-		}
-		fmt.Fprintf(&b, "%s last seq %d", name, s.CachedInfo().State.LastSeq)
-		for names := s.ConsumerNames(ctx); ; {
-			n, ok := <-names.Name()
-			if !ok {
-				break
-			}
-			c, err := s.Consumer(ctx, n)
-			if err != nil {
-				continue
-			}
-			if ci := c.CachedInfo(); ci.NumRedelivered > 0 {
-				fmt.Fprintf(&b, ", %s redelivered %d", n, ci.NumRedelivered)
-			}
-		}
-		b.WriteString("; ")
-	}
-	return b.String()
-}
-
 // waitDelivered waits until every id has been answered, failing with the
 // receiver's state after limit.
 func waitDelivered(t *testing.T, rcv *faultSink, want int, limit time.Duration) {
@@ -469,7 +437,8 @@ func TestFaultNodeDownLongerThanAckWait(t *testing.T) {
 	if dead != 0 {
 		t.Fatalf("%d events dead-lettered while a node was down", dead)
 	}
-	t.Logf("%d of the duplicated events were first delivered before the kill; %s", rcv.duplicatedBefore(downAt), copiesState(t, js))
+	t.Logf("%d of the duplicated events were first delivered before the kill; where the copies are (DELIVERIES' last sequence above the events would be the fan-out running again):\n%s",
+		rcv.duplicatedBefore(downAt), jetStreamState(js))
 	if overlaps != 0 {
 		t.Fatalf("%d requests for a webhook-id already being POSTed", overlaps)
 	}
