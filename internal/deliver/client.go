@@ -360,7 +360,7 @@ func (c *Client) send(parent context.Context, r Request) Outcome {
 
 	resp, err := c.doer.Do(req)
 	if err != nil {
-		return transportOutcome(parent, req, timeout, err)
+		return transportOutcome(parent, ctx, req, timeout, err)
 	}
 	o := Outcome{Class: classify(resp.StatusCode), Status: resp.StatusCode}
 	o.Body = c.drain(resp.Body)
@@ -457,8 +457,12 @@ func (c *Client) drain(body io.ReadCloser) string {
 // largest allocation of a delivery.
 var outcomeBufs = sync.Pool{New: func() any { return new([maxOutcomeBody]byte) }}
 
-// transportOutcome classifies an attempt that got no reply.
-func transportOutcome(parent context.Context, req *http.Request, timeout time.Duration, err error) Outcome {
+// transportOutcome classifies an attempt that got no reply. attempt is the
+// attempt's own context: once its timeout has passed, the attempt timed
+// out, whatever error the transport reports (a dial the timeout ended, see
+// boundToAttempt, fails with context.Canceled, and the transport may report
+// that rather than the request's DeadlineExceeded).
+func transportOutcome(parent, attempt context.Context, req *http.Request, timeout time.Duration, err error) Outcome {
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
 		uerr.URL = redactURL(req.URL)
@@ -474,7 +478,7 @@ func transportOutcome(parent context.Context, req *http.Request, timeout time.Du
 		return Outcome{Class: Local, Err: fmt.Errorf("%w: attempt cancelled: %w", ErrLocal, err)}
 	case localDialFailure(err):
 		return Outcome{Class: Local, Err: fmt.Errorf("%w: %w", ErrLocal, err)}
-	case isTimeout(err):
+	case isTimeout(err), errors.Is(attempt.Err(), context.DeadlineExceeded):
 		if timeout > 0 {
 			return Outcome{Class: Retryable, Err: fmt.Errorf("%w after %s: %w", ErrTimeout, timeout, err)}
 		}

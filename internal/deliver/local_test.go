@@ -100,7 +100,7 @@ func TestTransportOutcome(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o := transportOutcome(t.Context(), req, 10*time.Second, tt.err)
+			o := transportOutcome(t.Context(), t.Context(), req, 10*time.Second, tt.err)
 			require.Equal(t, tt.want, o.Class, "err: %v", o.Err)
 			require.ErrorIs(t, o.Err, tt.sentinel)
 			if tt.alsoWraps != nil {
@@ -131,12 +131,26 @@ func TestTransportOutcomeCancelledParentIsLocal(t *testing.T) {
 		failedPost(opError("read", errors.New("use of closed network connection"))),
 		failedPost(context.DeadlineExceeded),
 	} {
-		o := transportOutcome(cancelled, req, time.Hour, cause)
+		o := transportOutcome(cancelled, cancelled, req, time.Hour, cause)
 		require.Equal(t, Local, o.Class, "cause %v", cause)
 		require.ErrorIs(t, o.Err, ErrLocal)
 		require.ErrorIs(t, o.Err, cause)
 		require.NotErrorIs(t, o.Err, ErrTimeout)
 	}
+}
+
+// A dial that the attempt's timeout ended fails with context.Canceled (see
+// boundToAttempt), and the transport may report that error rather than the
+// request's DeadlineExceeded: the attempt's own context says it timed out.
+func TestTransportOutcomeTimedOutAttemptIsATimeout(t *testing.T) {
+	t.Parallel()
+	attempt, cancel := context.WithTimeout(t.Context(), -time.Second)
+	defer cancel()
+	req, err := http.NewRequest(http.MethodPost, "https://hooks.example.com/in", nil)
+	require.NoError(t, err)
+	o := transportOutcome(t.Context(), attempt, req, time.Second, failedPost(context.Canceled))
+	require.Equal(t, Retryable, o.Class, "err: %v", o.Err)
+	require.ErrorIs(t, o.Err, ErrTimeout)
 }
 
 // TestSendLocalAddressUnavailable makes the kernel refuse a dial with
