@@ -73,7 +73,10 @@ func testParkAndMove(t *testing.T, in time.Duration) {
 	var got []jetstream.Msg
 	for m := range msgs.Messages() {
 		got = append(got, m)
-		_ = m.Ack()
+		// Confirmed, so that DELIVERIES no longer holds it below.
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if len(got) != 1 {
 		t.Fatalf("got %d copies back, want 1", len(got))
