@@ -10,10 +10,14 @@ import (
 // (docs/headers.md). The fan-out writes them and the lanes and dead-letter
 // tools read them, so they live beside the streams they describe.
 const (
-	HeaderEventID        = "Relay-Event-Id"
-	HeaderEventType      = "Relay-Event-Type"
-	HeaderPublishedAt    = "Relay-Published-At"
-	HeaderDeadline       = "Relay-Deadline"
+	HeaderEventID     = "Relay-Event-Id"
+	HeaderEventType   = "Relay-Event-Type"
+	HeaderPublishedAt = "Relay-Published-At"
+	HeaderDeadline    = "Relay-Deadline"
+	// HeaderDeliverAt is an event's due time, set by its publisher: no
+	// request for it before then. The fan-out holds a copy that is not due
+	// in RETRIES (on retries.at.<subscriber>.<id>) until it is.
+	HeaderDeliverAt      = "Relay-Deliver-At"
 	HeaderAttempt        = "Relay-Attempt"
 	HeaderFirstAttemptAt = "Relay-First-Attempt-At"
 	HeaderReason         = "Relay-Reason"

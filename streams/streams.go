@@ -25,6 +25,10 @@ const (
 	Retries           = "RETRIES"
 	SubscribersBucket = "relay_subscribers"
 	RateLimitBucket   = "relay_ratelimit"
+	// TimelinessBucket holds, per subscriber, how many deliveries were
+	// accepted within their deadline and how many missed it, summed over
+	// every relay, for `relay status`.
+	TimelinessBucket = "relay_timeliness"
 )
 
 // ErrInvalidReplicas is returned when a replica count JetStream cannot honour
@@ -109,6 +113,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			Description: "relay shared rate-limit state: key = subscriber id",
 			History:     1,
 			TTL:         24 * time.Hour,
+		},
+		{
+			Bucket:      TimelinessBucket,
+			Description: "relay deadline outcomes: key = subscriber id, value = JSON {met, missed} summed over every relay",
+			// Counts that only grow, read by relay status: no history
+			// to keep, and no TTL, which would reset a quiet
+			// subscriber's figures.
+			History: 1,
 		},
 	} {
 		kv.Replicas = replicas("KV_" + kv.Bucket)

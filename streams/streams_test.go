@@ -59,3 +59,37 @@ func streamConfig(t *testing.T, js jetstream.JetStream) jetstream.StreamConfig {
 	}
 	return s.CachedInfo().Config
 }
+
+// TestEnsureCreatesTheBuckets: every relay bucket exists after Ensure with
+// one value a key, the rate-limit state alone expiring, and a second Ensure
+// (a second relay starting) changes nothing.
+func TestEnsureCreatesTheBuckets(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	ctx := testutil.Context(t)
+	for range 2 {
+		if err := streams.Ensure(ctx, n.JS, streams.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		bucket string
+		ttl    time.Duration
+	}{
+		{streams.SubscribersBucket, 0},
+		{streams.RateLimitBucket, 24 * time.Hour},
+		{streams.TimelinessBucket, 0},
+	} {
+		kv, err := n.JS.KeyValue(ctx, c.bucket)
+		if err != nil {
+			t.Fatalf("bucket %s: %v", c.bucket, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.History() != 1 || st.TTL() != c.ttl {
+			t.Errorf("bucket %s: history %d, TTL %s; want 1, %s", c.bucket, st.History(), st.TTL(), c.ttl)
+		}
+	}
+}

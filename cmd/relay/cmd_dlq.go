@@ -451,6 +451,12 @@ func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 	if e.FirstAttemptAt != nil {
 		row("first attempt", e.FirstAttemptAt.Format(time.RFC3339Nano))
 	}
+	if e.DueAt != nil {
+		row("due at", e.DueAt.Format(time.RFC3339Nano))
+	}
+	if e.Deadline != nil {
+		row("deadline", e.Deadline.Format(time.RFC3339Nano))
+	}
 	row("dead at", e.DeadAt.Format(time.RFC3339Nano))
 	if err := tw.Flush(); err != nil {
 		return err

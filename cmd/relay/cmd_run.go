@@ -25,6 +25,7 @@ import (
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -254,7 +255,23 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err != nil {
 		return refused.explain(err)
 	}
+	kv, err := js.KeyValue(setupCtx, streams.TimelinessBucket)
+	if err != nil {
+		return refused.explain(err)
+	}
 	refused.disarm()
+	// The in-time counts outlive the other parts by a final flush: the
+	// lanes still settle requests in flight after the stop.
+	timely := timeliness.NewRecorder(kv, timeliness.WithLogger(log))
+	timelyCtx, stopTimely := context.WithCancel(context.WithoutCancel(ctx))
+	var timelyWG conc.WaitGroup
+	timelyWG.Go(func() {
+		if err := timely.Run(timelyCtx); err != nil {
+			log.Error("relay: counting deliveries in time for relay status", "err", err)
+		}
+	})
+	defer timelyWG.Wait()
+	defer stopTimely()
 	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate), deliver.WithIdleConns(idleConns(f.maxRequests)))
 	if err != nil {
 		return err
@@ -283,7 +300,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() {
 		errs <- fanout.Run(runCtx, fanout.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log, Metrics: m,
-			Backlogs: backlogs,
+			Backlogs: backlogs, Timeliness: timely,
 		})
 	})
 	wg.Go(func() {
@@ -295,7 +312,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		errs <- lanes.Run(runCtx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
 			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests), Backlogs: backlogs,
-			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout),
+			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout), Timeliness: timely,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},

@@ -74,8 +74,9 @@ func newStatusCmd(conn *connFlags) *cobra.Command {
 		Use:   "status",
 		Short: "Show each subscriber's queue, rate, pause and circuit",
 		Long: `Shows what NATS holds for every subscriber right now, sorted by id, under a
-summary line (subscribers by state, open circuits, pending, parked and dead
-messages, and the oldest queue):
+summary line (subscribers by state, open circuits, pending, parked, scheduled
+and dead messages, the share of deliveries that met their deadline, and the
+oldest queue):
 
   STATE           enabled, disabled (relay sub disable, or a 410 Gone), or paused:
                   by an operator (relay sub pause; "paused until <time>" with --until)
@@ -87,23 +88,27 @@ messages, and the oldest queue):
                   counts them per consumer, not per subject, so on a shared lane the
                   figure is the whole lane's, shared with its lane-mates
   DEAD            dead letters in DLQ (see relay dlq ls), and DEAD_BY_REASON
+  IN_TIME         of its deliveries with a Relay-Deadline, the share accepted before
+                  it, against those dead-lettered as deadline or expired, summed over
+                  every relay (met and missed in --json); "-" when none had a deadline
   RATE            the configured rate, and the rate in force (lower after 429s)
   TOKENS          what its token bucket holds now
   PAUSED_UNTIL    the end of the subscriber's own Retry-After pause, when one is running
   CIRCUIT         closed, open (cooling down after failures) or half-open (one probe)
   OLDEST          age of its oldest pending delivery
 
-Deliveries parked in RETRIES for a retry are counted in all in the summary;
-each waits on a subject of its own, which the server can count for one
-subscriber at a time only, so --subscriber ID counts a subscriber's.
+Deliveries parked in RETRIES for a retry, and those scheduled there until
+their Relay-Deliver-At, are counted in all in the summary, apart; each waits
+on a subject of its own, which the server can count for one subscriber at a
+time only, so --subscriber ID counts a subscriber's.
 
 Everything is read from NATS (stream and consumer infos, the relay_ratelimit
-bucket), never from a relay, and nothing is written: it shows the same on any
-cluster, with or without a relay running. Times are the NATS server's; --json
-gives them in RFC 3339, UTC.
+and relay_timeliness buckets), never from a relay, and nothing is written: it
+shows the same on any cluster, with or without a relay running. Times are the
+NATS server's; --json gives them in RFC 3339, UTC.
 
---subscriber ID shows one subscriber in detail: its parked deliveries, and
-its last ` + strconv.Itoa(status.LastErrors) + ` dead letters' status and error. --watch redraws the
+--subscriber ID shows one subscriber in detail: its parked and scheduled
+deliveries, and its last ` + strconv.Itoa(status.LastErrors) + ` dead letters' status and error. --watch redraws the
 report every --interval (default ` + defaultWatchInterval.String() + `) until Ctrl-C; when stdout is not
 a terminal it prints one report after another (with --json, one JSON value
 each).
@@ -259,10 +264,10 @@ func printStatus(out io.Writer, report status.Report, asJSON bool) error {
 		}
 	}
 	err := printList(out, rows, asJSON, noSubscribers,
-		"SUBSCRIBER\tSTATE\tLANE\tPENDING\tOVERFLOW\tLANE_IN_FLIGHT\tDEAD\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST\tDEAD_BY_REASON",
+		"SUBSCRIBER\tSTATE\tLANE\tPENDING\tOVERFLOW\tLANE_IN_FLIGHT\tDEAD\tIN_TIME\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST\tDEAD_BY_REASON",
 		func(r status.Subscriber) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s",
-				r.ID, cell(statusState(r), 0), r.Lane, r.Pending, r.Overflow, r.LaneInFlight, r.Dead,
+			return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s",
+				r.ID, cell(statusState(r), 0), r.Lane, r.Pending, r.Overflow, r.LaneInFlight, r.Dead, status.FormatInTime(r.Met, r.Missed),
 				statusRate(r), statusTokens(r), statusTime(r.PausedUntil), r.Circuit, r.Failures, cell(r.OldestPendingAge, 0), deadReasons(r, "=", ","))
 		})
 	if err != nil || asJSON {
@@ -309,8 +314,10 @@ func printDetail(out io.Writer, d status.Detail) error {
 		{"lane", lane},
 		{"pending", fmt.Sprintf("%d: %d queued on its lane, %d in its overflow", r.Pending, r.Queued, r.Overflow)},
 		{"in flight", inFlight},
-		{"parked", statusParked(r)},
+		{"parked", statusCount(r.Parked)},
+		{"scheduled", statusCount(r.Scheduled)},
 		{"dead", statusDeadDetail(r)},
+		{"in time", statusInTime(r)},
 		{"rate", statusRate(r)},
 		{"tokens", statusTokens(r)},
 		{"paused until", statusTime(r.PausedUntil)},
@@ -348,12 +355,24 @@ func statusDeadDetail(r status.Subscriber) string {
 	return fmt.Sprintf("%d (%s)", r.Dead, deadReasons(r, " ", ", "))
 }
 
-// statusParked shows the parked deliveries, when they were counted.
-func statusParked(r status.Subscriber) string {
-	if r.Parked == nil {
+// statusCount shows a count of the detail that the overview does not make
+// (parked, scheduled), "-" when it was not counted.
+func statusCount(n *uint64) string {
+	if n == nil {
 		return "-"
 	}
-	return strconv.FormatUint(*r.Parked, 10)
+	return strconv.FormatUint(*n, 10)
+}
+
+// statusInTime shows the share of deliveries that met their deadline with
+// the counts it comes from: "99.2% (1204 met, 10 missed)", or "-" when none
+// had a deadline.
+func statusInTime(r status.Subscriber) string {
+	s := status.FormatInTime(r.Met, r.Missed)
+	if r.Met+r.Missed == 0 {
+		return s
+	}
+	return fmt.Sprintf("%s (%d met, %d missed)", s, r.Met, r.Missed)
 }
 
 func statusState(r status.Subscriber) string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -312,6 +313,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("timeout", sub.Timeout)
 				row("retry", fmt.Sprintf("base %s, max %s", sub.RetryBase, sub.RetryMax))
 				row("max in flight", sub.MaxInFlight)
+				if sub.DeadlineAfter > 0 {
+					row("deadline after", sub.DeadlineAfter)
+				}
 				row("lane", laneString(sub))
 				for k, v := range sub.Headers {
 					row("header", k+": "+v)
@@ -330,7 +334,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 func newSubRmCmd(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm ID",
-		Short: "Remove a subscriber and drop its queued and parked deliveries",
+		Short: "Remove a subscriber and drop its queued, parked and scheduled deliveries",
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -341,34 +345,71 @@ func newSubRmCmd(conn *connFlags) *cobra.Command {
 				// Its deliveries have nowhere to go any more; leaving them
 				// would hold stream space for ever, and a lane would take
 				// each for unroutable.
-				queued, parked, err := purgeQueues(ctx, js, id)
+				n, err := purgeQueues(ctx, js, id)
 				if err != nil {
 					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s again): %w", id, id, err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued and %d parked deliveries dropped\n", id, queued, parked)
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued, %d parked and %d scheduled deliveries dropped\n",
+					id, n.queued, n.parked, n.scheduled)
+				// Its deadline counts go too, so that a subscriber added
+				// again under this id starts from nothing. They are only
+				// figures: failing to drop them fails nothing else.
+				if err := forgetTimeliness(ctx, js, id); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "relay: warning: subscriber %s removed, but not its deadline counts in %s (a subscriber added again as %s would inherit them; nats kv del %s %s drops them): %s\n",
+						id, streams.TimelinessBucket, id, streams.TimelinessBucket, id, oneLine(err.Error()))
+				}
 				return nil
 			})
 		},
 	}
 }
 
+// dropped is what [purgeQueues] dropped of a removed subscriber.
+type dropped struct {
+	queued, parked, scheduled uint64
+}
+
 // purgeQueues drops a removed subscriber's deliveries: those queued on its
-// lane or waiting in its overflow (deliveries.*.<id>) and those parked for
-// a retry (retries.wait.<id>.> and retries.due.<id>). It returns how many of
-// each it dropped.
-func purgeQueues(ctx context.Context, js jetstream.JetStream, id string) (queued, parked uint64, err error) {
-	queued, err = purgeSubjects(ctx, js, streams.Deliveries, "deliveries.*."+id)
-	if err != nil {
-		return queued, 0, err
+// lane or waiting in its overflow (deliveries.*.<id>), those parked for a
+// retry (retries.wait.<id>.> and retries.due.<id>), and those scheduled
+// until their Relay-Deliver-At (retries.at.<id>.>), which would otherwise
+// come back when due to be dead-lettered as unroutable. It returns how many
+// of each it dropped.
+func purgeQueues(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
+	var d dropped
+	var err error
+	if d.queued, err = purgeSubjects(ctx, js, streams.Deliveries, "deliveries.*."+id); err != nil {
+		return d, err
 	}
-	for _, subject := range []string{retry.WaitPrefix + id + ".>", retry.DuePrefix + id} {
-		n, err := purgeSubjects(ctx, js, streams.Retries, subject)
-		parked += n
+	for _, p := range []struct {
+		subject string
+		count   *uint64
+	}{
+		{retry.WaitPrefix + id + ".>", &d.parked},
+		{retry.DuePrefix + id, &d.parked},
+		{retry.AtPrefix + id + ".>", &d.scheduled},
+	} {
+		n, err := purgeSubjects(ctx, js, streams.Retries, p.subject)
+		*p.count += n
 		if err != nil {
-			return queued, parked, err
+			return d, err
 		}
 	}
-	return queued, parked, nil
+	return d, nil
+}
+
+// forgetTimeliness deletes a removed subscriber's deadline counts. A
+// cluster whose relays predate the relay_timeliness bucket has none to
+// delete.
+func forgetTimeliness(ctx context.Context, js jetstream.JetStream, id string) error {
+	kv, err := js.KeyValue(ctx, streams.TimelinessBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening KV bucket %s: %w", streams.TimelinessBucket, err)
+	}
+	return timeliness.Delete(ctx, kv, id)
 }
 
 // purgeSubjects purges a subject filter from a stream and says how many

@@ -28,6 +28,7 @@ type subFlags struct {
 	retryBase   time.Duration
 	retryMax    time.Duration
 	maxInFlight int
+	deadline    time.Duration
 	headers     []string
 	lane        string
 }
@@ -46,6 +47,7 @@ func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.DurationVar(&f.retryBase, "retry-base", shown(defaults, subscribers.DefaultRetryBase), "delay before the first retry; doubles on each one")
 	fs.DurationVar(&f.retryMax, "retry-max", shown(defaults, subscribers.DefaultRetryMax), "longest delay between retries")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", shown(defaults, subscribers.DefaultMaxInFlight), "requests in flight at once, per relay")
+	fs.DurationVar(&f.deadline, "deadline-after", 0, "default deadline of an event without its own Relay-Deadline, from its due time (0: none)")
 	fs.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
 	fs.StringVar(&f.lane, "lane", shown(defaults, "shared"), "shared or dedicated")
 }
@@ -104,6 +106,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if given("max-in-flight") && f.maxInFlight <= 0 {
 		return nil, "", usagef("--max-in-flight: must be at least 1, got %d", f.maxInFlight)
 	}
+	if given("deadline-after") && f.deadline < 0 {
+		return nil, "", usagef("--deadline-after: must be 0 (none) or a positive duration such as 1h, got %s", f.deadline)
+	}
 	if given("burst") && f.burst < 0 {
 		return nil, "", usagef("--burst: must not be negative, got %d", f.burst)
 	}
@@ -141,6 +146,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		}
 		if given("max-in-flight") {
 			sub.MaxInFlight = f.maxInFlight
+		}
+		if given("deadline-after") {
+			sub.DeadlineAfter = subscribers.Duration(f.deadline)
 		}
 		if given("header") {
 			sub.Headers = make(map[string]string, len(headers))

@@ -563,7 +563,8 @@ func scrapeDeliveringRelay(t *testing.T, want []string) map[string]map[string]bo
 
 	base := startRelayWithMetrics(t, n.URL)
 
-	publish(t, n.JS, "mixed.ok", "evt_ok", []byte(`{}`))
+	publish(t, n.JS, "mixed.ok", "evt_ok", []byte(`{}`),
+		"Relay-Deadline", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	publish(t, n.JS, "mixed.retry", "evt_retry", []byte(`{}`))
 	publish(t, n.JS, "mixed.dead", "evt_dead", []byte(`{}`))
 	publish(t, n.JS, "mixed.late", "evt_late", []byte(`{}`),

@@ -19,9 +19,17 @@ import (
 // loopback port, waits until it is ready and returns the metrics base URL.
 func startRelayWithMetrics(t *testing.T, natsURL string, extra ...string) string {
 	t.Helper()
+	_, base := startReadyRelay(t, natsURL, extra...)
+	return base
+}
+
+// startReadyRelay is startRelay serving /metrics on a free loopback port
+// (startRelay turns --metrics off; the later flag wins), returning once the
+// relay answers /readyz, with the metrics base URL.
+func startReadyRelay(t *testing.T, natsURL string, extra ...string) (*runningRelay, string) {
+	t.Helper()
 	addr := testutil.FreeAddr(t)
-	// startRelay turns --metrics off; the later flag wins.
-	startRelay(t, natsURL, append([]string{"--metrics", addr, "--allow-private-targets"}, extra...)...)
+	r := startRelay(t, natsURL, append([]string{"--metrics", addr, "--allow-private-targets"}, extra...)...)
 	base := "http://" + addr
 	testutil.Eventually(t, func() bool {
 		resp, err := http.Get(base + "/readyz")
@@ -31,7 +39,7 @@ func startRelayWithMetrics(t *testing.T, natsURL string, extra ...string) string
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, "relay never ready on %s", addr)
-	return base
+	return r, base
 }
 
 // expectation is one series and the value it must reach.

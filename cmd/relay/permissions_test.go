@@ -22,6 +22,7 @@ import (
 	"github.com/relay-dev/relay/internal/status"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -264,10 +265,10 @@ func TestPermissionsOfTheDocRunEveryCommand(t *testing.T) {
 	admin("sub", "pause", "ok")
 	publish(t, js, "note.held", "evt_4", []byte(`{"n":4}`))
 	await(func() bool { return detail("ok").Pending == 1 }, "ok's delivery is not held")
-	if out := admin("sub", "rm", "ok"); !strings.Contains(out, "1 queued and 0 parked") {
+	if out := admin("sub", "rm", "ok"); !strings.Contains(out, "1 queued, 0 parked and 0 scheduled") {
 		t.Fatalf("relay sub rm ok: %s", out)
 	}
-	if out := admin("sub", "rm", "flaky"); !strings.Contains(out, "0 queued and 2 parked") {
+	if out := admin("sub", "rm", "flaky"); !strings.Contains(out, "0 queued, 2 parked and 0 scheduled") {
 		t.Fatalf("relay sub rm flaky: %s", out)
 	}
 	// The relay deletes the dedicated lane of a removed subscriber.
@@ -364,6 +365,54 @@ func TestPermissionRefusedIsNamedAtOnce(t *testing.T) {
 				t.Fatalf("took %s to report the refusal, want less than %s", took, refusedQuickly)
 			}
 		})
+	}
+}
+
+// TestPermissionsOfTheDocCoverDeadlineCounts runs the life of a
+// subscriber's deadline counts as the users of docs/permissions.md: relay
+// creates relay_timeliness and writes the counts (a create, then a
+// compare-and-set on the entry), relay-status reads them in relay status,
+// relay-admin deletes them with relay sub rm. A missing grant is refused,
+// and the refusal fails the test with its subject.
+func TestPermissionsOfTheDocCoverDeadlineCounts(t *testing.T) {
+	t.Parallel()
+	url := startDocNATS(t, docAccount(t))
+	ctx := testutil.Context(t)
+	relayJS := connectAs(t, url, "relay")
+	if err := streams.Ensure(ctx, relayJS, streams.Options{}); err != nil {
+		t.Fatalf("streams.Ensure as relay: %v", err)
+	}
+	kv, err := relayJS.KeyValue(ctx, streams.TimelinessBucket)
+	if err != nil {
+		t.Fatalf("opening %s as relay: %v", streams.TimelinessBucket, err)
+	}
+	mustRelayAs(t, url, "relay-admin", "sub", "add", "crm", "--url", "https://example.com/hook", "--secret", testSecret)
+	r := timeliness.NewRecorder(kv)
+	r.Met("crm")
+	r.Met("crm")
+	if err := r.Flush(ctx); err != nil {
+		t.Fatalf("first flush as relay: %v", err)
+	}
+	r.Missed("crm")
+	if err := r.Flush(ctx); err != nil {
+		t.Fatalf("second flush as relay: %v", err)
+	}
+	var d status.Detail
+	if err := json.Unmarshal([]byte(mustRelayAs(t, url, "relay-status", "status", "--subscriber", "crm", "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Met != 2 || d.Missed != 1 {
+		t.Fatalf("relay status as relay-status: met %d, missed %d; want 2, 1", d.Met, d.Missed)
+	}
+	if out := mustRelayAs(t, url, "relay-status", "status"); !strings.Contains(out, "in time 66.7% (2 met, 1 missed)") {
+		t.Fatalf("relay status as relay-status:\n%s", out)
+	}
+	code, _, stderr := relayAs(t, url, "relay-admin", "sub", "rm", "crm")
+	if code != 0 || stderr != "" {
+		t.Fatalf("relay sub rm as relay-admin: exit %d, stderr %q", code, stderr)
+	}
+	if c, err := timeliness.Read(ctx, kv, "crm"); err != nil || c != (timeliness.Counts{}) {
+		t.Fatalf("the counts of crm after relay sub rm: %+v, %v; want none", c, err)
 	}
 }
 

@@ -93,7 +93,7 @@ func TestStatusJSONShowsPausesCircuitsAndDeadLettersByReason(t *testing.T) {
 
 	table := mustRelay(t, "status", "--nats", n.URL)
 	summary := strings.SplitN(table, "\n", 2)[0]
-	if want := "4 subscribers (2 enabled, 2 paused, 0 disabled), 1 open circuit, 0 pending, 0 parked, 3 dead letters, oldest queue -"; summary != want {
+	if want := "4 subscribers (2 enabled, 2 paused, 0 disabled), 1 open circuit, 0 pending, 0 parked, 0 scheduled, 3 dead letters, in time -, oldest queue -"; summary != want {
 		t.Errorf("summary %q, want %q", summary, want)
 	}
 	for _, want := range []string{"paused by Retry-After until " + future.Format(time.RFC3339), "paused until ", "max_attempts=2,rejected=1"} {

@@ -153,7 +153,7 @@ func TestStatusAt10000Subscribers(t *testing.T) {
 	}
 
 	summary := strings.SplitN(table, "\n", 2)[0]
-	want := fmt.Sprintf("10000 subscribers (9996 enabled, 4 paused, 0 disabled), 5 open circuits, %d pending, 30 parked, 10 dead letters, oldest queue ", pending)
+	want := fmt.Sprintf("10000 subscribers (9996 enabled, 4 paused, 0 disabled), 5 open circuits, %d pending, 30 parked, 0 scheduled, 10 dead letters, in time -, oldest queue ", pending)
 	if !strings.HasPrefix(summary, want) || !strings.HasSuffix(summary, "("+id(0)+")") {
 		t.Errorf("summary %q, want %q…(%s)", summary, want, id(0))
 	}

@@ -24,6 +24,9 @@ type statusRow struct {
 	Pending          uint64     `json:"pending"`
 	LaneInFlight     int        `json:"lane_in_flight"`
 	Dead             uint64     `json:"dead"`
+	Met              uint64     `json:"met"`
+	Missed           uint64     `json:"missed"`
+	InTime           *float64   `json:"in_time"`
 	Rate             float64    `json:"rate"`
 	EffectiveRate    float64    `json:"effective_rate"`
 	Tokens           *float64   `json:"tokens"`
@@ -147,15 +150,15 @@ func TestStatusCountsEachSubscribersMessages(t *testing.T) {
 	if len(lines) != 5 {
 		t.Fatalf("table has %d lines, want a summary, a blank line, a header and two rows:\n%s", len(lines), table)
 	}
-	if want := "2 subscribers (1 enabled, 0 paused, 1 disabled), 0 open circuits, 4 pending, 2 parked, 5 dead letters, oldest queue "; !strings.HasPrefix(lines[0], want) {
+	if want := "2 subscribers (1 enabled, 0 paused, 1 disabled), 0 open circuits, 4 pending, 2 parked, 0 scheduled, 5 dead letters, in time -, oldest queue "; !strings.HasPrefix(lines[0], want) {
 		t.Errorf("summary %q, want it to start with %q", lines[0], want)
 	}
-	for _, col := range []string{"SUBSCRIBER", "STATE", "LANE", "PENDING", "OVERFLOW", "LANE_IN_FLIGHT", "DEAD", "RATE", "TOKENS", "PAUSED_UNTIL", "CIRCUIT", "FAILURES", "OLDEST", "DEAD_BY_REASON"} {
+	for _, col := range []string{"SUBSCRIBER", "STATE", "LANE", "PENDING", "OVERFLOW", "LANE_IN_FLIGHT", "DEAD", "IN_TIME", "RATE", "TOKENS", "PAUSED_UNTIL", "CIRCUIT", "FAILURES", "OLDEST", "DEAD_BY_REASON"} {
 		if !strings.Contains(lines[2], col) {
 			t.Errorf("header %q lacks %s", lines[2], col)
 		}
 	}
-	if f := strings.Fields(lines[3]); f[0] != "alpha" || f[1] != "enabled" || f[3] != "3" || f[4] != "0" || f[6] != "1" || f[7] != "unlimited" || f[len(f)-1] != "rejected=1" {
+	if f := strings.Fields(lines[3]); f[0] != "alpha" || f[1] != "enabled" || f[3] != "3" || f[4] != "0" || f[6] != "1" || f[7] != "-" || f[8] != "unlimited" || f[len(f)-1] != "rejected=1" {
 		t.Errorf("alpha row %q", lines[3])
 	}
 	if !strings.HasPrefix(lines[4], "beta") || !strings.Contains(lines[4], "disabled (disabled by relay sub disable)") || !strings.Contains(lines[4], "20/s") {

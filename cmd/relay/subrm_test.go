@@ -12,12 +12,14 @@ import (
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
 // `relay sub rm` drops everything of the removed subscriber on purpose and
 // says how much: queued on its lane, waiting in its overflow, parked for a
-// retry. A lane-mate's deliveries stay.
+// retry, scheduled until its due time; and its deadline counts. A
+// lane-mate's deliveries and counts stay.
 func TestSubRmDropsQueuedAndParkedDeliveries(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
@@ -34,9 +36,23 @@ func TestSubRmDropsQueuedAndParkedDeliveries(t *testing.T) {
 	require.NoError(t, overflow.Put(ctx, n.JS, "gone", []byte(`{}`), nil, 1))
 	require.NoError(t, retry.Park(ctx, n.JS, "gone", []byte(`{}`), nil, time.Now().Add(time.Hour), "park.1"))
 	require.NoError(t, retry.Park(ctx, n.JS, "gone", []byte(`{}`), nil, time.Now().Add(time.Hour), "park.2"))
+	_, err := n.JS.PublishMsg(ctx, retry.Scheduled("gone", []byte(`{}`), nil, time.Now().Add(time.Hour)), jetstream.WithMsgID("evt.gone"))
+	require.NoError(t, err)
+	kv, err := n.JS.KeyValue(ctx, streams.TimelinessBucket)
+	require.NoError(t, err)
+	counts := timeliness.NewRecorder(kv)
+	counts.Met("gone")
+	counts.Missed("mate")
+	require.NoError(t, counts.Flush(ctx))
 
 	out := mustRelay(t, "sub", "rm", "gone", "--nats", n.URL)
-	require.True(t, strings.Contains(out, "4 queued and 2 parked deliveries dropped"), out)
+	require.True(t, strings.Contains(out, "4 queued, 2 parked and 1 scheduled deliveries dropped"), out)
+	c, err := timeliness.Read(ctx, kv, "gone")
+	require.NoError(t, err)
+	require.Zero(t, c, "the removed subscriber's deadline counts")
+	c, err = timeliness.Read(ctx, kv, "mate")
+	require.NoError(t, err)
+	require.Equal(t, timeliness.Counts{Missed: 1}, c, "a lane-mate's deadline counts")
 
 	count := func(stream, filter string) uint64 {
 		s, err := n.JS.Stream(ctx, stream)
@@ -52,4 +68,17 @@ func TestSubRmDropsQueuedAndParkedDeliveries(t *testing.T) {
 	require.Zero(t, count(streams.Deliveries, "deliveries.*.gone"))
 	require.Zero(t, count(streams.Retries, "retries.>"))
 	require.Equal(t, uint64(1), count(streams.Deliveries, "deliveries.*.mate"))
+}
+
+// On a cluster whose relays predate the relay_timeliness bucket, `relay sub
+// rm` removes the subscriber all the same, with nothing to warn about.
+func TestSubRmWithoutTheTimelinessBucket(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	require.NoError(t, n.JS.DeleteKeyValue(testutil.Context(t), streams.TimelinessBucket))
+	mustRelay(t, "sub", "add", "gone", "--nats", n.URL, "--url", "https://example.com/", "--secret", testSecret)
+	code, out, stderr := relayCmd(t, "sub", "rm", "gone", "--nats", n.URL)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "subscriber gone removed")
+	require.Empty(t, stderr)
 }

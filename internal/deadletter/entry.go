@@ -40,6 +40,9 @@ type Entry struct {
 	PublishedAt *time.Time `json:"published_at,omitempty"`
 	// Deadline is the event's Relay-Deadline, when it had a valid one.
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// DueAt is the event's Relay-Deliver-At, its due time, when it had a
+	// valid one.
+	DueAt *time.Time `json:"due_at,omitempty"`
 	// DLQSeq is the entry's sequence in the DLQ stream, the handle that
 	// `relay dlq show` and `relay dlq replay` take.
 	DLQSeq uint64 `json:"dlq_seq"`
@@ -122,6 +125,9 @@ func EntryFromMsg(subject string, header nats.Header, body []byte, seq uint64) (
 	// here as the lanes ignore it, not a sign of a foreign message.
 	if t, ok, err := headerTime(header, streams.HeaderDeadline); ok && err == nil {
 		e.Deadline = &t
+	}
+	if t, ok, err := headerTime(header, streams.HeaderDeliverAt); ok && err == nil {
+		e.DueAt = &t
 	}
 	deadAt, _, err := headerTime(header, streams.HeaderDeadAt)
 	if err != nil {

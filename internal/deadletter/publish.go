@@ -50,8 +50,15 @@ type Death struct {
 	// time when it is zero.
 	DeadAt time.Time
 	// OriginSeq is the DELIVERIES stream sequence of the message that died.
-	// It makes the copy's Nats-Msg-Id, so it must not be zero.
+	// It makes the copy's Nats-Msg-Id, so it must not be zero unless ID is
+	// set.
 	OriginSeq uint64
+	// ID, when set, is the copy's Nats-Msg-Id in place of
+	// dlq.<OriginSeq>: a copy the fan-out dead-letters (an event due after
+	// its deadline) was never stored in DELIVERIES, and its event id and
+	// subscriber keep a second fan-out of the event from making a second
+	// entry.
+	ID string
 	// OriginSubject is the DELIVERIES subject of the message that died,
 	// deliveries.<lane>.<subscriber>: where a replay by hand, with the nats
 	// CLI alone, puts it back. Empty leaves the header out.
@@ -66,7 +73,7 @@ func (d Death) validate() error {
 	if !d.Reason.Valid() {
 		return fmt.Errorf("%w: reason %q: valid reasons are %s", ErrInvalidDeath, d.Reason, reasonList())
 	}
-	if d.OriginSeq == 0 {
+	if d.OriginSeq == 0 && d.ID == "" {
 		return fmt.Errorf("%w: origin sequence is 0; it must be the DELIVERIES sequence of the message", ErrInvalidDeath)
 	}
 	if d.Attempts < 0 {
@@ -117,10 +124,10 @@ func isOwnHeader(name string) bool {
 // Relay-Reason, Relay-Attempts, Relay-Last-Status (omitted when 0),
 // Relay-Last-Error (cut by [Publish] to one line of at most [MaxLastError]
 // bytes, omitted when empty), Relay-Dead-At (RFC 3339 UTC with nanoseconds),
-// Relay-First-Attempt-At (omitted when zero), Relay-Origin-Seq and
+// Relay-First-Attempt-At (omitted when zero), Relay-Origin-Seq (omitted when 0) and
 // Relay-Origin-Subject (omitted when empty) set from d,
 // replacing any value the original had. Its Nats-Msg-Id is
-// dlq.<d.OriginSeq>, so that a crash between this publish and the Term cannot
+// dlq.<d.OriginSeq> (or d.ID), so that a crash between this publish and the Term cannot
 // create a second entry: a publish JetStream reports as a duplicate is a
 // success. header is not modified.
 //
@@ -153,7 +160,9 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	if !d.FirstAttemptAt.IsZero() {
 		h.Set(streams.HeaderFirstAttemptAt, d.FirstAttemptAt.UTC().Format(time.RFC3339Nano))
 	}
-	h.Set(streams.HeaderOriginSeq, strconv.FormatUint(d.OriginSeq, 10))
+	if d.OriginSeq != 0 {
+		h.Set(streams.HeaderOriginSeq, strconv.FormatUint(d.OriginSeq, 10))
+	}
 	if d.OriginSubject != "" {
 		h.Set(streams.HeaderOriginSubject, d.OriginSubject)
 	}
@@ -162,7 +171,11 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	// No Nats-Expected-Stream: JetStream would store it on the copy, and
 	// docs/headers.md allows a copy no Nats-* header but its Nats-Msg-Id. Only the
 	// DLQ stream can hold dlq.> (stream subjects cannot overlap).
-	_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID(d.OriginSeq)))
+	id := d.ID
+	if id == "" {
+		id = msgID(d.OriginSeq)
+	}
+	_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 	if err != nil {
 		return fmt.Errorf("deadletter: storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
 	}

@@ -84,3 +84,37 @@ var relayOwned = []string{
 	streams.HeaderAttempts, streams.HeaderLastStatus, streams.HeaderLastError,
 	streams.HeaderDeadAt, streams.HeaderOriginSeq, streams.HeaderOriginSubject, streams.HeaderOverflowSeq,
 }
+
+// times is what an event's headers say of when it may and must be sent.
+type times struct {
+	// deliverAt is its valid Relay-Deliver-At, zero when none.
+	deliverAt time.Time
+	// deadline is its valid Relay-Deadline, zero when none.
+	deadline time.Time
+	// due is when it may be sent: deliverAt, else its publication.
+	due time.Time
+	// tooLate: due at or after its deadline, or further past its
+	// publication than the horizon (EVENTS' max age; 0: none). Such an
+	// event can never be sent in time, or would outlive its own record.
+	tooLate bool
+}
+
+// timesOf reads an event's Relay-Deliver-At and Relay-Deadline. A value
+// that is not RFC 3339 is ignored, as the lanes ignore such a deadline:
+// the event is then due at once, or has no deadline.
+func timesOf(h nats.Header, published time.Time, horizon time.Duration) times {
+	t := times{due: published}
+	if v := streams.HeaderValue(h, streams.HeaderDeliverAt); v != "" {
+		if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			t.deliverAt, t.due = at, at
+		}
+	}
+	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
+		t.deadline, _ = time.Parse(time.RFC3339Nano, v)
+	}
+	if !t.deliverAt.IsZero() {
+		t.tooLate = (!t.deadline.IsZero() && !t.deliverAt.Before(t.deadline)) ||
+			(horizon > 0 && t.deliverAt.After(published.Add(horizon)))
+	}
+	return t
+}

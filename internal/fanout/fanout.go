@@ -12,10 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/consumer"
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/overflow"
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -44,10 +48,20 @@ type Config struct {
 	// behind the backlog, rather than through a lane that would move them
 	// there after every message ahead of them. May be nil.
 	Backlogs *overflow.Backlogged
+	// Horizon is how far past its publication an event may be due
+	// (Relay-Deliver-At): EVENTS' max age, which Run reads when it is zero.
+	// A copy due later would outlive the event it came from, so it is
+	// dead-lettered as expired at once instead of being held.
+	Horizon time.Duration
+	// Clock decides whether an event is due yet; defaults to the real one.
+	Clock clock.Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// Timeliness counts the copies dead-lettered here for their deadline;
+	// may be nil.
+	Timeliness *timeliness.Recorder
 }
 
 // ErrConfig is returned for a Config missing a required field.
@@ -74,6 +88,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
+	}
+	if cfg.Horizon == 0 {
+		stream, err := cfg.JS.Stream(ctx, streams.Events)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fanout: reading EVENTS' max age: %w", err)
+		}
+		cfg.Horizon = stream.CachedInfo().Config.MaxAge
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -218,7 +245,9 @@ func (v *viewSync) sync(ctx context.Context) bool {
 }
 
 // publishCopies starts the async publish of one copy per matching enabled
-// subscriber.
+// subscriber: on its lane, or, for an event not due yet, held in RETRIES
+// until its Relay-Deliver-At. A copy that could only be sent after its
+// deadline is dead-lettered as expired here, never held.
 func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg jetstream.Msg) pending {
 	p := pending{msg: msg}
 	md, err := msg.Metadata()
@@ -234,19 +263,39 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		return p
 	}
 	p.subs = subs
+	t := timesOf(orig, md.Timestamp, cfg.Horizon)
+	held := !t.deliverAt.IsZero() && t.deliverAt.After(cfg.Clock.Now())
 	// One header for the event, a shallow copy of it per copy: publishing
 	// sets the copy's Nats-Msg-Id on its own map and changes no value.
 	header := CopyHeader(orig, id, eventType, md.Timestamp)
 	for i, sub := range subs {
-		subject := DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID)
-		if cfg.Backlogs.Has(sub.ID) {
-			subject = overflow.Subject(sub.ID)
-		}
 		h := header
 		if i < len(subs)-1 {
 			h = maps.Clone(header)
 		}
-		m := &nats.Msg{Subject: subject, Header: h, Data: msg.Data()}
+		if t.deadline.IsZero() {
+			if d := sub.DeadlineFor(t.due); !d.IsZero() {
+				h.Set(streams.HeaderDeadline, d.UTC().Format(time.RFC3339Nano))
+			}
+		}
+		var m *nats.Msg
+		switch {
+		case t.tooLate:
+			if err := deadLetterLate(ctx, cfg, sub.ID, id, msg.Data(), h); err != nil {
+				p.err = err
+				return p
+			}
+			p.futures = append(p.futures, nil)
+			continue
+		case held:
+			m = retry.Scheduled(sub.ID, msg.Data(), h, t.deliverAt)
+		default:
+			subject := DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID)
+			if cfg.Backlogs.Has(sub.ID) {
+				subject = overflow.Subject(sub.ID)
+			}
+			m = &nats.Msg{Subject: subject, Header: h, Data: msg.Data()}
+		}
 		f, err := PublishCopy(ctx, js, m, id+"."+sub.ID)
 		if err != nil {
 			p.err = err
@@ -255,6 +304,26 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		p.futures = append(p.futures, f)
 	}
 	return p
+}
+
+// deadLetterLate stores the DLQ copy of an event's copy that is due after
+// its deadline, or beyond the horizon, without an attempt: reason expired.
+// Its Nats-Msg-Id is the copy's own, prefixed, so that fanning the event
+// out again makes no second entry.
+func deadLetterLate(ctx context.Context, cfg Config, sub, id string, body []byte, h nats.Header) error {
+	err := deadletter.Publish(ctx, cfg.JS, body, h, deadletter.Death{
+		Subscriber: sub,
+		Reason:     deadletter.Expired,
+		LastError:  "due after its deadline, or further ahead than EVENTS keeps an event",
+		DeadAt:     cfg.Clock.Now(),
+		ID:         "dlq.fanout." + id + "." + sub,
+	})
+	if err != nil {
+		return err
+	}
+	cfg.Metrics.DeadLettered(sub, deadletter.Expired)
+	cfg.Timeliness.Missed(sub)
+	return nil
 }
 
 // PublishCopy starts the async publish of one copy with its Nats-Msg-Id.
@@ -287,6 +356,9 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics) {
 	for p := range acks {
 		err := p.err
 		for i, f := range p.futures {
+			if f == nil {
+				continue // dead-lettered, counted already
+			}
 			select {
 			case ack := <-f.Ok():
 				if !ack.Duplicate {

@@ -188,8 +188,15 @@ func streamState(t *testing.T, js jetstream.JetStream, name string) jetstream.St
 // that their headers are the stored ones.
 func copies(t *testing.T, js jetstream.JetStream) []*jetstream.RawStreamMsg {
 	t.Helper()
+	return streamMsgs(t, js, streams.Deliveries)
+}
+
+// streamMsgs returns every message stored in the stream name, read one by
+// one.
+func streamMsgs(t *testing.T, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
+	t.Helper()
 	ctx := testutil.Context(t)
-	s, err := js.Stream(ctx, streams.Deliveries)
+	s, err := js.Stream(ctx, name)
 	require.NoError(t, err)
 	info, err := s.Info(ctx)
 	require.NoError(t, err)

@@ -52,7 +52,9 @@ const lookupFor = time.Second
 const logEvery = time.Minute
 
 func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
-	refiller, err := overflow.NewRefiller(ctx, cfg.JS)
+	e := &engine{cfg: cfg, finishing: finishing, gate: requests.NewGate(cfg.MaxRequests),
+		known: make(map[string]*lookup), logged: make(map[string]time.Time)}
+	refiller, err := overflow.NewRefiller(ctx, cfg.JS, e.lateInOverflow)
 	if err != nil {
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
@@ -64,16 +66,8 @@ func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
-	return &engine{
-		cfg:        cfg,
-		gate:       requests.NewGate(cfg.MaxRequests),
-		refiller:   refiller,
-		deliveries: deliveries,
-		store:      store,
-		finishing:  finishing,
-		known:      make(map[string]*lookup),
-		logged:     make(map[string]time.Time),
-	}, nil
+	e.refiller, e.deliveries, e.store = refiller, deliveries, store
+	return e, nil
 }
 
 // lookup asks the bucket whether a subscriber the live view lacks exists:

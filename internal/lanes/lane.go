@@ -148,13 +148,17 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 		l.work.Go(func() { l.unknownSubscriber(context.WithoutCancel(ctx), d, id) })
 		return
 	}
-	if !d.dueBy(l.cfg.Clock.Now()) {
+	now := l.cfg.Clock.Now()
+	switch {
+	case !d.dueBy(now) || d.dueTooLate():
 		l.work.Go(func() {
 			l.deadLetter(context.WithoutCancel(ctx), d, id, deadletter.Death{Reason: d.lateReason()})
 		})
-		return
+	case d.early(now):
+		l.work.Go(func() { l.hold(context.WithoutCancel(ctx), d, id) })
+	default:
+		l.scheduler(id).offer(ctx, d, sub)
 	}
-	l.scheduler(id).offer(ctx, d, sub)
 }
 
 // unknownSubscriber settles a message whose subscriber this relay's view
@@ -242,6 +246,9 @@ func (l *lane) prune(inView func(id string) bool) {
 	for id, s := range l.scheds {
 		if !inView(id) && s.idle() {
 			delete(l.scheds, id)
+			// Its counts not written yet would bring back the key that
+			// `relay sub rm` deleted, for a later subscriber of its id.
+			l.cfg.Timeliness.Forget(id)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -75,6 +76,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// Timeliness counts, for `relay status`, the deliveries accepted in
+	// time and those whose deadline was missed; may be nil.
+	Timeliness *timeliness.Recorder
 }
 
 func (c *Config) setDefaults() error {

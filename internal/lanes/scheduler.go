@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -190,6 +191,13 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	if refilled && s.expect > 0 {
 		s.expect--
 	}
+	if until := s.heldUntilLocked(sub, now); !d.dueBy(until) {
+		// Paused, or its circuit open, past the delivery's deadline: it
+		// can never be sent in time, so it dies now rather than then.
+		s.mu.Unlock()
+		s.deadLetterAll(ctx, []delivery{d})
+		return
+	}
 	hold := true
 	switch {
 	case sub.Disabled, sub.PausedAt(now):
@@ -305,6 +313,70 @@ func (s *scheduler) takeLocked(from int, keep bool) []delivery {
 	return held
 }
 
+// takeLateLocked takes the held messages at the head of the queue whose
+// deadline has passed at now. Only the head is looked at, so that the loop
+// costs the same for every message whatever the queue's length; a late one
+// further back is let go when it is popped (see [scheduler.pop]).
+func (s *scheduler) takeLateLocked(now time.Time) []delivery {
+	n := 0
+	for n < len(s.queue) && !s.queue[n].dueBy(now) {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	late := append([]delivery(nil), s.queue[:n]...)
+	clear(s.queue[:n])
+	s.queue = s.queue[n:]
+	return late
+}
+
+// takeDoomedLocked takes the held messages whose deadline comes before
+// until, the end of a pause or an open circuit: the wait would carry them
+// past it. It keeps the others in order; it runs once as a hold begins, so
+// its look at the whole queue is not paid per message.
+func (s *scheduler) takeDoomedLocked(until time.Time) []delivery {
+	var doomed []delivery
+	kept := s.queue[:0]
+	for _, d := range s.queue {
+		if d.dueBy(until) {
+			kept = append(kept, d)
+		} else {
+			doomed = append(doomed, d)
+		}
+	}
+	clear(s.queue[len(kept):])
+	s.queue = kept
+	return doomed
+}
+
+// heldUntilLocked is when the subscriber may next be sent to, as far as is
+// known for certain at now: the end of a Retry-After pause or an open
+// circuit, or of an operator's pause that has an end; now when nothing
+// holds it (an operator's pause without an end, or a disabled subscriber,
+// may end at any time).
+func (s *scheduler) heldUntilLocked(sub subscribers.Subscriber, now time.Time) time.Time {
+	until := now
+	if now.Before(s.holdUntil) {
+		until = s.holdUntil
+	}
+	if sub.PausedAt(now) && !sub.PausedUntil.IsZero() && sub.PausedUntil.After(until) {
+		until = sub.PausedUntil
+	}
+	return until
+}
+
+// deadLetterAll dead-letters deliveries that cannot be sent by their
+// deadline, each in its own goroutine of the lane: a DLQ copy waits for its
+// PubAck.
+func (s *scheduler) deadLetterAll(ctx context.Context, ds []delivery) {
+	for _, d := range ds {
+		s.lane.work.Go(func() {
+			s.lane.deadLetter(context.WithoutCancel(ctx), d, s.id, deadletter.Death{Reason: d.lateReason()})
+		})
+	}
+}
+
 func (s *scheduler) toOverflow(held []delivery) {
 	for _, d := range held {
 		s.lane.toOverflow(d, s.id, s.stored)
@@ -360,11 +432,14 @@ func (s *scheduler) loop(ctx context.Context) {
 		if now.Before(s.holdUntil) {
 			// Paused or open: what it holds leaves the lane until then,
 			// holding no slot and burning no attempt (what was brought back
-			// already stays through a short wait).
+			// already stays through a short wait); what the wait carries
+			// past its deadline dies now.
+			doomed := s.takeDoomedLocked(s.holdUntil)
 			held := s.takeLocked(0, s.holdUntil.Sub(now) < keepBroughtBack)
 			until := s.holdUntil
 			s.syncLocked()
 			s.mu.Unlock()
+			s.deadLetterAll(ctx, doomed)
 			s.toOverflow(held)
 			s.sleep(ctx, until.Sub(now), false)
 			continue
@@ -401,11 +476,21 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.sleep(ctx, expectFor/4, true)
 			continue
 		}
+		if late := s.takeLateLocked(now); len(late) > 0 {
+			// Past their deadline while they waited their turn: they die
+			// without a token or a slot, so that what is behind them still
+			// gets its chance.
+			s.syncLocked()
+			s.mu.Unlock()
+			s.deadLetterAll(ctx, late)
+			continue
+		}
 		if len(s.inFlight) >= sub.MaxInFlight {
 			s.mu.Unlock()
 			s.sleep(ctx, -1, true)
 			continue
 		}
+		headDeadline := s.queue[0].deadline
 		s.mu.Unlock()
 
 		release, err := s.lane.env.gate.Acquire(ctx, s.id)
@@ -437,7 +522,12 @@ func (s *scheduler) loop(ctx context.Context) {
 				continue
 			}
 			waitFrom := s.lane.cfg.Clock.Now()
-			s.sleep(ctx, dec.Wait, false)
+			wait := dec.Wait
+			if !headDeadline.IsZero() {
+				// Wake at the next deadline to let it go, not a token later.
+				wait = max(0, min(wait, headDeadline.Sub(waitFrom)+time.Millisecond))
+			}
+			s.sleep(ctx, wait, false)
 			if dec.Hold == ratelimit.Token {
 				s.lane.cfg.Metrics.TokenWait(s.id, s.lane.cfg.Clock.Now().Sub(waitFrom))
 			}
@@ -512,6 +602,12 @@ func (s *scheduler) pop() (delivery, bool) {
 		s.queue = s.queue[1:]
 		if !s.lane.alive(d) {
 			s.lane.letGo(d, s.id)
+			continue
+		}
+		if !d.dueBy(s.lane.cfg.Clock.Now()) {
+			// Its deadline passed while the token was on its way: the
+			// token goes to the next one.
+			s.deadLetterAll(s.lane.ctx(), []delivery{d})
 			continue
 		}
 		s.inFlight[d.msg] = struct{}{}

@@ -32,6 +32,12 @@ type delivery struct {
 	attempts int       // attempts made before this one (Relay-Attempt)
 	firstAt  time.Time // Relay-First-Attempt-At, zero before the first attempt
 	deadline time.Time // Relay-Deadline, zero when none
+	// deliverAt is its Relay-Deliver-At, zero when none.
+	deliverAt time.Time
+	// stored is when JetStream stored this copy on DELIVERIES.
+	stored time.Time
+	// moved: the mover put it back from RETRIES, its schedule fired.
+	moved bool
 	// attempted: this lane sent a request for it just now.
 	attempted bool
 	// received is when this relay got it (unix nanoseconds, real time):
@@ -46,6 +52,7 @@ func newDelivery(msg jetstream.Msg) delivery {
 	d := delivery{msg: msg, received: time.Now().UnixNano()}
 	if md, err := msg.Metadata(); err == nil {
 		d.seq = md.Sequence.Stream
+		d.stored = md.Timestamp
 	}
 	h := msg.Headers()
 	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
@@ -59,7 +66,11 @@ func newDelivery(msg jetstream.Msg) delivery {
 	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
 		d.deadline, _ = time.Parse(time.RFC3339Nano, v)
 	}
+	if v := streams.HeaderValue(h, streams.HeaderDeliverAt); v != "" {
+		d.deliverAt, _ = time.Parse(time.RFC3339Nano, v)
+	}
 	d.broughtBack = h.Get(streams.HeaderOverflowSeq) != ""
+	d.moved = retry.Moved(h)
 	return d
 }
 
@@ -69,13 +80,38 @@ func (d delivery) dueBy(now time.Time) bool {
 	return d.deadline.IsZero() || now.Before(d.deadline)
 }
 
-// lateReason is why a delivery past its deadline dies: expired when it was
-// never attempted, deadline when its retries ran out of time.
+// lateReason is why a delivery past its deadline dies: expired when it
+// never had a chance (due at or after its deadline, or stored on its lane
+// only after it), deadline when it was on its lane in time but could not be
+// sent in time (a retry, a pause, an open circuit, its rate, a relay down).
 func (d delivery) lateReason() deadletter.Reason {
-	if d.attempts == 0 {
+	if d.attempts == 0 && !d.broughtBack && (d.dueTooLate() || (!d.stored.IsZero() && !d.stored.Before(d.deadline))) {
 		return deadletter.Expired
 	}
 	return deadletter.Deadline
+}
+
+// dueTooLate reports a delivery due at or after its deadline: it can never
+// be sent, and dies as expired at once.
+func (d delivery) dueTooLate() bool {
+	return !d.deliverAt.IsZero() && !d.deadline.IsZero() && !d.deliverAt.Before(d.deadline)
+}
+
+// early reports whether a delivery reached its lane before its due time by
+// another way than its schedule (a replay, a copy published by hand): it
+// must wait. A copy the mover put back is due by the server's clock, which
+// decides, whatever this host's clock says.
+func (d delivery) early(now time.Time) bool {
+	return !d.moved && !d.deliverAt.IsZero() && now.Before(d.deliverAt)
+}
+
+// due is when the delivery could first be sent: its Relay-Deliver-At, else
+// its event's publication; zero when neither is known.
+func (d delivery) due() time.Time {
+	if !d.deliverAt.IsZero() {
+		return d.deliverAt
+	}
+	return publishedAt(d)
 }
 
 // request builds the HTTP delivery of one DELIVERIES message, signed with
@@ -173,7 +209,12 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub subscribers.Sub
 
 	switch out.Class {
 	case deliver.Delivered:
-		l.cfg.Metrics.Delivered(sub.ID, publishedAt(d))
+		l.cfg.Metrics.Delivered(sub.ID, publishedAt(d), d.due())
+		if !d.deadline.IsZero() {
+			// Sent before its deadline (see dueBy above), so met.
+			l.cfg.Metrics.MetDeadline(sub.ID)
+			l.cfg.Timeliness.Met(sub.ID)
+		}
 		if err := d.msg.Ack(); err != nil {
 			l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
 		}
@@ -250,37 +291,85 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	}
 }
 
+// hold keeps a delivery that is not due yet in RETRIES until it is, then
+// acks the original; one that cannot be held is handed back until then.
+func (l *lane) hold(ctx context.Context, d delivery, id string) {
+	err := retry.Hold(ctx, l.cfg.JS, id, d.msg.Data(), d.msg.Headers(), d.deliverAt, "hold."+strconv.FormatUint(d.seq, 10))
+	if err != nil {
+		l.log.Warn("lanes: holding a delivery until it is due", "subscriber", id, "err", err)
+		_ = d.msg.NakWithDelay(max(settleRetry, time.Until(d.deliverAt)))
+		return
+	}
+	if err := d.msg.Ack(); err != nil {
+		l.log.Warn("lanes: ack", "subscriber", id, "err", err)
+	}
+}
+
 // deadLetter stores the DLQ copy, then terminates the original; a Term'ed
 // message is deleted at once, so the copy must be safe first. It reports
 // whether the delivery was dead-lettered.
 func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death deadletter.Death) bool {
-	h := d.msg.Headers()
-	death.Subscriber = id
 	death.Attempts = d.attempts
 	death.FirstAttemptAt = d.firstAt
-	death.DeadAt = l.cfg.Clock.Now()
 	death.OriginSeq = d.seq
 	if subj := d.msg.Subject(); !strings.HasPrefix(subj, overflow.Prefix) {
 		death.OriginSubject = subj
 	}
-	if death.LastStatus == 0 && death.LastError == "" {
-		// Died without an attempt of its own (expired, or max-attempts
-		// lowered): keep what the last attempt saw.
-		death.LastStatus, _ = strconv.Atoi(h.Get(streams.HeaderLastStatus))
-		death.LastError = h.Get(streams.HeaderLastError)
-	}
-	if err := deadletter.Publish(ctx, l.cfg.JS, d.msg.Data(), h, death); err != nil {
-		l.log.Error("lanes: dead-lettering", "subscriber", id, "reason", death.Reason, "err", err)
+	if err := l.env.deadLetter(ctx, id, d.msg.Data(), d.msg.Headers(), death); err != nil {
 		_ = d.msg.NakWithDelay(settleRetry)
 		return false
 	}
-	l.cfg.Metrics.DeadLettered(id, death.Reason)
-	l.log.Info("lanes: dead-lettered", "subscriber", id, "event", h.Get(streams.HeaderEventID),
-		"reason", death.Reason, "attempts", death.Attempts, "last_status", death.LastStatus)
 	if err := d.msg.TermWithReason(string(death.Reason)); err != nil {
 		l.log.Warn("lanes: term", "subscriber", id, "err", err)
 	}
 	return true
+}
+
+// deadLetter stores the DLQ copy of a delivery with headers h and counts
+// it; the caller then removes the original.
+func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.Header, death deadletter.Death) error {
+	death.Subscriber = id
+	death.DeadAt = e.cfg.Clock.Now()
+	if death.LastStatus == 0 && death.LastError == "" {
+		// Died without an attempt of its own (expired, late, or
+		// max-attempts lowered): keep what the last attempt saw.
+		death.LastStatus, _ = strconv.Atoi(h.Get(streams.HeaderLastStatus))
+		death.LastError = h.Get(streams.HeaderLastError)
+	}
+	if err := deadletter.Publish(ctx, e.cfg.JS, body, h, death); err != nil {
+		e.cfg.Logger.Error("lanes: dead-lettering", "subscriber", id, "reason", death.Reason, "err", err)
+		return err
+	}
+	e.cfg.Metrics.DeadLettered(id, death.Reason)
+	if death.Reason == deadletter.Deadline || death.Reason == deadletter.Expired {
+		e.cfg.Timeliness.Missed(id)
+	}
+	e.cfg.Logger.Info("lanes: dead-lettered", "subscriber", id, "event", h.Get(streams.HeaderEventID),
+		"reason", death.Reason, "attempts", death.Attempts, "last_status", death.LastStatus)
+	return nil
+}
+
+// lateInOverflow dead-letters, as a refill reads it, a delivery whose
+// deadline passed while it waited in its subscriber's overflow: bringing it
+// back would cost two writes for a message that can only die.
+func (e *engine) lateInOverflow(ctx context.Context, id string, m overflow.Msg) (bool, error) {
+	v := streams.HeaderValue(m.Header, streams.HeaderDeadline)
+	if v == "" {
+		return false, nil
+	}
+	deadline, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil || e.cfg.Clock.Now().Before(deadline) {
+		return false, nil
+	}
+	death := deadletter.Death{Reason: deadletter.Deadline, OriginSeq: m.Seq}
+	death.Attempts, _ = strconv.Atoi(m.Header.Get(streams.HeaderAttempt))
+	if v := m.Header.Get(streams.HeaderFirstAttemptAt); v != "" {
+		death.FirstAttemptAt, _ = time.Parse(time.RFC3339Nano, v)
+	}
+	if err := e.deadLetter(ctx, id, m.Data, m.Header, death); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // resultOf is what an attempt's outcome tells the rate limiter: a

@@ -19,7 +19,7 @@ func BenchmarkRecordADelivery(b *testing.B) {
 		ids[i] = fmt.Sprintf("tenant-%05d-hooks", i)
 		m.Copied(ids[i])
 		m.Attempt(ids[i], "delivered", time.Millisecond)
-		m.Delivered(ids[i], time.Now())
+		m.Delivered(ids[i], time.Now(), time.Now())
 	}
 	published := time.Now()
 	b.ReportAllocs()
@@ -28,7 +28,7 @@ func BenchmarkRecordADelivery(b *testing.B) {
 		id := ids[i%len(ids)]
 		m.Copied(id)
 		m.Attempt(id, "delivered", time.Millisecond)
-		m.Delivered(id, published)
+		m.Delivered(id, published, published)
 		i++
 	}
 }

@@ -135,6 +135,8 @@ type Metrics struct {
 	rateLimitWait    *prometheus.CounterVec
 	dlqMessages      *prometheus.CounterVec
 	deadlineMissed   *prometheus.CounterVec
+	deadlineMet      *prometheus.CounterVec
+	dueToAccepted    *prometheus.HistogramVec
 	overflowed       prometheus.Counter
 
 	// attemptClasses caches relay_delivery_attempts_total's child by
@@ -225,6 +227,15 @@ func NewWith(opts Options) *Metrics {
 			Name: "relay_deadline_missed_total",
 			Help: "Deliveries this relay dead-lettered because their Relay-Deadline passed (reasons deadline and expired), by subscriber.",
 		}, perSubscriber),
+		deadlineMet: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_deadline_met_total",
+			Help: "Deliveries with a deadline (Relay-Deadline, or the subscriber's --deadline-after) that this relay had accepted (2xx) before it, by subscriber. With relay_deadline_missed_total, the share of them that arrived in time.",
+		}, perSubscriber),
+		dueToAccepted: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "relay_due_to_accepted_seconds",
+			Help:    "Time from a delivery's due time (its Relay-Deliver-At, else its event's publication) to its subscriber's 2xx, by subscriber (the top subscribers by attempts on this relay; the others under subscriber=\"_other\").",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600},
+		}, perSubscriber),
 		overflowed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_deliveries_overflowed_total",
 			Help: "Deliveries moved to their subscriber's overflow because it could not take them now: a backlog beyond its share of the lane, a pause, an open circuit, a disabled subscriber.",
@@ -239,7 +250,7 @@ func NewWith(opts Options) *Metrics {
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
-		m.deadlineMissed, m.overflowed, casConflicts,
+		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, casConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -285,16 +296,33 @@ func (m *Metrics) attemptClass(class string) prometheus.Counter {
 
 // Delivered records a delivery its subscriber answered with a 2xx.
 // publishedAt is when its event was published on EVENTS (the copy's
-// Relay-Published-At), for the latency histogram; zero when unknown.
-func (m *Metrics) Delivered(subscriber string, publishedAt time.Time) {
+// Relay-Published-At), for the latency histogram; due is when it could first
+// be sent (its Relay-Deliver-At, else publishedAt), for the due-to-accepted
+// one; either is zero when unknown.
+func (m *Metrics) Delivered(subscriber string, publishedAt, due time.Time) {
 	if m == nil {
 		return
 	}
 	s := m.subs.get(subscriber)
 	s.delivered.get2(m.deliveries, s.id, OutcomeDelivered).Inc()
+	h := s.hist.Load()
+	now := time.Now()
 	if !publishedAt.IsZero() {
-		s.hist.Load().latency.Observe(max(0, time.Since(publishedAt).Seconds()))
+		h.latency.Observe(max(0, now.Sub(publishedAt).Seconds()))
 	}
+	if !due.IsZero() {
+		h.due.Observe(max(0, now.Sub(due).Seconds()))
+	}
+}
+
+// MetDeadline records a delivery with a deadline that its subscriber
+// accepted: in time, since none is sent after its deadline.
+func (m *Metrics) MetDeadline(subscriber string) {
+	if m == nil {
+		return
+	}
+	s := m.subs.get(subscriber)
+	s.met.get1(m.deadlineMet, s.id).Inc()
 }
 
 // Retried records a delivery whose attempt failed and that waits for a

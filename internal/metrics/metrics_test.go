@@ -63,7 +63,7 @@ func TestHandlerServesProbesAndSeries(t *testing.T) {
 	}
 	m.EventIngested()
 	m.Attempt("a", "delivered", 5*time.Millisecond)
-	m.Delivered("a", time.Now().Add(-time.Second))
+	m.Delivered("a", time.Now().Add(-time.Second), time.Now().Add(-time.Second))
 	m.Attempt("a", "retryable", time.Millisecond)
 	m.Retried("a")
 	m.DeadLettered("a", deadletter.Expired)
@@ -136,7 +136,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.EventIngested()
 	m.Copied("a")
 	m.Attempt("a", "delivered", time.Millisecond)
-	m.Delivered("a", time.Now())
+	m.Delivered("a", time.Now(), time.Now())
 	m.Retried("a")
 	m.DeadLettered("a", deadletter.Gone)
 	m.TokenWait("a", time.Second)

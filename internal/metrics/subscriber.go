@@ -18,7 +18,7 @@ type subscriber struct {
 	id string
 	// Created when first used, so that a subscriber has only the series it
 	// has something to count in.
-	copies, delivered, retried, dead, wait lazyCounter
+	copies, delivered, retried, dead, wait, met lazyCounter
 	// deadline is created at 0 with the subscriber: an alert on its
 	// increase must see the first missed deadline, which it would not if the
 	// series were born at 1.
@@ -34,7 +34,7 @@ type subscriber struct {
 
 // histograms are the observers a subscriber's samples go to.
 type histograms struct {
-	attempt, latency prometheus.Observer
+	attempt, latency, due prometheus.Observer
 }
 
 // lazyCounter is a counter child created on its first use.
@@ -79,6 +79,7 @@ func (set *subscriberSet) init(m *Metrics) {
 	set.other = &histograms{
 		attempt: m.attemptDuration.WithLabelValues(OtherSubscriber),
 		latency: m.eventLatency.WithLabelValues(OtherSubscriber),
+		due:     m.dueToAccepted.WithLabelValues(OtherSubscriber),
 	}
 }
 
@@ -122,6 +123,7 @@ func (set *subscriberSet) promote(s *subscriber) {
 	s.hist.Store(&histograms{
 		attempt: set.m.attemptDuration.WithLabelValues(s.id),
 		latency: set.m.eventLatency.WithLabelValues(s.id),
+		due:     set.m.dueToAccepted.WithLabelValues(s.id),
 	})
 }
 
@@ -133,6 +135,7 @@ func (set *subscriberSet) demote(s *subscriber) {
 	s.hist.Store(set.other)
 	set.m.attemptDuration.DeleteLabelValues(s.id)
 	set.m.eventLatency.DeleteLabelValues(s.id)
+	set.m.dueToAccepted.DeleteLabelValues(s.id)
 }
 
 // rank chooses the top subscribers again: those with the most attempts
@@ -199,6 +202,7 @@ func (set *subscriberSet) forget(inView func(id string) bool) {
 		}
 		m.rateLimitWait.DeleteLabelValues(s.id)
 		m.deadlineMissed.DeleteLabelValues(s.id)
+		m.deadlineMet.DeleteLabelValues(s.id)
 		for _, r := range deadletter.Reasons() {
 			m.dlqMessages.DeleteLabelValues(s.id, string(r))
 		}

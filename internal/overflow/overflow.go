@@ -140,21 +140,31 @@ func readOnce(ctx context.Context, nc *nats.Conn, subject string, from uint64, n
 type Refiller struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	late   Late
 }
 
-// NewRefiller returns a Refiller on js's DELIVERIES stream.
-func NewRefiller(ctx context.Context, js jetstream.JetStream) (*Refiller, error) {
+// Late settles, in place of bringing it back, a message of a subscriber's
+// overflow that can no longer be sent (its deadline passed while it
+// waited): it reports whether it took m, and returns once m is safe
+// elsewhere (its DLQ copy stored), since m is purged after. An error stops
+// the refill at m.
+type Late func(ctx context.Context, subscriber string, m Msg) (bool, error)
+
+// NewRefiller returns a Refiller on js's DELIVERIES stream. late may be
+// nil: everything read is brought back.
+func NewRefiller(ctx context.Context, js jetstream.JetStream, late Late) (*Refiller, error) {
 	stream, err := js.Stream(ctx, streams.Deliveries)
 	if err != nil {
 		return nil, fmt.Errorf("overflow: %w", err)
 	}
-	return &Refiller{js: js, stream: stream}, nil
+	return &Refiller{js: js, stream: stream, late: late}, nil
 }
 
 // Refill brings back up to n of the subscriber's oldest overflowed
 // deliveries, from sequence from on, to subject (its lane's): each is
-// republished with Relay-Overflow-Seq and waits for its PubAck, then what was
-// read is purged. It returns how many new copies it stored (a copy another
+// republished with Relay-Overflow-Seq and waits for its PubAck (or, when
+// the Refiller's Late takes it, is settled there), then what was read is
+// purged. It returns how many new copies it stored (a copy another
 // relay had brought back already is not counted), the sequence to read from
 // next time, and whether the overflow may hold more.
 func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from uint64, n int) (moved int, next uint64, more bool, err error) {
@@ -165,6 +175,17 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
+		if r.late != nil {
+			took, lerr := r.late(ctx, subscriber, m)
+			if lerr != nil {
+				err = lerr
+				break
+			}
+			if took {
+				futures = append(futures, nil) // settled: purged with the rest
+				continue
+			}
+		}
 		m.Header.Set(streams.HeaderOverflowSeq, strconv.FormatUint(m.Seq, 10))
 		f, perr := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data},
 			jetstream.WithMsgID(refillID(m.Seq)))
@@ -179,6 +200,10 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 	timeout := time.NewTimer(pubAckWait)
 	defer timeout.Stop()
 	for _, f := range futures {
+		if f == nil {
+			stored++
+			continue
+		}
 		select {
 		case ack := <-f.Ok():
 			if !ack.Duplicate {

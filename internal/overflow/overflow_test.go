@@ -39,7 +39,7 @@ func TestRefillBringsBackInPublishOrderAndPurges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]uint64{"a": 700, "b": 3}, backlogs)
 
-	r, err := overflow.NewRefiller(ctx, n.JS)
+	r, err := overflow.NewRefiller(ctx, n.JS, nil)
 	require.NoError(t, err)
 	sub, err := n.Conn.SubscribeSync("deliveries.s01.a")
 	require.NoError(t, err)
@@ -76,7 +76,7 @@ func TestRefillFromTwoReadersStoresOneCopy(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	ctx := testutil.Context(t)
 	fill(t, n.JS, "a", 50, 1)
-	r1, err := overflow.NewRefiller(ctx, n.JS)
+	r1, err := overflow.NewRefiller(ctx, n.JS, nil)
 	require.NoError(t, err)
 	msgs, err := overflow.Read(ctx, n.Conn, "a", 0, 50)
 	require.NoError(t, err)

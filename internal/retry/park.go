@@ -20,6 +20,11 @@ const (
 	WaitPrefix = "retries.wait."
 	// DuePrefix + <subscriber> is where JetStream republishes it when due.
 	DuePrefix = "retries.due."
+	// AtPrefix + <subscriber>.<unique id> holds a fan-out copy of an event
+	// that is not due yet (its Relay-Deliver-At) until it is. It is apart
+	// from WaitPrefix so that `relay status` counts scheduled deliveries
+	// apart from parked retries; both fire on DuePrefix.
+	AtPrefix = "retries.at."
 )
 
 // JetStream's message-scheduling headers (nats-server 2.12 and later).
@@ -36,15 +41,51 @@ const (
 // DELIVERIES sequence of the message being parked). Park returns once the
 // parked copy is stored, so the caller may then ack the original.
 func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
-	h := streams.CopyHeader(header, 3)
-	h.Set(headerSchedule, "@at "+at.UTC().Format(time.RFC3339Nano))
-	h.Set(headerScheduleTarget, DuePrefix+subscriber)
-	m := &nats.Msg{Subject: WaitPrefix + subscriber + "." + nuid.Next(), Header: h, Data: body}
+	m := held(WaitPrefix, subscriber, body, header, at)
 	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(dedupeID)); err != nil {
 		return fmt.Errorf("retry: parking a delivery for %s: %w", subscriber, err)
 	}
 	return nil
 }
+
+// Hold is [Park] for a delivery that reached its lane before its due time
+// (a dead letter replayed early, a copy published by hand): it waits on
+// AtPrefix, counted as scheduled rather than as a retry.
+func Hold(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
+	m := Scheduled(subscriber, body, header, at)
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(dedupeID)); err != nil {
+		return fmt.Errorf("retry: holding a delivery for %s until it is due: %w", subscriber, err)
+	}
+	return nil
+}
+
+// Scheduled returns the message that holds a copy of an event for
+// subscriber in RETRIES until at, its due time; the mover then puts it on
+// the subscriber's lane as it does a due retry. The caller publishes it
+// with the copy's own Nats-Msg-Id, so that fanning an event out again
+// within RETRIES' duplicate window stores one copy. header is not modified.
+func Scheduled(subscriber string, body []byte, header nats.Header, at time.Time) *nats.Msg {
+	return held(AtPrefix, subscriber, body, header, at)
+}
+
+// held is the scheduled message that waits on prefix + subscriber + a
+// unique token until at, then fires on DuePrefix + subscriber.
+func held(prefix, subscriber string, body []byte, header nats.Header, at time.Time) *nats.Msg {
+	h := streams.CopyHeader(header, 3)
+	h.Set(headerSchedule, "@at "+at.UTC().Format(time.RFC3339Nano))
+	h.Set(headerScheduleTarget, DuePrefix+subscriber)
+	return &nats.Msg{Subject: prefix + subscriber + "." + nuid.Next(), Header: h, Data: body}
+}
+
+// Moved reports whether a DELIVERIES message is a copy the mover put back
+// from RETRIES: its schedule fired, by the server's clock, so it is due
+// whatever this host's clock says.
+func Moved(h nats.Header) bool {
+	return strings.HasPrefix(h.Get(jetstream.MsgIDHeader), movedPrefix)
+}
+
+// movedPrefix starts the Nats-Msg-Id of every copy the mover stores.
+const movedPrefix = "retry-"
 
 // movedID is the Nats-Msg-Id of the copy the mover puts back on DELIVERIES:
 // the unique token of the schedule that fired (else the due message's own
@@ -52,7 +93,7 @@ func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body [
 // make a second copy.
 func movedID(due nats.Header, seq uint64) string {
 	if s := due.Get(headerScheduler); s != "" {
-		return "retry-" + s[strings.LastIndexByte(s, '.')+1:]
+		return movedPrefix + s[strings.LastIndexByte(s, '.')+1:]
 	}
-	return fmt.Sprintf("retry-seq-%d", seq)
+	return fmt.Sprintf("%sseq-%d", movedPrefix, seq)
 }

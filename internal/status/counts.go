@@ -30,6 +30,10 @@ type scope struct {
 	// retries.wait.<subscriber>.<id>, one subject per message, and are
 	// never listed: see [reader.waiting].
 	due string
+	// scheduled matches the subjects of the deliveries not due yet,
+	// retries.at.<subscriber>.<id>, one subject per message: never listed,
+	// only counted (see [reader.subjectTotal]).
+	scheduled string
 	// dlq matches dlq.<subscriber>.<reason>: at most one subject per
 	// subscriber and reason.
 	dlq string
@@ -38,6 +42,7 @@ type scope struct {
 // everyone is the scope of the whole report.
 var everyone = scope{
 	deliveries: "deliveries.>",
+	scheduled:  retry.AtPrefix + ">",
 	dlq:        "dlq.>",
 }
 
@@ -46,6 +51,7 @@ func only(id string) scope {
 	return scope{
 		deliveries: "deliveries.*." + id,
 		due:        retry.DuePrefix + id,
+		scheduled:  retry.AtPrefix + id + ".*",
 		dlq:        "dlq." + id + ".*",
 	}
 }
@@ -61,14 +67,17 @@ type counts struct {
 	// queued counts messages on the lane subjects, overflow on the
 	// overflow subject.
 	queued, overflow map[string]uint64
-	// retries is every message in RETRIES, parked or due, of any
-	// subscriber.
+	// retries is every message in RETRIES, parked, scheduled or due, of
+	// any subscriber.
 	retries uint64
+	// scheduled counts the deliveries not due yet in scope: everyone's in
+	// the overview, the subscriber's in its detail.
+	scheduled uint64
 	// due counts retries.due.<subscriber>.
 	due map[string]uint64
 	// waiting reports whether RETRIES holds messages that are not due,
-	// that is parked deliveries of some subscriber: without any, none of
-	// the subscriber's needs to be counted.
+	// that is parked or scheduled deliveries of some subscriber: without
+	// any, none of the subscriber's needs to be counted.
 	waiting bool
 	// dead counts dead letters by subscriber and reason.
 	dead map[string]map[string]uint64
@@ -77,11 +86,13 @@ type counts struct {
 	dlqFirst, dlqLast uint64
 }
 
-// counts reads the stream infos of scope sc: one of DELIVERIES, one of
-// DLQ, and for one subscriber one of its due subjects in RETRIES when the
-// stream holds any message (its lookup said how many); each a single
-// request unless its subject list exceeds what the server sends in one
-// answer (100,000 subjects).
+// counts reads the stream infos of scope sc: one of DELIVERIES and one of
+// DLQ; and, when RETRIES holds any message (its lookup said how many), one
+// count of the scheduled deliveries in scope: in the overview at once, for
+// one subscriber after a stream info of its due subject, and only when
+// RETRIES holds more than those. Each is a single request unless its
+// subject list exceeds what the server sends in one answer (100,000
+// subjects).
 func (r *reader) counts(ctx context.Context, sc scope) (counts, error) {
 	info, err := r.deliveries.Info(ctx, jetstream.WithSubjectFilter(sc.deliveries))
 	if err != nil {
@@ -128,6 +139,11 @@ func (r *reader) counts(ctx context.Context, sc scope) (counts, error) {
 		// same moment only roughly; a park in between errs on the side
 		// of counting.
 		c.waiting = max(retries.State.Msgs, due.State.Msgs) > allDue
+	}
+	if retries.State.Msgs > 0 && (sc.due == "" || c.waiting) {
+		if c.scheduled, err = r.subjectTotal(ctx, streams.Retries, sc.scheduled); err != nil {
+			return counts{}, err
+		}
 	}
 
 	dlq, err := r.dlq.Info(ctx, jetstream.WithSubjectFilter(sc.dlq))

@@ -35,10 +35,10 @@ type Detail struct {
 
 // Describe reads the status of one subscriber, as `relay status
 // --subscriber` prints it. It costs what [Collect] costs for one subscriber,
-// with stream infos filtered to its own subjects, plus the count of its
-// parked deliveries (one stream info that sends no subject, made only while
-// RETRIES holds any) and the search for its last dead letters: a few message
-// reads, at most [maxDeadReads].
+// with stream infos filtered to its own subjects, plus the counts of its
+// parked and its scheduled deliveries (a stream info each that sends no
+// subject, made only while RETRIES holds any) and the search for its last
+// dead letters: a few message reads, at most [maxDeadReads].
 func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subscriber, sharedLanes int) (Detail, error) {
 	if sharedLanes < 1 {
 		return Detail{}, fmt.Errorf("%w, got %d", ErrInvalidLanes, sharedLanes)
@@ -55,8 +55,12 @@ func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subsc
 	if err != nil {
 		return Detail{}, err
 	}
+	deadlines, err := r.timelinessCounts(ctx, sub.ID)
+	if err != nil {
+		return Detail{}, err
+	}
 	rows := make([]Subscriber, 1)
-	if err := r.rows(ctx, c, entries, []subscribers.Subscriber{sub}, sharedLanes, rows); err != nil {
+	if err := r.rows(ctx, c, entries, deadlines, []subscribers.Subscriber{sub}, sharedLanes, rows); err != nil {
 		return Detail{}, err
 	}
 	d := Detail{Subscriber: rows[0], LastErrors: []deadletter.Entry{}}
@@ -69,6 +73,8 @@ func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subsc
 		parked += n
 	}
 	d.Parked = &parked
+	scheduled := c.scheduled
+	d.Scheduled = &scheduled
 	d.Hint = hint(d.Subscriber)
 	if d.Dead > 0 {
 		if d.LastErrors, err = r.lastDead(ctx, sub.ID, c.dlqFirst, c.dlqLast, LastErrors); err != nil {

@@ -131,16 +131,17 @@ func TestDescribeCountsTheSubscribersMessages(t *testing.T) {
 	}
 }
 
-// However many deliveries are parked, no answer the report gets from the
-// server names one of them: parked deliveries are counted by the server,
+// However many deliveries are parked or scheduled, no answer the report
+// gets from the server names one of them: they are counted by the server,
 // never listed, in all for the summary and by subscriber in its detail. A
 // second connection sees every reply the report's connection gets.
 func TestStatusNeverListsParkedDeliveries(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
-	const parked = 500
+	const parked, scheduled = 500, 300
 	park(t, n.JS, "busy", parked)
 	park(t, n.JS, "quiet", 1)
+	schedule(t, n.JS, "busy", scheduled)
 
 	spy := testutil.Connect(t, n.URL)
 	sub, err := spy.SubscribeSync("_INBOX.>")
@@ -155,16 +156,16 @@ func TestStatusNeverListsParkedDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if report.Summary.Parked != parked+1 {
-		t.Errorf("summary: %d parked, want %d", report.Summary.Parked, parked+1)
+	if report.Summary.Parked != parked+1 || report.Summary.Scheduled != scheduled {
+		t.Errorf("summary: %d parked, %d scheduled; want %d, %d", report.Summary.Parked, report.Summary.Scheduled, parked+1, scheduled)
 	}
-	for name, want := range map[string]uint64{"busy": parked, "quiet": 1, "idle": 0} {
+	for name, want := range map[string][2]uint64{"busy": {parked, scheduled}, "quiet": {1, 0}, "idle": {0, 0}} {
 		d, err := Describe(ctx, n.JS, limited(name, 1), testLanes)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Parked == nil || *d.Parked != want {
-			t.Errorf("%s: parked %v, want %d", name, d.Parked, want)
+		if d.Parked == nil || *d.Parked != want[0] || d.Scheduled == nil || *d.Scheduled != want[1] {
+			t.Errorf("%s: parked %v, scheduled %v; want %d, %d", name, d.Parked, d.Scheduled, want[0], want[1])
 		}
 	}
 
@@ -177,18 +178,19 @@ func TestStatusNeverListsParkedDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := false
+	counted, countedScheduled := false, false
 	for range count {
 		m, err := sub.NextMsg(time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if bytes.Contains(m.Data, []byte("retries.wait.busy.")) {
-			t.Fatalf("a reply names a parked delivery's subject (%d bytes): %.300s", len(m.Data), m.Data)
+		if bytes.Contains(m.Data, []byte("retries.wait.busy.")) || bytes.Contains(m.Data, []byte("retries.at.busy.")) {
+			t.Fatalf("a reply names a parked or scheduled delivery's subject (%d bytes): %.300s", len(m.Data), m.Data)
 		}
 		counted = counted || bytes.Contains(m.Data, fmt.Appendf(nil, `"total":%d`, parked))
+		countedScheduled = countedScheduled || bytes.Contains(m.Data, fmt.Appendf(nil, `"total":%d`, scheduled))
 	}
-	if !counted {
-		t.Errorf("the spy saw no reply counting busy's %d parked deliveries among %d replies", parked, count)
+	if !counted || !countedScheduled {
+		t.Errorf("the spy saw no reply counting busy's %d parked (%v) or %d scheduled (%v) deliveries among %d replies", parked, counted, scheduled, countedScheduled, count)
 	}
 }

@@ -16,39 +16,46 @@ import (
 	"github.com/relay-dev/relay/streams"
 )
 
-// rateBatch is how many relay_ratelimit entries one direct get asks for:
-// 10,000 subscribers' entries (a few hundred bytes each) come in ten
-// requests.
-const rateBatch = 1000
+// kvBatch is how many entries of a bucket one direct get asks for: 10,000
+// subscribers' relay_ratelimit entries (a few hundred bytes each) come in
+// ten requests.
+const kvBatch = 1000
 
-// rateEntry is a subscriber's relay_ratelimit value and the server's time
-// it was written, from which its token bucket refills.
-type rateEntry struct {
+// kvEntry is a bucket's value for a subscriber and the server's time it was
+// written, from which a token bucket refills.
+type kvEntry struct {
 	value   []byte
 	written time.Time
 }
 
 // rateEntries reads the relay_ratelimit entries whose keys match key (a
-// subscriber id, or "*" for all), by subscriber id. The bucket keeps one
-// value a key, so its stream holds one message a key, and a batched direct
-// get by subject reads them all in order, rateBatch a request: a report of
-// 10,000 subscribers costs ten reads of the bucket, not 10,000, and neither
-// a consumer nor a write. Deleted keys are left out.
-func (r *reader) rateEntries(ctx context.Context, key string) (map[string]rateEntry, error) {
-	prefix := "$KV." + streams.RateLimitBucket + "."
-	out := map[string]rateEntry{}
+// subscriber id, or "*" for all), by subscriber id: see
+// [reader.bucketEntries].
+func (r *reader) rateEntries(ctx context.Context, key string) (map[string]kvEntry, error) {
+	return r.bucketEntries(ctx, streams.RateLimitBucket, key)
+}
+
+// bucketEntries reads the entries of bucket whose keys match key (a
+// subscriber id, or "*" for all), by subscriber id. A relay bucket keeps
+// one value a key, so its stream holds one message a key, and a batched
+// direct get by subject reads them all in order, kvBatch a request: a
+// report of 10,000 subscribers costs ten reads of the bucket, not 10,000,
+// and neither a consumer nor a write. Deleted keys are left out.
+func (r *reader) bucketEntries(ctx context.Context, bucket, key string) (map[string]kvEntry, error) {
+	prefix := "$KV." + bucket + "."
+	out := map[string]kvEntry{}
 	from := uint64(1)
 	for {
-		next, done, err := r.directBatch(ctx, "KV_"+streams.RateLimitBucket, prefix+key, from, rateBatch, func(m *nats.Msg, subject string, at time.Time) {
+		next, done, err := r.directBatch(ctx, "KV_"+bucket, prefix+key, from, kvBatch, func(m *nats.Msg, subject string, at time.Time) {
 			id := strings.TrimPrefix(subject, prefix)
 			if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 				delete(out, id)
 				return
 			}
-			out[id] = rateEntry{value: m.Data, written: at}
+			out[id] = kvEntry{value: m.Data, written: at}
 		})
 		if err != nil {
-			return nil, fmt.Errorf("status: reading KV bucket %s: %w", streams.RateLimitBucket, err)
+			return nil, fmt.Errorf("status: reading KV bucket %s: %w", bucket, err)
 		}
 		if done {
 			return out, nil
@@ -120,7 +127,7 @@ func (r *reader) directBatch(ctx context.Context, stream, subject string, from u
 
 // rateState fills the rate-limit fields of row from the subscriber's
 // relay_ratelimit entry (nil when it has none), read at the server time now.
-func rateState(sub subscribers.Subscriber, e *rateEntry, now time.Time, row *Subscriber) {
+func rateState(sub subscribers.Subscriber, e *kvEntry, now time.Time, row *Subscriber) {
 	limit := ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
 	var st ratelimit.State
 	written := now

@@ -16,6 +16,7 @@ import (
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -95,16 +96,25 @@ type Subscriber struct {
 	// share of the lane, and what waits while it is paused, its circuit
 	// is open or it is disabled.
 	Overflow uint64 `json:"overflow"`
-	// Parked counts the subscriber's messages in RETRIES: deliveries that
-	// wait outside the lane for a retry (retries.wait.<id>.<unique id>,
-	// one subject each, as retry.Park writes them: the server counts the
-	// subjects), and the few whose time has come and that are on their way
-	// back to DELIVERIES (retries.due.<id>), so that no undelivered message
-	// is missing from the report. Only [Describe] counts them: the server
+	// Parked counts the subscriber's messages in RETRIES but the
+	// scheduled ones: deliveries that wait outside the lane for a retry
+	// (retries.wait.<id>.<unique id>, one subject each, as retry.Park
+	// writes them: the server counts the subjects), and the few whose time
+	// has come and that are on their way back to DELIVERIES
+	// (retries.due.<id>, where a scheduled delivery that fell due goes
+	// too), so that no undelivered message is missing from the report. Only [Describe] counts them: the server
 	// has no count of them by subscriber but one request per subscriber
 	// (see the package doc), so [Collect] leaves Parked nil and counts all
-	// of RETRIES in [Summary.Parked].
+	// of RETRIES but the scheduled deliveries in [Summary.Parked].
 	Parked *uint64 `json:"parked,omitempty"`
+	// Scheduled counts the subscriber's deliveries that are not due yet:
+	// copies of events whose Relay-Deliver-At is still ahead, held in
+	// RETRIES on retries.at.<id>.<unique id> (one subject each) until
+	// then. They are apart from Parked so that a subscriber with a
+	// thousand deliveries booked for tomorrow does not look like one that
+	// fails a thousand times. As Parked, only [Describe] counts them and
+	// [Collect] counts them in all, in [Summary.Scheduled].
+	Scheduled *uint64 `json:"scheduled,omitempty"`
 	// LaneInFlight is the number of messages the lane's consumer has handed
 	// out and not yet had acknowledged (held, on the wire, or handed back
 	// with a delay). JetStream keeps it per consumer, not per subject, so on
@@ -117,6 +127,20 @@ type Subscriber struct {
 	// everything stands apart from one that timed out; absent when Dead
 	// is 0.
 	DeadByReason map[string]uint64 `json:"dead_by_reason,omitempty"`
+	// Met counts the subscriber's deliveries with a Relay-Deadline that it
+	// accepted before the deadline, and Missed those dead-lettered because
+	// the deadline had passed or a retry would have landed after it
+	// (reasons deadline and expired), summed over every relay, from the
+	// relay_timeliness bucket. They are apart from Dead because they
+	// outlive the DLQ's max age, a replay and a purge: they are the
+	// subscriber's whole record since it was added. Both are 0 when its
+	// events carry no deadline, or the relays predate the bucket.
+	Met    uint64 `json:"met"`
+	Missed uint64 `json:"missed"`
+	// InTime is Met/(Met+Missed), from 0 to 1: the success that counts
+	// for a subscriber whose events have a deadline. Nil when both are 0,
+	// which is no ratio rather than a ratio of 0.
+	InTime *float64 `json:"in_time,omitempty"`
 	// Rate is the configured rate in requests per second; 0 means
 	// unlimited.
 	Rate float64 `json:"rate"`
@@ -168,8 +192,10 @@ type Report struct {
 //
 // The streams and the relay_ratelimit bucket must exist (`relay run`
 // creates them); a lane consumer that does not exist yet counts as nothing
-// in flight, and a subscriber without a relay_ratelimit entry has a full
-// bucket and a closed breaker, as the rate limiter treats it.
+// in flight, a subscriber without a relay_ratelimit entry has a full
+// bucket and a closed breaker, as the rate limiter treats it, and one
+// without a relay_timeliness entry (or a cluster without the bucket, whose
+// relays predate it) has no deadline counts.
 func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Subscriber, sharedLanes int) (Report, error) {
 	if sharedLanes < 1 {
 		return Report{}, fmt.Errorf("%w, got %d", ErrInvalidLanes, sharedLanes)
@@ -190,12 +216,19 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 	if err != nil {
 		return Report{}, err
 	}
-	if err := r.rows(ctx, c, entries, subs, sharedLanes, out); err != nil {
+	deadlines, err := r.timelinessCounts(ctx, "*")
+	if err != nil {
+		return Report{}, err
+	}
+	if err := r.rows(ctx, c, entries, deadlines, subs, sharedLanes, out); err != nil {
 		return Report{}, err
 	}
 	slices.SortFunc(out, func(a, b Subscriber) int { return cmp.Compare(a.ID, b.ID) })
 	s := Summarize(out)
-	s.Parked = c.retries
+	// Both counts are of the same moment only roughly: a schedule that
+	// fires in between must not make the parked count wrap around.
+	s.Scheduled = c.scheduled
+	s.Parked = c.retries - min(c.scheduled, c.retries)
 	return Report{Summary: s, Subscribers: out}, nil
 }
 
@@ -203,9 +236,13 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 type reader struct {
 	nc                       *nats.Conn
 	deliveries, retries, dlq jetstream.Stream
+	// timeliness is the relay_timeliness bucket's stream, nil when the
+	// bucket does not exist: relays older than it never created it, and
+	// their cluster's report shows no deadline counts rather than fail.
+	timeliness jetstream.Stream
 }
 
-// open looks up the streams and the bucket a report reads: four stream
+// open looks up the streams and the buckets a report reads: five stream
 // infos without subjects, each a small request.
 func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
 	r := &reader{nc: js.Conn()}
@@ -222,14 +259,22 @@ func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
 	if _, err := js.KeyValue(ctx, streams.RateLimitBucket); err != nil {
 		return nil, fmt.Errorf("status: opening KV bucket %s (relay run creates it): %w", streams.RateLimitBucket, err)
 	}
+	stream, err := js.Stream(ctx, "KV_"+streams.TimelinessBucket)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("status: opening KV bucket %s: %w", streams.TimelinessBucket, err)
+	default:
+		r.timeliness = stream
+	}
 	return r, nil
 }
 
 // rows fills out[i] with the status of subs[i] from the counts c, the
-// relay_ratelimit entries and the reads that have no aggregate form: an
-// oldest message each that has a queue, and a consumer info per lane in
-// use, [readers] of them on the wire at once.
-func (r *reader) rows(ctx context.Context, c counts, entries map[string]rateEntry, subs []subscribers.Subscriber, sharedLanes int, out []Subscriber) error {
+// relay_ratelimit entries, the relay_timeliness counts and the reads that
+// have no aggregate form: an oldest message each that has a queue, and a
+// consumer info per lane in use, [readers] of them on the wire at once.
+func (r *reader) rows(ctx context.Context, c counts, entries map[string]kvEntry, deadlines map[string]timeliness.Counts, subs []subscribers.Subscriber, sharedLanes int, out []Subscriber) error {
 	lanesInUse := map[string]*int{}
 	for i, sub := range subs {
 		out[i] = baseRow(sub, sharedLanes, c)
@@ -238,6 +283,7 @@ func (r *reader) rows(ctx context.Context, c counts, entries map[string]rateEntr
 		} else {
 			rateState(sub, nil, c.now, &out[i])
 		}
+		inTime(deadlines[sub.ID], &out[i])
 		if lanesInUse[out[i].Lane] == nil {
 			lanesInUse[out[i].Lane] = new(int)
 		}

@@ -95,6 +95,13 @@ type Subscriber struct {
 	// MaxInFlight is the most requests to the subscriber on the wire at once
 	// from one relay instance.
 	MaxInFlight int `json:"max_in_flight"`
+	// DeadlineAfter, when set, gives every event without a Relay-Deadline
+	// of its own a deadline this long after its due time (its
+	// Relay-Deliver-At, else its publication): a reminder that is useless
+	// an hour late is dead-lettered rather than sent late. The fan-out
+	// stamps it on each copy, so a change applies to events fanned out
+	// after it. Zero means no default deadline.
+	DeadlineAfter Duration `json:"deadline_after,omitempty"`
 	// Headers are sent with every request, such as an Authorization header
 	// the receiver checks. Headers relay or HTTP set themselves cannot be
 	// configured.
@@ -121,6 +128,16 @@ type Subscriber struct {
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the subscriber was last stored, in UTC.
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// DeadlineFor is the deadline of an event due at due that carries no
+// Relay-Deadline of its own: due plus DeadlineAfter, or zero (none) when
+// the subscriber sets no default.
+func (s Subscriber) DeadlineFor(due time.Time) time.Time {
+	if s.DeadlineAfter <= 0 || due.IsZero() {
+		return time.Time{}
+	}
+	return due.Add(s.DeadlineAfter.Std())
 }
 
 // PreviousSecret is a signing secret that a rotation retired, still used
@@ -239,6 +256,9 @@ func (s Subscriber) Validate() error {
 	}
 	if s.MaxInFlight < 1 || s.MaxInFlight > maxMaxInFlight {
 		return invalid("--max-in-flight", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxInFlight, s.MaxInFlight))
+	}
+	if s.DeadlineAfter < 0 || (s.DeadlineAfter > 0 && s.DeadlineAfter.Std() < time.Second) {
+		return invalid("--deadline-after", fmt.Sprintf("must be 0 (no default deadline) or at least 1s, such as 1h, got %v", s.DeadlineAfter))
 	}
 	// Sorted, so that the error reported for several bad headers is always
 	// the same one.

@@ -52,6 +52,23 @@ func SeriesValue(fams map[string]*dto.MetricFamily, name string, pairs ...string
 	return 0, false
 }
 
+// BucketCount is the cumulative count of the bucket with upper bound le of
+// the histogram of name whose labels include pairs, and whether there is
+// one.
+func BucketCount(fams map[string]*dto.MetricFamily, name string, le float64, pairs ...string) (float64, bool) {
+	for _, m := range fams[name].GetMetric() {
+		if !HasLabels(m, pairs...) || m.Histogram == nil {
+			continue
+		}
+		for _, b := range m.GetHistogram().GetBucket() {
+			if b.GetUpperBound() == le {
+				return float64(b.GetCumulativeCount()), true
+			}
+		}
+	}
+	return 0, false
+}
+
 // HasLabels reports whether m has every label of pairs (name, value, name,
 // value…).
 func HasLabels(m *dto.Metric, pairs ...string) bool {

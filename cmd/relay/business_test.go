@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// clockSink is a webhook endpoint that records when each webhook-id first
+// arrived and how many requests it got.
+type clockSink struct {
+	*httptest.Server
+	mu    sync.Mutex
+	first map[string]time.Time
+	all   []time.Time
+}
+
+func newClockSink(t *testing.T) *clockSink {
+	t.Helper()
+	s := &clockSink{first: map[string]time.Time{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		at := time.Now()
+		_, _ = io.Copy(io.Discard, req.Body)
+		s.mu.Lock()
+		id := req.Header.Get("webhook-id")
+		if _, ok := s.first[id]; !ok {
+			s.first[id] = at
+		}
+		s.all = append(s.all, at)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *clockSink) unique() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.first)
+}
+
+func (s *clockSink) snapshot() (first map[string]time.Time, all []time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first = make(map[string]time.Time, len(s.first))
+	for k, v := range s.first {
+		first[k] = v
+	}
+	return first, append([]time.Time(nil), s.all...)
+}
+
+// publishDue publishes count events on events.<eventType> due at due, with
+// async PubAcks, and waits for all of them.
+func publishDue(t *testing.T, js jetstream.JetStream, eventType, prefix string, count int, due time.Time) {
+	t.Helper()
+	for i := range count {
+		m := &nats.Msg{Subject: fanout.SubjectPrefix + eventType, Data: []byte(`{"reminder":true}`), Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%04d", prefix, i))
+		m.Header.Set(streams.HeaderDeliverAt, due.UTC().Format(time.RFC3339Nano))
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-testutil.Context(t).Done():
+		t.Fatal("PubAcks did not all come")
+	}
+}
+
+// TestDeliverAtAcrossRelaysAndARestart: events due in 3 s, two relays
+// running, one of them stopped and started again while the events wait.
+// Nothing is sent before the due time, and every event arrives within
+// 1.5 s after it.
+func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
+	t.Parallel()
+	const events = 50
+	n := testutil.StartRelayNATS(t)
+	rcv := newClockSink(t)
+	mustRelay(t, "sub", "add", "reminders", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--events", "renewal.*")
+	startReadyRelay(t, n.URL)
+	second, _ := startReadyRelay(t, n.URL)
+
+	due := time.Now().Add(3 * time.Second)
+	publishDue(t, n.JS, "renewal.due", "renewal", events, due)
+	require.True(t, time.Now().Before(due.Add(-time.Second)), "publishing took until %v, too close to the due time", time.Now())
+	require.Zero(t, second.stop(), second.stderr.String())
+	startReadyRelay(t, n.URL)
+
+	testutil.Eventually(t, func() bool { return rcv.unique() == events }, "%d of %d delivered", rcv.unique(), events)
+	first, all := rcv.snapshot()
+	var worst time.Duration
+	for id, at := range first {
+		late := at.Sub(due)
+		require.GreaterOrEqual(t, late, time.Duration(0), "%s arrived %v before its due time", id, -late)
+		worst = max(worst, late)
+	}
+	t.Logf("%d events, %d requests; latest arrival %v after the due time", events, len(all), worst.Round(time.Millisecond))
+	require.LessOrEqual(t, worst, 1500*time.Millisecond, "an event arrived more than 1.5 s after its due time")
+}
+
+// TestDeadlineUnderRateLimit: 1,000 events due at one instant for a
+// subscriber at --rate 100 --burst 100 whose --deadline-after is 5 s.
+// About burst + rate × 5 s are accepted, every request started before the
+// deadline; every other one is dead-lettered as deadline no later than a second after
+// it, and never sent; the metrics and relay status count what the receiver
+// saw.
+func TestDeadlineUnderRateLimit(t *testing.T) {
+	t.Parallel()
+	const (
+		events = 1000
+		rate   = 100
+		window = 5 * time.Second
+	)
+	n := testutil.StartRelayNATS(t)
+	rcv := newClockSink(t)
+	mustRelay(t, "sub", "add", "crm", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--events", "renewal.*",
+		"--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(rate), "--deadline-after", window.String())
+	base := startRelayWithMetrics(t, n.URL)
+
+	due := time.Now().Add(4 * time.Second)
+	publishDue(t, n.JS, "renewal.due", "renewal", events, due)
+	require.True(t, time.Now().Before(due), "publishing took until %v, past the due time", time.Now())
+	deadline := due.Add(window)
+
+	var dead []deadletter.Entry
+	testutil.Eventually(t, func() bool {
+		var err error
+		dead, err = deadletter.List(testutil.Context(t), n.JS, deadletter.Filter{Subscriber: "crm"}, 0)
+		return err == nil && len(dead)+rcv.unique() >= events
+	}, "%d accepted and %d dead of %d", rcv.unique(), len(dead), events)
+	waitIdle(t, n.JS)
+
+	first, all := rcv.snapshot()
+	accepted := len(first)
+	require.Len(t, all, accepted, "an event was sent twice")
+	// A request is started only before its deadline; it reaches the
+	// receiver a moment later, the transit of a loopback request on a busy
+	// machine, which transit bounds.
+	const transit = 100 * time.Millisecond
+	arrivedAfter := 0
+	for _, at := range all {
+		require.False(t, at.Before(due), "a request at %v, before the due time %v", at, due)
+		require.True(t, at.Before(deadline.Add(transit)), "a request at %v, %v after the deadline %v", at, at.Sub(deadline), deadline)
+		if !at.Before(deadline) {
+			arrivedAfter++
+		}
+	}
+	require.Equal(t, events, accepted+len(dead))
+	// burst + rate × window, plus at most a lease of tokens; the lane
+	// achieves at least 95% of the rate, less what starting costs.
+	require.LessOrEqual(t, accepted, rate+rate*5+10)
+	require.GreaterOrEqual(t, accepted, rate+rate*5*8/10)
+
+	var lastDeath time.Time
+	for _, d := range dead {
+		require.Equal(t, deadletter.Deadline, d.Reason, "dead letter %d", d.DLQSeq)
+		require.Zero(t, d.Attempts)
+		require.NotNil(t, d.Deadline)
+		require.NotNil(t, d.DueAt, "dead letter %d keeps no due time", d.DLQSeq)
+		require.True(t, d.DueAt.Add(window).Equal(*d.Deadline), "dead letter %d: deadline %v is not its due time %v + --deadline-after", d.DLQSeq, d.Deadline, d.DueAt)
+		if d.DeadAt.After(lastDeath) {
+			lastDeath = d.DeadAt
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
+	t.Logf("%d accepted (last %v after the due time; %d arrived within %v after the deadline, sent before it), %d dead-lettered (last %v after the deadline)",
+		accepted, all[len(all)-1].Sub(due).Round(time.Millisecond), arrivedAfter, transit, len(dead), lastDeath.Sub(deadline).Round(time.Millisecond))
+	require.LessOrEqual(t, lastDeath.Sub(deadline), time.Second, "a delivery was dead-lettered more than a second after its deadline")
+
+	fams := waitMetrics(t, base,
+		series("relay_deadline_met_total", float64(accepted), "subscriber", "crm"),
+		series("relay_deadline_missed_total", float64(len(dead)), "subscriber", "crm"),
+		series("relay_due_to_accepted_seconds", float64(accepted), "subscriber", "crm"),
+	)
+	// Every accepted delivery arrived within the window after its due time.
+	inWindow, ok := testutil.BucketCount(fams, "relay_due_to_accepted_seconds", window.Seconds(), "subscriber", "crm")
+	require.True(t, ok, "no le=%v bucket", window.Seconds())
+	require.Equal(t, float64(accepted), inWindow)
+
+	checkStatusInTime(t, n.URL, "crm", accepted, len(dead))
+}
+
+// checkStatusInTime waits until relay status shows, for subscriber id, the
+// counts the relays add to relay_timeliness every few seconds, and the
+// share in time they make.
+func checkStatusInTime(t *testing.T, natsURL, id string, met, missed int) {
+	t.Helper()
+	type row struct {
+		Subscriber string   `json:"subscriber"`
+		Met        uint64   `json:"met"`
+		Missed     uint64   `json:"missed"`
+		InTime     *float64 `json:"in_time"`
+	}
+	var got row
+	testutil.Eventually(t, func() bool {
+		var rows []row
+		if err := json.Unmarshal([]byte(mustRelay(t, "status", "--nats", natsURL, "--json")), &rows); err != nil {
+			t.Fatalf("relay status --json: %v", err)
+		}
+		for _, r := range rows {
+			if r.Subscriber == id {
+				got = r
+			}
+		}
+		return got.Met == uint64(met) && got.Missed == uint64(missed)
+	}, "relay status shows %d met and %d missed for %s, want %d and %d", got.Met, got.Missed, id, met, missed)
+	require.NotNil(t, got.InTime)
+	require.InDelta(t, float64(met)/float64(met+missed), *got.InTime, 1e-9)
+}
