@@ -68,6 +68,15 @@
 //     beside a subscriber whose receiver never answers (it times out after
 //     -isolation-timeout) and one answering 500, all on its lane: its
 //     deliveries/s in each, (b)/(a) and (b)/alone.
+//   - scheduled: -scheduled-events to one subscriber (--rate 0
+//     --max-in-flight 64), each with a Relay-Deliver-At, the due times
+//     evenly spaced over -scheduled-span from 10 s after the first publish,
+//     in a shuffled order: per event, first arrival − due time
+//     (p50/p90/p99/max), the early ones (a request before its due time; the
+//     contract allows none), missing and duplicates; and the relay's (and
+//     this program's, which holds the in-process server) RSS and CPU idle,
+//     while the events wait and while they fire. With the defaults it takes
+//     about 11 minutes, the span and its lead.
 //   - rate: the rate rule of docs/delivery-rules.md, on the library rather than the binary
 //     (see rate.go): for each of -rate-rates and each of -rate-relays, a
 //     backlog of rate × -rate-backlog straight onto DELIVERIES, drained by
@@ -83,12 +92,13 @@
 //
 // Run it from the module root:
 //
-//	go run ./bench/engine                                  # everything, about 10 minutes on 2 cores
+//	go run ./bench/engine                                  # everything, about 21 minutes on 2 cores (scheduled alone 11)
 //	go run ./bench/engine -scenarios burst -burst-runs 3   # one scenario, fewer runs
 //	go run ./bench/engine -scenarios throughput            # relay against the simplest loop and the two-hop loop
 //	go run ./bench/engine -backlog-events 100000           # a smaller backlog
 //	go run ./bench/engine -scenarios latency,fanout,isolation   # steady-rate latency, fan-out, isolation
 //	go run ./bench/engine -scenarios rate -rate-backlog 5s   # the rate rule, quick mode
+//	go run ./bench/engine -scenarios scheduled -scheduled-events 20000 -scheduled-span 1m   # Relay-Deliver-At, quick
 //	go run ./bench/engine -json bench/results.json         # what make bench runs
 package main
 
@@ -107,7 +117,7 @@ import (
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale", "latency", "fanout", "isolation", "rate"}
+var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale", "latency", "fanout", "isolation", "scheduled", "rate"}
 
 type config struct {
 	scenarios map[string]bool
@@ -142,6 +152,9 @@ type config struct {
 	isolationEvents  int
 	isolationRuns    int
 	isolationTimeout time.Duration // the hanging subscriber's --timeout
+
+	scheduledEvents int
+	scheduledSpan   time.Duration // the due times' spread
 
 	rate rateConfig // the -rate-* flags
 
@@ -201,6 +214,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.isolationEvents, "isolation-events", 20_000, "isolation: events to the healthy subscriber, beside healthy peers and beside misbehaving ones")
 	fs.IntVar(&cfg.isolationRuns, "isolation-runs", 3, "isolation: runs, each on a fresh server and relay")
 	fs.DurationVar(&cfg.isolationTimeout, "isolation-timeout", time.Second, "isolation: the hanging subscriber's --timeout")
+	fs.IntVar(&cfg.scheduledEvents, "scheduled-events", 100_000, "scheduled: events, each with a Relay-Deliver-At")
+	fs.DurationVar(&cfg.scheduledSpan, "scheduled-span", 10*time.Minute, "scheduled: the due times are spread evenly over this span, from 10s after the first publish")
 	fs.IntVar(&cfg.lanes, "lanes", 16, "shared lanes (relay run --lanes)")
 	fs.IntVar(&cfg.payload, "payload", 200, "body size in bytes")
 	fs.DurationVar(&cfg.stallGap, "stall-gap", 2*time.Second, "an idle gap at least this long counts as a stall (and is diagnosed on stderr)")
@@ -265,6 +280,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-isolation-events and -isolation-runs must be at least 1")
 	case cfg.isolationTimeout <= 0 || cfg.isolationTimeout > 5*time.Minute:
 		return cfg, errors.New("-isolation-timeout must be a positive duration of at most 5m (relay sub add --timeout's range), such as 1s")
+	case cfg.scheduledEvents < 1 || cfg.scheduledSpan <= 0:
+		return cfg, errors.New("-scheduled-events must be at least 1 and -scheduled-span a positive duration, such as 10m")
 	case cfg.lanes < 1 || cfg.lanes > 256:
 		return cfg, errors.New("-lanes must be between 1 and 256")
 	case cfg.payload < 2:
@@ -371,6 +388,14 @@ func run(ctx context.Context, cfg config) error {
 			report.WriteString(isolationTable(cfg, res) + "\n")
 		}
 		rs.add("isolation", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["scheduled"] && ctx.Err() == nil {
+		res, err := e.scheduled(ctx)
+		if err == nil { // a partial result is on stderr
+			report.WriteString(scheduledTable(*res) + "\n")
+		}
+		rs.add("scheduled", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["rate"] && ctx.Err() == nil {

@@ -417,3 +417,9 @@ func (r scaleResult) derived() map[string]any {
 	}
 	return nil
 }
+
+// derived is the scheduled scenario's missing events and duplicate
+// requests, which the table prints beside its fields.
+func (r scheduledResult) derived() map[string]any {
+	return map[string]any{"missing": r.missing(), "duplicates": r.duplicates()}
+}
