@@ -128,8 +128,14 @@ func (s *ServerProcess) Start() {
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
 	s.proc = StartProcess(s.t, cmd)
+	proc := s.proc
 	// The port may be held for a moment by the node's last life.
 	if !Within(15*time.Second, func() bool {
+		select {
+		case <-proc.Exited():
+			s.t.Fatalf("testutil: nats-server %s exited before accepting connections (%v):\n%s", s.Name, proc.Err(), s.log.String())
+		default:
+		}
 		nc, err := nats.Connect(s.URL, nats.Timeout(time.Second))
 		if err != nil {
 			return false

@@ -28,7 +28,7 @@ func StartProcess(t testing.TB, cmd *exec.Cmd) *Process {
 		// bound that, should the output pipe outlive the child.
 		cmd.WaitDelay = 10 * time.Second
 	}
-	if err := cmd.Start(); err != nil {
+	if err := start(cmd); err != nil {
 		t.Fatalf("testutil: start %s: %v", cmd.Path, err)
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{})}
