@@ -93,10 +93,11 @@ type times struct {
 	deadline time.Time
 	// due is when it may be sent: deliverAt, else its publication.
 	due time.Time
-	// tooLate: due at or after its deadline, or further past its
-	// publication than the horizon (EVENTS' max age; 0: none). Such an
-	// event can never be sent in time, or would outlive its own record.
-	tooLate bool
+	// tooLate, when not empty, says why the event can never be sent: due
+	// at or after its deadline, or further past its publication than the
+	// horizon (EVENTS' max age; 0: none), where it would outlive its own
+	// record.
+	tooLate string
 }
 
 // timesOf reads an event's Relay-Deliver-At and Relay-Deadline. A value
@@ -112,9 +113,12 @@ func timesOf(h nats.Header, published time.Time, horizon time.Duration) times {
 	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
 		t.deadline, _ = time.Parse(time.RFC3339Nano, v)
 	}
-	if !t.deliverAt.IsZero() {
-		t.tooLate = (!t.deadline.IsZero() && !t.deliverAt.Before(t.deadline)) ||
-			(horizon > 0 && t.deliverAt.After(published.Add(horizon)))
+	switch {
+	case t.deliverAt.IsZero():
+	case !t.deadline.IsZero() && !t.deliverAt.Before(t.deadline):
+		t.tooLate = "due at " + t.deliverAt.UTC().Format(time.RFC3339) + ", not before its deadline " + t.deadline.UTC().Format(time.RFC3339)
+	case horizon > 0 && t.deliverAt.After(published.Add(horizon)):
+		t.tooLate = "due at " + t.deliverAt.UTC().Format(time.RFC3339) + ", more than EVENTS' max age (" + horizon.String() + ") after its publication"
 	}
 	return t
 }

@@ -280,8 +280,8 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		}
 		var m *nats.Msg
 		switch {
-		case t.tooLate:
-			if err := deadLetterLate(ctx, cfg, sub.ID, id, msg.Data(), h); err != nil {
+		case t.tooLate != "":
+			if err := deadLetterLate(ctx, cfg, sub.ID, id, msg.Data(), h, t.tooLate); err != nil {
 				p.err = err
 				return p
 			}
@@ -310,11 +310,11 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 // its deadline, or beyond the horizon, without an attempt: reason expired.
 // Its Nats-Msg-Id is the copy's own, prefixed, so that fanning the event
 // out again makes no second entry.
-func deadLetterLate(ctx context.Context, cfg Config, sub, id string, body []byte, h nats.Header) error {
+func deadLetterLate(ctx context.Context, cfg Config, sub, id string, body []byte, h nats.Header, why string) error {
 	err := deadletter.Publish(ctx, cfg.JS, body, h, deadletter.Death{
 		Subscriber: sub,
 		Reason:     deadletter.Expired,
-		LastError:  "due after its deadline, or further ahead than EVENTS keeps an event",
+		LastError:  why,
 		DeadAt:     cfg.Clock.Now(),
 		ID:         "dlq.fanout." + id + "." + sub,
 	})

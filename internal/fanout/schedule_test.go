@@ -86,6 +86,9 @@ func TestRunHoldsEventsUntilTheyAreDue(t *testing.T) {
 			require.NotNil(t, m, "%s's copy of %s not dead-lettered", s, id)
 			assert.Equal(t, "dlq."+s+".expired", m.Subject)
 			assert.Equal(t, "0", m.Header.Get(streams.HeaderAttempts))
+			assert.Contains(t, m.Header.Get(streams.HeaderLastError), map[string]string{
+				"after-deadline": "not before its deadline", "beyond-horizon": "more than EVENTS' max age (168h0m0s)",
+			}[id])
 			assert.NotContains(t, retries, id+"."+s)
 			assert.NotContains(t, lane, id+"."+s)
 		}
