@@ -30,9 +30,13 @@
 // Counts a flush could not write (NATS away, a race lost too often) are
 // kept and added to the next flush, so none is lost while the relay runs;
 // a lost race reads the entry again and adds to the new value, so none is
-// counted twice. The one exception is a write whose reply never came: it
-// may have been stored, and the relay cannot tell, so it writes the counts
-// again, counting them at least once, as relay delivers at least once.
+// counted twice. A write whose reply never came (a timeout, the relay
+// stopping) may have been stored all the same: the relay sends the same
+// compare-and-set again, and when that one is refused as a lost race it
+// reads the entry, whose value names the write that made it, to tell
+// whether the race was lost to its own first write. Only when neither
+// answers are the counts kept for the next flush, and may then be counted
+// twice: at least once, as relay delivers at least once.
 // Counts not yet written when a relay dies are lost with it: an interval's
 // worth at most, and only from the figures, never a delivery.
 package timeliness

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/relay-dev/relay/streams"
 )
@@ -73,6 +75,18 @@ type Recorder struct {
 	// written. An entry is made at the subscriber's first count and kept,
 	// so that later counts neither lock nor allocate.
 	pending sync.Map
+	// id and writes name each write ([stored.Writer]), so that a write
+	// whose reply was lost can be recognised as stored rather than made
+	// again and counted twice.
+	id     string
+	writes atomic.Uint64
+}
+
+// stored is a value as the Recorder writes it: the counts, and which write
+// of which Recorder made it. [Decode] reads the counts and ignores Writer.
+type stored struct {
+	Counts
+	Writer string `json:"writer,omitempty"`
 }
 
 // pending is what a subscriber counted since the last write.
@@ -97,7 +111,7 @@ func (p *pending) giveBack(c Counts) {
 // bucket (streams.Ensure creates it). Nothing is written until [Recorder.Run]
 // runs.
 func NewRecorder(kv jetstream.KeyValue, opts ...Option) *Recorder {
-	r := &Recorder{kv: kv, interval: DefaultInterval, log: slog.Default()}
+	r := &Recorder{kv: kv, interval: DefaultInterval, log: slog.Default(), id: nuid.Next()}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(r)
@@ -245,7 +259,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 func (r *Recorder) add(ctx context.Context, id string, d Counts) error {
 	for range casAttempts {
 		var (
-			stored   Counts
+			current  Counts
 			revision uint64
 		)
 		e, err := r.kv.Get(ctx, id)
@@ -257,19 +271,29 @@ func (r *Recorder) add(ctx context.Context, id string, d Counts) error {
 			return fmt.Errorf("timeliness: reading the counts of %s in %s: %w", id, streams.TimelinessBucket, err)
 		default:
 			revision = e.Revision()
-			if stored, err = Decode(e.Value()); err != nil {
+			if current, err = Decode(e.Value()); err != nil {
 				r.log.Warn("deadline counts unreadable, starting over", "subscriber", id, "err", err)
-				stored = Counts{}
+				current = Counts{}
 			}
 		}
-		value, err := json.Marshal(stored.add(d))
+		writer := r.id + "." + strconv.FormatUint(r.writes.Add(1), 10)
+		value, err := json.Marshal(stored{Counts: current.add(d), Writer: writer})
 		if err != nil {
 			return fmt.Errorf("timeliness: encoding the counts of %s: %w", id, err)
 		}
-		if revision == 0 {
-			_, err = r.kv.Create(ctx, id, value)
-		} else {
-			_, err = r.kv.Update(ctx, id, value, revision)
+		err = r.write(ctx, id, value, revision)
+		if err != nil && !lostRace(err) {
+			// No answer (a timeout, the relay stopping): the write may be
+			// stored all the same. The same write again, answered, says
+			// which: stored now, or refused because the first one was (or
+			// another relay wrote meanwhile), and then the entry names
+			// its writer.
+			again, cancel := context.WithTimeout(context.WithoutCancel(ctx), writtenTimeout)
+			err = r.write(again, id, value, revision)
+			cancel()
+			if lostRace(err) && r.written(ctx, id, writer) {
+				return nil
+			}
 		}
 		if err == nil {
 			return nil
@@ -280,6 +304,36 @@ func (r *Recorder) add(ctx context.Context, id string, d Counts) error {
 	}
 	return fmt.Errorf("%w on the counts of %s (%d attempts)", ErrContended, id, casAttempts)
 }
+
+// write stores value as the entry of id if its revision is still revision
+// (0: if there is none).
+func (r *Recorder) write(ctx context.Context, id string, value []byte, revision uint64) error {
+	var err error
+	if revision == 0 {
+		_, err = r.kv.Create(ctx, id, value)
+	} else {
+		_, err = r.kv.Update(ctx, id, value, revision)
+	}
+	return err
+}
+
+// written reports whether the entry of id is the one write made: asked
+// after a write was refused as a lost race, it tells whether the race was
+// lost to that same write, sent before, whose reply did not come. It looks
+// once, within a short bound of its own.
+func (r *Recorder) written(ctx context.Context, id, writer string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writtenTimeout)
+	defer cancel()
+	e, err := r.kv.Get(ctx, id)
+	if err != nil {
+		return false
+	}
+	var v stored
+	return json.Unmarshal(e.Value(), &v) == nil && v.Writer == writer
+}
+
+// writtenTimeout bounds the look of [Recorder.written].
+const writtenTimeout = 2 * time.Second
 
 // lostRace reports whether a write failed because another relay wrote the
 // entry since it was read: a create of a key that exists by now, or an
