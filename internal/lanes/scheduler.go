@@ -194,6 +194,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	if until := s.heldUntilLocked(sub, now); !d.dueBy(until) {
 		// Paused, or its circuit open, past the delivery's deadline: it
 		// can never be sent in time, so it dies now rather than then.
+		s.syncLocked()
 		s.mu.Unlock()
 		s.deadLetterAll(ctx, []delivery{d})
 		return
