@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -93,7 +94,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			// definition: see AskAgain.
 			_, err := js.CreateStream(ctx, cfg)
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				_, err = js.UpdateStream(ctx, cfg)
+				err = updateStream(ctx, js, cfg)
 			}
 			return err
 		}); err != nil {
@@ -127,7 +128,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		if err := AskAgain(ctx, func(ctx context.Context) error {
 			_, err := js.CreateKeyValue(ctx, kv)
 			if errors.Is(err, jetstream.ErrBucketExists) {
-				_, err = js.UpdateKeyValue(ctx, kv)
+				err = updateBucket(ctx, js, kv)
 			}
 			return err
 		}); err != nil {
@@ -136,6 +137,71 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	}
 	return nil
 }
+
+// updateStream updates a stream that exists to cfg, unless it has cfg's
+// definition already. A create refused because the stream exists is often
+// another relay's creation, of the same definition, still in flight: an
+// update then goes unanswered (see AskAgain), while a look at the stream
+// answers, and says that there is nothing to update.
+func updateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	s, err := existing(ctx, js, cfg.Name)
+	if err != nil {
+		return err
+	}
+	if sameStream(cfg, s.CachedInfo().Config) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
+}
+
+// sameStream reports whether have has every setting of want that the
+// definitions in streams/*.json give.
+func sameStream(want, have jetstream.StreamConfig) bool {
+	return want.Description == have.Description && slices.Equal(want.Subjects, have.Subjects) &&
+		want.Retention == have.Retention && want.MaxConsumers == have.MaxConsumers &&
+		want.MaxMsgs == have.MaxMsgs && want.MaxBytes == have.MaxBytes && want.MaxAge == have.MaxAge &&
+		want.MaxMsgsPerSubject == have.MaxMsgsPerSubject && want.MaxMsgSize == have.MaxMsgSize &&
+		want.Discard == have.Discard && want.Storage == have.Storage && want.Replicas == have.Replicas &&
+		want.Duplicates == have.Duplicates && want.AllowRollup == have.AllowRollup &&
+		want.DenyPurge == have.DenyPurge && want.AllowDirect == have.AllowDirect &&
+		want.AllowMsgSchedules == have.AllowMsgSchedules
+}
+
+// updateBucket is [updateStream] for a KV bucket.
+func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValueConfig) error {
+	s, err := existing(ctx, js, "KV_"+kv.Bucket)
+	if err != nil {
+		return err
+	}
+	have := s.CachedInfo().Config
+	if kv.Description == have.Description && int64(max(kv.History, 1)) == have.MaxMsgsPerSubject &&
+		kv.TTL == have.MaxAge && max(kv.Replicas, 1) == have.Replicas {
+		return nil
+	}
+	_, err = js.UpdateKeyValue(ctx, kv)
+	return err
+}
+
+// existing looks up a stream whose create was refused because it exists:
+// one still being created elsewhere may not be found yet, so it looks again
+// every existingPoll until ctx ends.
+func existing(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	for {
+		s, err := js.Stream(ctx, name)
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(existingPoll):
+		}
+	}
+}
+
+// existingPoll is how often [existing] looks again.
+const existingPoll = 100 * time.Millisecond
 
 // askAttempt bounds one create-or-update request of AskAgain, and
 // askAttempts how many it makes while they go unanswered.

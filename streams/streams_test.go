@@ -93,3 +93,36 @@ func TestEnsureCreatesTheBuckets(t *testing.T) {
 		}
 	}
 }
+
+// A stream created from its definition reads back, with the defaults the
+// server fills in, as the same definition: a relay that finds the streams
+// another relay is creating leaves them alone instead of sending an update
+// that a cluster may leave unanswered. A changed setting is not the same.
+func TestEnsureFindsItsOwnDefinitionsTheSame(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	ctx := testutil.Context(t)
+	if err := streams.Ensure(ctx, n.JS, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{streams.Events, streams.Deliveries, streams.DLQ, streams.Retries} {
+		want, err := streams.Config(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Replicas = 1
+		s, err := n.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := s.CachedInfo().Config
+		if !streams.SameStream(want, have) {
+			t.Errorf("%s: its definition and the stream created from it differ:\nwant %+v\nhave %+v", name, want, have)
+		}
+		changed := want
+		changed.MaxAge++
+		if streams.SameStream(changed, have) {
+			t.Errorf("%s: a changed max age is taken for the same definition", name)
+		}
+	}
+}

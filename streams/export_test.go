@@ -1,0 +1,4 @@
+package streams
+
+// SameStream exposes sameStream to the tests.
+var SameStream = sameStream
