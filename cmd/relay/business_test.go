@@ -163,10 +163,17 @@ func TestDeadlineUnderRateLimit(t *testing.T) {
 		}
 	}
 	require.Equal(t, events, accepted+len(dead))
-	// burst + rate × window, plus at most a lease of tokens; the lane
-	// achieves at least 95% of the rate, less what starting costs.
+	// burst + rate × window, plus at most a lease of tokens. From its
+	// first request on, the lane keeps to the rate (at least 95% of it
+	// with a backlog; 80% is asked here, on a machine other tests load).
+	// When the first request comes is the schedules' and the mover's: on
+	// a loaded machine the 1,000 copies may take seconds to reach the
+	// lane, which the window then lacks.
+	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
+	start := all[0]
 	require.LessOrEqual(t, accepted, rate+rate*5+10)
-	require.GreaterOrEqual(t, accepted, rate+rate*5*8/10)
+	require.GreaterOrEqual(t, float64(accepted), 0.8*(rate+rate*deadline.Sub(start).Seconds()),
+		"%d accepted from the first request, %v after the due time, to the deadline", accepted, start.Sub(due))
 
 	var lastDeath time.Time
 	for _, d := range dead {
@@ -179,9 +186,8 @@ func TestDeadlineUnderRateLimit(t *testing.T) {
 			lastDeath = d.DeadAt
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
-	t.Logf("%d accepted (last %v after the due time; %d arrived within %v after the deadline, sent before it), %d dead-lettered (last %v after the deadline)",
-		accepted, all[len(all)-1].Sub(due).Round(time.Millisecond), arrivedAfter, transit, len(dead), lastDeath.Sub(deadline).Round(time.Millisecond))
+	t.Logf("first request %v after the due time; %d accepted (last %v after the due time; %d arrived within %v after the deadline, sent before it), %d dead-lettered (last %v after the deadline)",
+		start.Sub(due).Round(time.Millisecond), accepted, all[len(all)-1].Sub(due).Round(time.Millisecond), arrivedAfter, transit, len(dead), lastDeath.Sub(deadline).Round(time.Millisecond))
 	require.LessOrEqual(t, lastDeath.Sub(deadline), time.Second, "a delivery was dead-lettered more than a second after its deadline")
 
 	fams := waitMetrics(t, base,
@@ -189,10 +195,22 @@ func TestDeadlineUnderRateLimit(t *testing.T) {
 		series("relay_deadline_missed_total", float64(len(dead)), "subscriber", "crm"),
 		series("relay_due_to_accepted_seconds", float64(accepted), "subscriber", "crm"),
 	)
-	// Every accepted delivery arrived within the window after its due time.
+	// The histogram counts from the due time to the 2xx the relay got: every
+	// request that reached the receiver a moment before the deadline was
+	// answered within the window, and every one within twice it.
+	early := 0
+	for _, at := range all {
+		if at.Before(deadline.Add(-transit)) {
+			early++
+		}
+	}
 	inWindow, ok := testutil.BucketCount(fams, "relay_due_to_accepted_seconds", window.Seconds(), "subscriber", "crm")
 	require.True(t, ok, "no le=%v bucket", window.Seconds())
-	require.Equal(t, float64(accepted), inWindow)
+	require.GreaterOrEqual(t, inWindow, float64(early))
+	require.LessOrEqual(t, inWindow, float64(accepted))
+	inTwice, ok := testutil.BucketCount(fams, "relay_due_to_accepted_seconds", 2*window.Seconds(), "subscriber", "crm")
+	require.True(t, ok, "no le=%v bucket", 2*window.Seconds())
+	require.Equal(t, float64(accepted), inTwice)
 
 	checkStatusInTime(t, n.URL, "crm", accepted, len(dead))
 }
