@@ -55,14 +55,7 @@ func newDelivery(msg jetstream.Msg) delivery {
 		d.stored = md.Timestamp
 	}
 	h := msg.Headers()
-	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
-		d.attempts = n
-	}
-	// Most deliveries carry neither: a parse of "" would build an error
-	// for each of them.
-	if v := h.Get(streams.HeaderFirstAttemptAt); v != "" {
-		d.firstAt, _ = time.Parse(time.RFC3339Nano, v)
-	}
+	d.attempts, d.firstAt = attemptsOf(h)
 	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
 		d.deadline, _ = time.Parse(time.RFC3339Nano, v)
 	}
@@ -72,6 +65,21 @@ func newDelivery(msg jetstream.Msg) delivery {
 	d.broughtBack = h.Get(streams.HeaderOverflowSeq) != ""
 	d.moved = retry.Moved(h)
 	return d
+}
+
+// attemptsOf reads the attempts a delivery's copy says were made
+// (Relay-Attempt; a value that is not a positive count is none) and when
+// the first was (Relay-First-Attempt-At, zero before it).
+func attemptsOf(h nats.Header) (attempts int, firstAt time.Time) {
+	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
+		attempts = n
+	}
+	// Most deliveries carry neither: a parse of "" would build an error
+	// for each of them.
+	if v := h.Get(streams.HeaderFirstAttemptAt); v != "" {
+		firstAt, _ = time.Parse(time.RFC3339Nano, v)
+	}
+	return attempts, firstAt
 }
 
 // dueBy reports whether a delivery may still be sent at now: not past its
@@ -362,10 +370,7 @@ func (e *engine) lateInOverflow(ctx context.Context, id string, m overflow.Msg) 
 		return false, nil
 	}
 	death := deadletter.Death{Reason: deadletter.Deadline, OriginSeq: m.Seq}
-	death.Attempts, _ = strconv.Atoi(m.Header.Get(streams.HeaderAttempt))
-	if v := m.Header.Get(streams.HeaderFirstAttemptAt); v != "" {
-		death.FirstAttemptAt, _ = time.Parse(time.RFC3339Nano, v)
-	}
+	death.Attempts, death.FirstAttemptAt = attemptsOf(m.Header)
 	if err := e.deadLetter(ctx, id, m.Data, m.Header, death); err != nil {
 		return false, err
 	}
