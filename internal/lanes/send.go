@@ -114,12 +114,12 @@ func (d delivery) early(now time.Time) bool {
 }
 
 // due is when the delivery could first be sent: its Relay-Deliver-At, else
-// its event's publication; zero when neither is known.
-func (d delivery) due() time.Time {
+// published, its event's publication; zero when neither is known.
+func (d delivery) due(published time.Time) time.Time {
 	if !d.deliverAt.IsZero() {
 		return d.deliverAt
 	}
-	return publishedAt(d)
+	return published
 }
 
 // request builds the HTTP delivery of one DELIVERIES message, signed with
@@ -217,7 +217,8 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub subscribers.Sub
 
 	switch out.Class {
 	case deliver.Delivered:
-		l.cfg.Metrics.Delivered(sub.ID, publishedAt(d), d.due())
+		published := publishedAt(d)
+		l.cfg.Metrics.Delivered(sub.ID, published, d.due(published))
 		if !d.deadline.IsZero() {
 			// Sent before its deadline (see dueBy above), so met.
 			l.cfg.Metrics.MetDeadline(sub.ID)
