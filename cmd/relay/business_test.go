@@ -3,11 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,50 +16,6 @@ import (
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
-
-// clockSink is a webhook endpoint that records when each webhook-id first
-// arrived and how many requests it got.
-type clockSink struct {
-	*httptest.Server
-	mu    sync.Mutex
-	first map[string]time.Time
-	all   []time.Time
-}
-
-func newClockSink(t *testing.T) *clockSink {
-	t.Helper()
-	s := &clockSink{first: map[string]time.Time{}}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		at := time.Now()
-		_, _ = io.Copy(io.Discard, req.Body)
-		s.mu.Lock()
-		id := req.Header.Get("webhook-id")
-		if _, ok := s.first[id]; !ok {
-			s.first[id] = at
-		}
-		s.all = append(s.all, at)
-		s.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *clockSink) unique() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.first)
-}
-
-func (s *clockSink) snapshot() (first map[string]time.Time, all []time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	first = make(map[string]time.Time, len(s.first))
-	for k, v := range s.first {
-		first[k] = v
-	}
-	return first, append([]time.Time(nil), s.all...)
-}
 
 // publishDue publishes count events on events.<eventType> due at due, with
 // async PubAcks, and waits for all of them.
@@ -92,7 +44,7 @@ func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 	t.Parallel()
 	const events = 50
 	n := testutil.StartRelayNATS(t)
-	rcv := newClockSink(t)
+	rcv := newFaultSink(t, 0)
 	mustRelay(t, "sub", "add", "reminders", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--events", "renewal.*")
 	startReadyRelay(t, n.URL)
 	second, _ := startReadyRelay(t, n.URL)
@@ -103,8 +55,8 @@ func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 	require.Zero(t, second.stop(), second.stderr.String())
 	startReadyRelay(t, n.URL)
 
-	testutil.Eventually(t, func() bool { return rcv.unique() == events }, "%d of %d delivered", rcv.unique(), events)
-	first, all := rcv.snapshot()
+	testutil.Eventually(t, func() bool { return rcv.distinct() == events }, "%d of %d delivered", rcv.distinct(), events)
+	first, all := rcv.arrivals()
 	var worst time.Duration
 	for id, at := range first {
 		late := at.Sub(due)
@@ -129,7 +81,7 @@ func TestDeadlineUnderRateLimit(t *testing.T) {
 		window = 5 * time.Second
 	)
 	n := testutil.StartRelayNATS(t)
-	rcv := newClockSink(t)
+	rcv := newFaultSink(t, 0)
 	mustRelay(t, "sub", "add", "crm", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--events", "renewal.*",
 		"--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(rate), "--deadline-after", window.String())
 	base := startRelayWithMetrics(t, n.URL)
@@ -143,11 +95,11 @@ func TestDeadlineUnderRateLimit(t *testing.T) {
 	testutil.Eventually(t, func() bool {
 		var err error
 		dead, err = deadletter.List(testutil.Context(t), n.JS, deadletter.Filter{Subscriber: "crm"}, 0)
-		return err == nil && len(dead)+rcv.unique() >= events
-	}, "%d accepted and %d dead of %d", rcv.unique(), len(dead), events)
+		return err == nil && len(dead)+rcv.distinct() >= events
+	}, "%d accepted and %d dead of %d", rcv.distinct(), len(dead), events)
 	waitIdle(t, n.JS)
 
-	first, all := rcv.snapshot()
+	first, all := rcv.arrivals()
 	accepted := len(first)
 	require.Len(t, all, accepted, "an event was sent twice")
 	// A request is started only before its deadline; it reaches the

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,6 +80,14 @@ func (s *faultSink) distinct() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.count)
+}
+
+// arrivals returns when each webhook-id was first answered, and when every
+// request was.
+func (s *faultSink) arrivals() (first map[string]time.Time, all []time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.first), slices.Clone(s.times)
 }
 
 // tally is what the receiver saw: distinct ids, requests beyond the first
