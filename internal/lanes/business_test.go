@@ -86,11 +86,17 @@ func TestRateLimitedBacklogDiesAtItsDeadline(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	sub := b.put(t, subscribers.Subscriber{ID: "slow", Rate: 5, Burst: 1})
+	// The deadline counts from lanes that consume already: on a loaded
+	// machine their start alone can take longer than it.
+	warm := b.put(t, subscribers.Subscriber{ID: "warm"})
+	b.enqueue(t, warm, 4, 1)
+	b.flush(t)
+	b.startLanes(t, 4)
+	testutil.Eventually(t, func() bool { return b.arr.count("warm") == 1 }, "lanes not consuming")
 	const n = 40
 	deadline := time.Now().Add(2 * time.Second)
 	b.enqueue(t, sub, 4, n, streams.HeaderDeadline, rfc3339(deadline))
 	b.flush(t)
-	b.startLanes(t, 4)
 
 	testutil.Eventually(t, func() bool {
 		got, err := deadletter.List(testutil.Context(t), b.n.JS, deadletter.Filter{Subscriber: "slow"}, 0)
