@@ -361,21 +361,20 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 // lateInOverflow dead-letters, as a refill reads it, a delivery whose
 // deadline passed while it waited in its subscriber's overflow: bringing it
 // back would cost two writes for a message that can only die.
-func (e *engine) lateInOverflow(ctx context.Context, id string, m overflow.Msg) (bool, error) {
+func (e *engine) lateInOverflow(id string, m overflow.Msg) func(context.Context) error {
 	v := streams.HeaderValue(m.Header, streams.HeaderDeadline)
 	if v == "" {
-		return false, nil
+		return nil
 	}
 	deadline, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil || e.cfg.Clock.Now().Before(deadline) {
-		return false, nil
+		return nil
 	}
-	death := deadletter.Death{Reason: deadletter.Deadline, OriginSeq: m.Seq}
-	death.Attempts, death.FirstAttemptAt = attemptsOf(m.Header)
-	if err := e.deadLetter(ctx, id, m.Data, m.Header, death); err != nil {
-		return false, err
+	return func(ctx context.Context) error {
+		death := deadletter.Death{Reason: deadletter.Deadline, OriginSeq: m.Seq}
+		death.Attempts, death.FirstAttemptAt = attemptsOf(m.Header)
+		return e.deadLetter(ctx, id, m.Data, m.Header, death)
 	}
-	return true, nil
 }
 
 // resultOf is what an attempt's outcome tells the rate limiter: a

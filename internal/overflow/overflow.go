@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc/pool"
 
 	"github.com/relay-dev/relay/streams"
 )
@@ -143,12 +144,17 @@ type Refiller struct {
 	late   Late
 }
 
-// Late settles, in place of bringing it back, a message of a subscriber's
-// overflow that can no longer be sent (its deadline passed while it
-// waited): it reports whether it took m, and returns once m is safe
-// elsewhere (its DLQ copy stored), since m is purged after. An error stops
-// the refill at m.
-type Late func(ctx context.Context, subscriber string, m Msg) (bool, error)
+// Late decides, as a refill reads it, whether a message of a subscriber's
+// overflow can no longer be sent (its deadline passed while it waited). It
+// returns nil to bring m back, or the function that settles m in place of
+// that (stores its DLQ copy): the refill runs the settles of one read
+// concurrently, since each waits for a PubAck, and purges a message only
+// once its settle returned nil. Late itself must not block.
+type Late func(subscriber string, m Msg) (settle func(ctx context.Context) error)
+
+// settleWorkers bounds the settles one refill runs at once: enough that a
+// read full of late messages costs a few round trips, not one per message.
+const settleWorkers = 32
 
 // NewRefiller returns a Refiller on js's DELIVERIES stream. late may be
 // nil: everything read is brought back.
@@ -174,15 +180,15 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		return 0, next, err != nil, err
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
-	for _, m := range msgs {
+	var settles []func(context.Context) error // by index; nil: not taken
+	for i, m := range msgs {
 		if r.late != nil {
-			took, lerr := r.late(ctx, subscriber, m)
-			if lerr != nil {
-				err = lerr
-				break
-			}
-			if took {
-				futures = append(futures, nil) // settled: purged with the rest
+			if settle := r.late(subscriber, m); settle != nil {
+				if settles == nil {
+					settles = make([]func(context.Context) error, len(msgs))
+				}
+				settles[i] = settle
+				futures = append(futures, nil)
 				continue
 			}
 		}
@@ -195,12 +201,16 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		}
 		futures = append(futures, f)
 	}
+	settled := settleAll(ctx, settles[:min(len(settles), len(futures))])
 	// Only a prefix whose copies are all stored may be purged.
 	stored := 0
 	timeout := time.NewTimer(pubAckWait)
 	defer timeout.Stop()
-	for _, f := range futures {
+	for i, f := range futures {
 		if f == nil {
+			if err = settled[i]; err != nil {
+				break
+			}
 			stored++
 			continue
 		}
@@ -231,6 +241,23 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		err = fmt.Errorf("overflow: purging %s: %w", subscriber, perr)
 	}
 	return moved, next, true, err
+}
+
+// settleAll runs the non-nil settles, at most settleWorkers at once, and
+// returns their errors by index.
+func settleAll(ctx context.Context, settles []func(context.Context) error) []error {
+	if len(settles) == 0 {
+		return nil
+	}
+	errs := make([]error, len(settles))
+	p := pool.New().WithMaxGoroutines(settleWorkers)
+	for i, settle := range settles {
+		if settle != nil {
+			p.Go(func() { errs[i] = settle(ctx) })
+		}
+	}
+	p.Wait()
+	return errs
 }
 
 // Backlogged is one relay's set of the subscribers whose queue has a backlog

@@ -1,8 +1,11 @@
 package overflow_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -100,4 +103,63 @@ func TestReadOfAnEmptyOverflow(t *testing.T) {
 	msgs, err := overflow.Read(testutil.Context(t), n.Conn, "nobody", 0, 10)
 	require.NoError(t, err)
 	require.Empty(t, msgs)
+}
+
+// TestRefillSettlesLateMessagesTogether checks the Late contract: what Late
+// takes is not brought back, its settles run at once rather than one round
+// trip after another (every settle here waits for all the others to have
+// started), and a settle that fails keeps it, and what follows it, in the
+// overflow.
+func TestRefillSettlesLateMessagesTogether(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	fill(t, n.JS, "a", 20, 1)
+	const late = 8 // the even bodies below 16
+	var started sync.WaitGroup
+	started.Add(late)
+	var mu sync.Mutex
+	var settled []string
+	isLate := func(m overflow.Msg) bool {
+		i, _ := strconv.Atoi(string(m.Data))
+		return i%2 == 0 && i < 16
+	}
+	r, err := overflow.NewRefiller(ctx, n.JS, func(sub string, m overflow.Msg) func(context.Context) error {
+		if !isLate(m) {
+			return nil
+		}
+		return func(context.Context) error {
+			started.Done()
+			started.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			settled = append(settled, string(m.Data))
+			if string(m.Data) == "14" {
+				return errors.New("no DLQ")
+			}
+			return nil
+		}
+	})
+	require.NoError(t, err)
+	sub, err := n.Conn.SubscribeSync("deliveries.s01.a")
+	require.NoError(t, err)
+
+	moved, next, _, err := r.Refill(ctx, "a", "deliveries.s01.a", 0, 20)
+	require.ErrorContains(t, err, "no DLQ")
+	require.Len(t, settled, late)
+	// Bodies 0–13 are settled or stored; 14 failed, so 14–19 stay.
+	require.Equal(t, 7, moved, "the odd bodies 1–13 are brought back")
+	require.Equal(t, uint64(15), next, "read again from body 14's sequence")
+	// What follows the failed settle was published too (its PubAcks came):
+	// a later refill's copy of it is a duplicate.
+	for _, want := range []string{"1", "3", "5", "7", "9", "11", "13", "15", "16", "17", "18", "19"} {
+		m, err := sub.NextMsg(5e9)
+		require.NoError(t, err)
+		require.Equal(t, want, string(m.Data), "the late ones are not brought back")
+	}
+	stream, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	backlogs, err := overflow.Backlogs(ctx, stream)
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"a": 6}, backlogs, "only the prefix before the failed settle is purged")
 }
