@@ -38,6 +38,10 @@ type changeSignal struct {
 	dropped    int
 }
 
+// signalFlushWait bounds the wait for the server to take the signal's
+// subscription; past it the fan-out goes without the signal.
+const signalFlushWait = 5 * time.Second
+
 // newChangeSignal subscribes on nc when the relay is connected to the one
 // server that stores EVENTS and the subscriber bucket; else it returns nil.
 func newChangeSignal(ctx context.Context, js jetstream.JetStream) *changeSignal {
@@ -61,8 +65,11 @@ func newChangeSignal(ctx context.Context, js jetstream.JetStream) *changeSignal 
 		return nil
 	}
 	// The flush makes the server take the subscription (or refuse it)
-	// before the first sync, which every later event relies on.
-	if err := nc.FlushWithContext(ctx); err != nil {
+	// before the first sync, which every later event relies on. It needs a
+	// deadline of its own: the fan-out's context has none.
+	flushCtx, cancel := context.WithTimeout(ctx, signalFlushWait)
+	defer cancel()
+	if err := nc.FlushWithContext(flushCtx); err != nil {
 		_ = sub.Unsubscribe()
 		return nil
 	}

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"context"
 	"testing"
 
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -15,7 +16,11 @@ func TestChangeSignal(t *testing.T) {
 	t.Run("single server", func(t *testing.T) {
 		t.Parallel()
 		n := testutil.StartRelayNATS(t)
-		sig := newChangeSignal(testutil.Context(t), n.JS)
+		// Without a deadline, as relay run's context is: the signal's flush
+		// must bring its own.
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		sig := newChangeSignal(ctx, n.JS)
 		if sig == nil {
 			t.Fatal("no change signal on a single server")
 		}
