@@ -37,6 +37,10 @@ const (
 	// is what this machine, the server, the client and the receiver cost
 	// without relay, so that relay's own share shows as the difference.
 	latencyBaseline = "baseline"
+	// latencyTwoHop is the throughput scenario's two-hop loop (the
+	// baseline with the fan-out's second JetStream hop, twoHopSpec): the
+	// latency floor of any design that stores a copy per subscriber.
+	latencyTwoHop = "two-hop"
 	// latencyRelay is `relay run` with one subscriber.
 	latencyRelay = "relay"
 )
@@ -45,7 +49,7 @@ const (
 // kept its schedule and how long each event took from its publish call to
 // its first arrival.
 type latencyRun struct {
-	contender string        // latencyBaseline or latencyRelay
+	contender string        // latencyBaseline, latencyTwoHop or latencyRelay
 	server    string        // where its NATS server ran: "in-process", or "embedded" (relay with -embedded)
 	rate      float64       // the schedule, events/s
 	span      time.Duration // how long the schedule lasts (-latency-for)
@@ -130,6 +134,15 @@ func (e *env) latency(ctx context.Context) (out []latencyRun, err error) {
 		if ctx.Err() != nil {
 			break
 		}
+		h, err := e.latencyLoopAt(ctx, k, rate, key, latencyTwoHop,
+			twoHopSpec(fmt.Sprintf("lhop%d", k), "two-hop deliveries at a steady rate", latencyPrefix(k)))
+		if err != nil {
+			return out, fmt.Errorf("latency at %g/s, two-hop loop: %w", rate, err)
+		}
+		out = append(out, h)
+		if ctx.Err() != nil {
+			break
+		}
 		r, err := e.latencyAt(ctx, relay, k, rate)
 		if err != nil {
 			return out, fmt.Errorf("latency at %g/s, relay: %w", rate, err)
@@ -144,19 +157,26 @@ func (e *env) latency(ctx context.Context) (out []latencyRun, err error) {
 // signedLoop POSTing to the loops' receiver port, 64 in flight as relay's
 // subscriber has) on a fresh in-process server, whatever -embedded says,
 // pulling before the warm-up; then latencyAt, as for relay.
-func (e *env) latencyBaselineAt(ctx context.Context, k int, rate float64, key []byte) (_ latencyRun, err error) {
-	id := fmt.Sprintf("lbase%d", k)
-	l, err := e.startLoops(ctx, loopSpec{
-		id: id, what: "baseline deliveries at a steady rate",
+func (e *env) latencyBaselineAt(ctx context.Context, k int, rate float64, key []byte) (latencyRun, error) {
+	return e.latencyLoopAt(ctx, k, rate, key, latencyBaseline, loopSpec{
+		id: fmt.Sprintf("lbase%d", k), what: "baseline deliveries at a steady rate",
 		subject: baseSubject, prefix: latencyPrefix(k), setup: baselineSetup,
-	}, e.baseRcv.URL, key, unlimitedInFlight)
+	})
+}
+
+// latencyLoopAt is a loop contender's turn at the k-th rate: spec's loops
+// (64 in flight, as relay's subscriber has) on a fresh in-process server,
+// POSTing to the loops' receiver port, pulling before the warm-up; then
+// latencyAt, as for relay.
+func (e *env) latencyLoopAt(ctx context.Context, k int, rate float64, key []byte, contender string, spec loopSpec) (_ latencyRun, err error) {
+	l, err := e.startLoops(ctx, spec, e.baseRcv.URL, key, unlimitedInFlight)
 	if err != nil {
 		return latencyRun{}, err
 	}
 	defer func() { err = errors.Join(err, l.close()) }()
-	defer e.baseRcv.forget(id)
+	defer e.baseRcv.forget(spec.id)
 	return e.latencyAt(ctx, latencyTarget{
-		contender: latencyBaseline, server: "in-process", s: l.s, subject: baseSubject, rcv: e.baseRcv, id: id,
+		contender: contender, server: "in-process", s: l.s, subject: spec.subject, rcv: e.baseRcv, id: spec.id,
 		dead: l.failed,
 	}, k, rate)
 }
@@ -348,7 +368,8 @@ func formatRates(rates []float64) string {
 // latencyTable is a row per contender and rate, in the order they ran:
 // the publisher's schedule as kept, what arrived and the latency
 // percentiles; below it, per rate, relay's p50 and p99 minus the
-// baseline's, which is relay's own share of the latency.
+// baseline's, which is relay's own share of the latency, and minus the
+// two-hop loop's, which is what relay adds to the second hop it needs.
 func latencyTable(runs []latencyRun) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "### Latency: relay (one subscriber, --rate 0 --max-in-flight %d) against the simplest loop, events at a steady rate, publish call → first arrival\n\n",
@@ -359,12 +380,13 @@ func latencyTable(runs []latencyRun) string {
 			relayServer = "its own embedded server"
 		}
 	}
-	fmt.Fprintf(&sb, "At each rate the baseline, then relay, each after an unmeasured second at its rate; "+
+	fmt.Fprintf(&sb, "At each rate the baseline, the two-hop loop, then relay, each after an unmeasured second at its rate; "+
 		"each event published by the same pacer on its own schedule with an async PubAck, the same body and Nats-Msg-Id. "+
 		"Baseline: the throughput scenario's simplest loop (events to %s, a durable pull consumer drains it, "+
 		"each message POSTed signed to a receiver port of its own and acked after the 2xx, %d in flight), "+
-		"on a fresh in-process server per rate. Relay: `relay run` on %s, one relay for every rate. "+
-		"The baseline's latency is what this machine, the server and the receiver cost; relay − baseline is relay's own.\n\n",
+		"on a fresh in-process server per rate. Two-hop: the baseline with the fan-out's second JetStream hop (the throughput scenario's two-hop loop), the same way. Relay: `relay run` on %s, one relay for every rate. "+
+		"The baseline's latency is what this machine, the server and the receiver cost; relay − baseline is relay's own; "+
+		"relay − two-hop is what relay adds to the hop its durable per-subscriber copy needs.\n\n",
 		baseStream, unlimitedInFlight, relayServer)
 	sb.WriteString("| rate, events/s | contender | for, s | published | achieved, events/s | worst lag behind schedule, ms | arrived | p50, ms | p90, ms | p99, ms | max, ms |\n")
 	sb.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
@@ -379,11 +401,13 @@ func latencyTable(runs []latencyRun) string {
 		if r.contender != latencyRelay {
 			continue
 		}
-		for j := i - 1; j >= 0; j-- { // the baseline measured just before it
-			if b := runs[j]; b.contender == latencyBaseline && b.rate == r.rate {
-				fmt.Fprintf(&sb, "- at %s/s, relay − baseline: p50 %+.1f ms, p99 **%+.1f** ms\n",
-					rateString(r.rate), ms(r.l.p50-b.l.p50), ms(r.l.p99-b.l.p99))
-				break
+		for _, against := range []string{latencyBaseline, latencyTwoHop} {
+			for j := i - 1; j >= 0; j-- { // the one measured just before it
+				if b := runs[j]; b.contender == against && b.rate == r.rate {
+					fmt.Fprintf(&sb, "- at %s/s, relay − %s: p50 %+.1f ms, p99 **%+.1f** ms\n",
+						rateString(r.rate), against, ms(r.l.p50-b.l.p50), ms(r.l.p99-b.l.p99))
+					break
+				}
 			}
 		}
 	}

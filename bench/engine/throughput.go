@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/streams"
 )
 
 // ---- throughput: relay against the simplest correct loop and the two-hop loop ----
@@ -288,7 +289,7 @@ func (e *env) loopOne(ctx context.Context, i int, spec loopSpec, rcv *receiver, 
 
 // signedLoop pulls from cons and, inFlight at a time, POSTs each message's
 // body to url with Standard Webhooks headers (webhook-id is the message's
-// Nats-Msg-Id), acking it after a 2xx and handing it back otherwise, until
+// Relay-Event-Id, as on relay's copies, else its Nats-Msg-Id), acking it after a 2xx and handing it back otherwise, until
 // ctx is cancelled. It returns once every request it started has ended.
 func signedLoop(ctx context.Context, cons jetstream.Consumer, client *http.Client, url string, key []byte, inFlight int) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(inFlight))
@@ -337,7 +338,10 @@ func signedLoop(ctx context.Context, cons jetstream.Consumer, client *http.Clien
 // postSigned POSTs msg's body to url, signed with deliver.Sign as relay
 // signs, and reports whether the reply was a 2xx.
 func postSigned(ctx context.Context, client *http.Client, url string, key []byte, msg jetstream.Msg) bool {
-	id := msg.Headers().Get(jetstream.MsgIDHeader)
+	id := msg.Headers().Get(streams.HeaderEventID) // a two-hop copy's
+	if id == "" {
+		id = msg.Headers().Get(jetstream.MsgIDHeader)
+	}
 	body := msg.Data()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {

@@ -51,9 +51,14 @@ const (
 // rate limits, retries, a process of its own) is what the rest of the gap
 // to the baseline is made of.
 func (e *env) twoHopOne(ctx context.Context, i int, rcv *receiver, url string, key []byte) (burstRun, error) {
-	return e.loopOne(ctx, i, loopSpec{
-		id: fmt.Sprintf("hop%02d", i), what: "two-hop deliveries",
-		subject: hopASubject, prefix: fmt.Sprintf("%shop%02d-", eventPrefix, i),
+	return e.loopOne(ctx, i, twoHopSpec(fmt.Sprintf("hop%02d", i), "two-hop deliveries", fmt.Sprintf("%shop%02d-", eventPrefix, i)), rcv, url, key)
+}
+
+// twoHopSpec is the two-hop loop as a loopSpec: the stack and subscriber
+// id, what its wait is called and the prefix of its run's event ids.
+func twoHopSpec(id, what, prefix string) loopSpec {
+	return loopSpec{
+		id: id, what: what, subject: hopASubject, prefix: prefix,
 		setup: func(ctx context.Context, s *stack) (jetstream.Consumer, []func(context.Context) error, error) {
 			a, b, err := twoHopStreams()
 			if err != nil {
@@ -84,7 +89,7 @@ func (e *env) twoHopOne(ctx context.Context, i int, rcv *receiver, url string, k
 				return hopLoop(ctx, s.nc, hop, hopBSubject)
 			}}, nil
 		},
-	}, rcv, url, key)
+	}
 }
 
 // twoHopStreams are HOPA and HOPB, with the settings of relay's own
