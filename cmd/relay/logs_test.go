@@ -54,6 +54,11 @@ func TestRunLogsEveryDeadLetterAndNoSecret(t *testing.T) {
 			t.Errorf("%d lines %q, want one per lane (4)", got, line)
 		}
 	}
+	// On a single server the fan-out learns of subscriber changes from the
+	// server, with no bucket read per batch of events.
+	if !strings.Contains(out, "subscriber changes signalled by the server") {
+		t.Errorf("the fan-out does not follow the change signal on a single server:\n%s", out)
+	}
 }
 
 // TestRunLogsNoLinePerDelivery: at the default level, deliveries that

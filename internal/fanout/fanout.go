@@ -117,6 +117,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	view := &viewSync{live: cfg.Subscribers, log: log, signal: newChangeSignal(ctx, js), dirty: true}
 	defer view.signal.close()
+	if view.signal != nil {
+		log.Info("fanout: subscriber changes signalled by the server; no bucket read per batch")
+	} else {
+		log.Info("fanout: on a cluster (or without the signal's subscription), the subscriber view is confirmed before each batch")
+	}
 	acks := make(chan pending, 2048)
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
