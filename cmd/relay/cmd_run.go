@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/gcpace"
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/logs"
 	"github.com/relay-dev/relay/internal/metrics"
@@ -174,6 +176,14 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	log := newLogger(stderr, level, f.logFormat)
 	m := metrics.New()
+	if gcpace.Wanted(os.Getenv) {
+		// Fewer collections of a small heap; GOGC or GOMEMLIMIT overrides.
+		paceCtx, stopPace := context.WithCancel(ctx)
+		var pace conc.WaitGroup
+		pace.Go(func() { gcpace.Run(paceCtx) })
+		defer pace.Wait()
+		defer stopPace()
+	}
 	// While NATS is away the relay can neither take nor settle a delivery:
 	// /readyz says so until the client has reconnected.
 	opts = append(opts,
