@@ -75,7 +75,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		if opts.Replicas != 0 {
 			return opts.Replicas
 		}
-		if s, err := js.Stream(ctx, stream); err == nil {
+		if s, err := look(ctx, js, stream); err == nil {
 			return s.CachedInfo().Config.Replicas
 		}
 		return 1
@@ -258,8 +258,22 @@ func dlqMaxAge(ctx context.Context, js jetstream.JetStream, def, asked time.Dura
 	if asked > 0 {
 		return asked
 	}
-	if s, err := js.Stream(ctx, DLQ); err == nil {
+	if s, err := look(ctx, js, DLQ); err == nil {
 		return s.CachedInfo().Config.MaxAge
 	}
 	return def
+}
+
+// look reads a stream's info, asking again while the request goes
+// unanswered (see [AskAgain]): on a cluster, the info of a stream another
+// relay is still creating can go unanswered, and a look bounded only by
+// the caller's context would spend all of it on one request.
+func look(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	var s jetstream.Stream
+	err := AskAgain(ctx, func(ctx context.Context) error {
+		var err error
+		s, err = js.Stream(ctx, name)
+		return err
+	})
+	return s, err
 }
