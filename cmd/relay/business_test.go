@@ -148,11 +148,14 @@ func TestDeadlineUnderRateLimit(t *testing.T) {
 		series("relay_due_to_accepted_seconds", float64(accepted), "subscriber", "crm"),
 	)
 	// The histogram counts from the due time to the 2xx the relay got: every
-	// request that reached the receiver a moment before the deadline was
-	// answered within the window, and every one within twice it.
+	// request that reached the receiver well before the deadline was
+	// answered within the window, and every one within twice it. "Well":
+	// on a machine loaded by the whole suite the relay has read a 2xx more
+	// than 100 ms after the request arrived, so a second is allowed here.
+	const answered = time.Second
 	early := 0
 	for _, at := range all {
-		if at.Before(deadline.Add(-transit)) {
+		if at.Before(deadline.Add(-answered)) {
 			early++
 		}
 	}
