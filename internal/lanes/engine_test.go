@@ -38,6 +38,22 @@ func (b *bundle) lastSeqs(t *testing.T) (deliveries, retries uint64) {
 }
 
 // overflowed returns how many deliveries of id wait in its overflow.
+// logConsumers logs every consumer of DELIVERIES with its pending, waiting
+// and unacknowledged counts.
+func (b *bundle) logConsumers(t *testing.T, name string) {
+	t.Helper()
+	stream, err := b.n.JS.Stream(testutil.Context(t), streams.Deliveries)
+	if err != nil {
+		t.Logf("%s: DELIVERIES: %v", name, err)
+		return
+	}
+	t.Logf("%s: DELIVERIES holds %d messages", name, stream.CachedInfo().State.Msgs)
+	for info := range stream.ListConsumers(testutil.Context(t)).Info() {
+		t.Logf("%s: %s pending %d, waiting %d, ack pending %d, delivered %d, ack floor %d",
+			name, info.Name, info.NumPending, info.NumWaiting, info.NumAckPending, info.Delivered.Stream, info.AckFloor.Stream)
+	}
+}
+
 func (b *bundle) overflowed(t *testing.T, id string) uint64 {
 	t.Helper()
 	s, err := b.n.JS.Stream(testutil.Context(t), streams.Deliveries)
@@ -114,7 +130,7 @@ func TestThrottledSubscriberCostsItsLaneMatesNothing(t *testing.T) {
 	beside.startLanes(t, 16)
 	var aloneTook, besideTook time.Duration
 	done := func(b *bundle) bool { return b.arr.total()-b.arr.count("slow") >= mates*each }
-	testutil.Eventually(t, func() bool {
+	if !testutil.Within(30*time.Second, func() bool {
 		if aloneTook == 0 && done(alone) {
 			aloneTook = time.Since(start)
 		}
@@ -122,7 +138,12 @@ func TestThrottledSubscriberCostsItsLaneMatesNothing(t *testing.T) {
 			besideTook = time.Since(start)
 		}
 		return aloneTook > 0 && besideTook > 0
-	}, "lane-mates got %d and %d of %d", alone.arr.total(), beside.arr.total()-beside.arr.count("slow"), mates*each)
+	}) {
+		// What each lane consumer holds, for the next look at a stall.
+		alone.logConsumers(t, "alone")
+		beside.logConsumers(t, "beside")
+		t.Fatalf("lane-mates got %d and %d of %d", alone.arr.total(), beside.arr.total()-beside.arr.count("slow"), mates*each)
+	}
 	t.Logf("lane-mates alone %v, beside a 1/s subscriber %v (%.2f×); the throttled one got %d of %d",
 		aloneTook, besideTook, besideTook.Seconds()/aloneTook.Seconds(), beside.arr.count("slow"), each)
 	require.LessOrEqual(t, besideTook, aloneTook*13/10+time.Second, "the throttled subscriber slowed its lane-mates")
