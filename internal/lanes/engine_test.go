@@ -106,8 +106,14 @@ func TestBurstNeverLeavesTheLaneIdle(t *testing.T) {
 // 200 queued ahead of them as they do without it (within 30% and a second).
 // Both run at once, each on its own server, so that they share whatever
 // else the machine is doing.
+//
+// Like TestBurstNeverLeavesTheLaneIdle it runs on its own, not beside the
+// package's other tests: its two relays start 32 lanes, and beside a
+// dozen other servers and relays under the race detector the package's
+// pulls went unanswered for seconds in one CI run and neither bundle
+// delivered anything in 30 s. The wait is a minute: the figure is the
+// ratio, not how long a loaded machine took.
 func TestThrottledSubscriberCostsItsLaneMatesNothing(t *testing.T) {
-	t.Parallel()
 	const (
 		mates = 49
 		each  = 200
@@ -130,7 +136,7 @@ func TestThrottledSubscriberCostsItsLaneMatesNothing(t *testing.T) {
 	beside.startLanes(t, 16)
 	var aloneTook, besideTook time.Duration
 	done := func(b *bundle) bool { return b.arr.total()-b.arr.count("slow") >= mates*each }
-	if !testutil.Within(30*time.Second, func() bool {
+	if !testutil.Within(time.Minute, func() bool {
 		if aloneTook == 0 && done(alone) {
 			aloneTook = time.Since(start)
 		}
