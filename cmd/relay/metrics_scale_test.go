@@ -124,14 +124,21 @@ func TestMetricsScrapeAtTenThousandSubscribers(t *testing.T) {
 	}
 	// Every outcome recorded, and the paused subscribers' deliveries
 	// queued, as the scrape shows them.
+	var strays []string // queued but not paused: what a failure names
 	outcomes := func() (settled, queued int) {
 		fams := testutil.Scrape(t, base)
 		for _, m := range fams["relay_deliveries_total"].GetMetric() {
 			settled += int(m.GetCounter().GetValue())
 		}
+		strays = strays[:0]
 		for _, m := range fams["relay_queue_pending"].GetMetric() {
 			if m.GetGauge().GetValue() > 0 { // not one emptied a moment ago
 				queued++
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "subscriber" && !paused(index(l.GetValue())) && len(strays) < 10 {
+						strays = append(strays, fmt.Sprintf("%s (%v pending)", l.GetValue(), m.GetGauge().GetValue()))
+					}
+				}
 			}
 		}
 		return settled, queued
@@ -141,7 +148,7 @@ func TestMetricsScrapeAtTenThousandSubscribers(t *testing.T) {
 		settled, queued = outcomes()
 		return settled == want && queued == held
 	}) {
-		t.Fatalf("%d outcomes of %d, %d of %d paused queues shown", settled, want, queued, held)
+		t.Fatalf("%d outcomes of %d, %d of %d paused queues shown; queued but not paused: %v", settled, want, queued, held, strays)
 	}
 	t.Logf("%d deliveries to %d subscribers settled in %v", want, want, time.Since(start).Round(time.Millisecond))
 
