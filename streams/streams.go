@@ -71,12 +71,24 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if r := opts.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, r)
 	}
-	replicas := func(stream string) int {
+	// existingConfig is the definition of a stream that exists, nil when
+	// it does not or when nothing asks (unless is set): one look gives both
+	// the replicas to keep and the DLQ's max age.
+	existingConfig := func(name string, unless bool) *jetstream.StreamConfig {
+		if unless {
+			return nil
+		}
+		if s, err := look(ctx, js, name); err == nil {
+			return &s.CachedInfo().Config
+		}
+		return nil
+	}
+	replicas := func(have *jetstream.StreamConfig) int {
 		if opts.Replicas != 0 {
 			return opts.Replicas
 		}
-		if s, err := look(ctx, js, stream); err == nil {
-			return s.CachedInfo().Config.Replicas
+		if have != nil {
+			return have.Replicas
 		}
 		return 1
 	}
@@ -85,9 +97,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		if err != nil {
 			return err
 		}
-		cfg.Replicas = replicas(name)
+		have := existingConfig(name, opts.Replicas != 0 && (name != DLQ || opts.DLQMaxAge > 0))
+		cfg.Replicas = replicas(have)
 		if name == DLQ {
-			cfg.MaxAge = dlqMaxAge(ctx, js, cfg.MaxAge, opts.DLQMaxAge)
+			cfg.MaxAge = dlqMaxAge(have, cfg.MaxAge, opts.DLQMaxAge)
 		}
 		if err := AskAgain(ctx, func(ctx context.Context) error {
 			// Create first, update only what exists with another
@@ -124,7 +137,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			History: 1,
 		},
 	} {
-		kv.Replicas = replicas("KV_" + kv.Bucket)
+		kv.Replicas = replicas(existingConfig("KV_"+kv.Bucket, opts.Replicas != 0))
 		if err := AskAgain(ctx, func(ctx context.Context) error {
 			_, err := js.CreateKeyValue(ctx, kv)
 			if errors.Is(err, jetstream.ErrBucketExists) {
@@ -253,13 +266,13 @@ func Transient(err error) bool {
 }
 
 // dlqMaxAge is the max age the DLQ stream gets: the one asked for, else the
-// existing stream's, else the definition's.
-func dlqMaxAge(ctx context.Context, js jetstream.JetStream, def, asked time.Duration) time.Duration {
+// existing stream's (have, nil when there is none), else the definition's.
+func dlqMaxAge(have *jetstream.StreamConfig, def, asked time.Duration) time.Duration {
 	if asked > 0 {
 		return asked
 	}
-	if s, err := look(ctx, js, DLQ); err == nil {
-		return s.CachedInfo().Config.MaxAge
+	if have != nil {
+		return have.MaxAge
 	}
 	return def
 }
