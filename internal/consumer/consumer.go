@@ -2,21 +2,30 @@
 // retry mover on RETRIES and every lane on DELIVERIES read their durable
 // consumers through it.
 //
-// It pulls with a sequence of short fetches, each its own pull request that
-// the server ends after at most [MaxWait] (or the client, a second later,
-// if the server has forgotten it). No pull request lives long enough to be
-// lost unnoticed: a consumer with messages pending is never left without a
-// pull outstanding for more than about two seconds, whatever happened to the
-// previous request, and a request that the server did not end in time is
-// logged at warn. (A long-lived Consume kept its own count of the messages its pull
-// requests still had to bring; when the server ended a request without the
-// client seeing it, the count stayed up and no new request was sent until
-// the heartbeat check gave up, 30 s later.)
+// It pulls with a sequence of short pull requests, each of which the server
+// ends after at most [MaxWait] (or the loop, a little later, if the server
+// has forgotten it), all answered on one inbox that lives as long as the
+// loop. No pull request lives long enough to be lost unnoticed: a consumer
+// with messages pending is never left without a pull outstanding for more
+// than about two seconds, whatever happened to the previous request, and a
+// request that the server did not end in time is logged at warn. (A
+// long-lived Consume kept its own count of the messages its pull requests
+// still had to bring; when the server ended a request without the client
+// seeing it, the count stayed up and no new request was sent until the
+// heartbeat check gave up, 30 s later.)
+//
+// The inbox outlives each request on purpose. A Fetch has an inbox of its
+// own and drops it once its own timer ends the request; when the process
+// was starved of CPU, the server could still be filling that request, and
+// every message it sent to the dropped inbox sat unacknowledged, held by
+// nobody, for the consumer's whole ack wait: a lane stalled for a minute
+// after a few seconds of load. Here a message that arrives after its
+// request was given up is handled like any other.
 //
 // Every relay on a cluster shares each of these consumers, and a consumer
 // can fail under a running relay (deleted by an operator, a leader lost), so
 // [Run] re-creates it and goes on rather than leave the relay half alive. On
-// shutdown the fetch in progress is finished and its messages handled, so
+// shutdown the last pull request is let end and its messages handled, so
 // nothing this relay was sent waits out its ack wait.
 package consumer
 
@@ -67,7 +76,7 @@ func Run(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstre
 		if err != nil {
 			err = fmt.Errorf("creating consumer %s: %w", cfg.Durable, err)
 		} else {
-			err = Pull(ctx, cons, batch, log, handle)
+			err = Pull(ctx, js, cons, batch, log, handle)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -81,49 +90,18 @@ func Run(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstre
 	}
 }
 
-// Pull fetches from cons and calls handle with every message until ctx is
-// cancelled (it returns nil once the fetch in progress has been handled) or
-// the consumer fails (it returns why: the caller re-creates it).
-func Pull(ctx context.Context, cons jetstream.Consumer, batch int, log *slog.Logger, handle func(jetstream.Msg)) error {
-	name := cons.CachedInfo().Name
-	failures := 0
-	for ctx.Err() == nil {
-		start := time.Now()
-		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(MaxWait))
-		if err != nil {
-			if failures++; failures >= 3 {
-				return fmt.Errorf("pulling from %s: %w", name, err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(restartDelay):
-			}
-			continue
-		}
-		n, handling := 0, time.Duration(0)
-		for msg := range b.Messages() {
-			t := time.Now()
-			handle(msg)
-			handling += time.Since(t)
-			n++
-		}
-		if err := b.Error(); err != nil {
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return fmt.Errorf("pulling from %s: %w", name, err)
-			}
-			if failures++; failures >= 3 {
-				return fmt.Errorf("pulling from %s: %w", name, err)
-			}
-			log.Warn("pull ended with an error, pulling again", "consumer", name, "err", err)
-			continue
-		}
-		failures = 0
-		if n < batch && time.Since(start)-handling > MaxWait+MaxWait/2 {
-			// The server neither filled nor ended the request in time (the
-			// time spent handling aside): it had lost it, or this process
-			// got no CPU for a while; the client's own timer ended it.
-			log.Warn("pull request not ended by the server in time, pulling again", "consumer", name, "received", n)
-		}
+// Pull pulls from cons and calls handle with every message until ctx is
+// cancelled (it returns nil once the last pull request has ended and its
+// messages have been handled) or the consumer fails (it returns why: the
+// caller re-creates it). batch is how many messages one pull request asks
+// for; the next request goes out once half of them have arrived, so the
+// server always has one waiting while messages are pending.
+func Pull(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, batch int, log *slog.Logger, handle func(jetstream.Msg)) error {
+	info := cons.CachedInfo()
+	p, err := newPuller(js.Conn(), info.Stream, info.Name, batch)
+	if err != nil {
+		return err
 	}
-	return nil
+	defer p.close()
+	return p.run(ctx, log, handle)
 }

@@ -115,7 +115,7 @@ func (l *lane) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		cons, err := l.consumer(ctx)
 		if err == nil {
-			err = consumer.Pull(ctx, cons, pullBatch, l.log, func(msg jetstream.Msg) { l.dispatch(ctx, msg) })
+			err = consumer.Pull(ctx, l.cfg.JS, cons, pullBatch, l.log, func(msg jetstream.Msg) { l.dispatch(ctx, msg) })
 		}
 		if ctx.Err() != nil {
 			break

@@ -1,0 +1,124 @@
+package consumer
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// message is a JetStream message received on a pull loop's inbox. It
+// answers the server as the jetstream package's own messages do (that
+// package builds them only for the inboxes it owns): an ack, a nak or a term
+// is sent once, a keep-alive as often as asked.
+type message struct {
+	msg *nats.Msg
+	nc  *nats.Conn
+
+	mu    sync.Mutex
+	acked bool
+}
+
+var _ jetstream.Msg = (*message)(nil)
+
+// Metadata parses the message's reply subject.
+func (m *message) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := m.msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	return &jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
+		NumDelivered: md.NumDelivered,
+		NumPending:   md.NumPending,
+		Timestamp:    md.Timestamp,
+		Stream:       md.Stream,
+		Consumer:     md.Consumer,
+		Domain:       md.Domain,
+	}, nil
+}
+
+// Data is the message's body.
+func (m *message) Data() []byte { return m.msg.Data }
+
+// Headers are the message's headers.
+func (m *message) Headers() nats.Header { return m.msg.Header }
+
+// Subject is the subject the message was stored on.
+func (m *message) Subject() string { return m.msg.Subject }
+
+// Reply is the subject its acks go to.
+func (m *message) Reply() string { return m.msg.Reply }
+
+// Ack acknowledges the message, without waiting for the server.
+func (m *message) Ack() error { return m.reply(context.Background(), "+ACK", false) }
+
+// DoubleAck acknowledges the message and waits for the server to confirm.
+func (m *message) DoubleAck(ctx context.Context) error { return m.reply(ctx, "+ACK", true) }
+
+// Nak hands the message back for redelivery now.
+func (m *message) Nak() error { return m.reply(context.Background(), "-NAK", false) }
+
+// NakWithDelay hands the message back for redelivery after delay.
+func (m *message) NakWithDelay(delay time.Duration) error {
+	if delay <= 0 {
+		return m.Nak()
+	}
+	return m.reply(context.Background(), `-NAK {"delay": `+strconv.FormatInt(delay.Nanoseconds(), 10)+`}`, false)
+}
+
+// InProgress resets the message's ack wait; it may be sent any number of
+// times.
+func (m *message) InProgress() error {
+	if m.msg.Reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	return m.msg.Respond([]byte("+WPI"))
+}
+
+// Term tells the server never to redeliver the message.
+func (m *message) Term() error { return m.reply(context.Background(), "+TERM", false) }
+
+// TermWithReason is Term with a reason for the server's advisory.
+func (m *message) TermWithReason(reason string) error {
+	if reason == "" {
+		return m.Term()
+	}
+	return m.reply(context.Background(), "+TERM "+reason, false)
+}
+
+// reply sends one final answer about the message; a second is refused, as
+// the server would ignore it.
+func (m *message) reply(ctx context.Context, body string, sync bool) error {
+	if m.msg.Reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.acked {
+		return jetstream.ErrMsgAlreadyAckd
+	}
+	var err error
+	if sync {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, syncAckTimeout)
+			defer cancel()
+		}
+		_, err = m.nc.RequestWithContext(ctx, m.msg.Reply, []byte(body))
+	} else {
+		err = m.msg.Respond([]byte(body))
+	}
+	if err != nil {
+		return err
+	}
+	m.acked = true
+	return nil
+}
+
+// syncAckTimeout bounds a DoubleAck whose context has no deadline, as the
+// jetstream package's default timeout does.
+const syncAckTimeout = 5 * time.Second

@@ -1,0 +1,224 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// requestLife is how long after it was sent (the time spent handling its
+// messages aside) a pull request is taken as ended though the server said
+// nothing: the server ends it after MaxWait.
+const requestLife = MaxWait + MaxWait/2
+
+// pullRequest is the body of a JetStream pull request
+// ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>).
+type pullRequest struct {
+	Batch   int           `json:"batch"`
+	Expires time.Duration `json:"expires"`
+}
+
+// puller is one pull loop: its inbox, which lives as long as the loop, and
+// the pull requests it has out.
+type puller struct {
+	nc      *nats.Conn
+	sub     *nats.Subscription
+	inbox   string
+	subject string
+	body    []byte
+	name    string
+	batch   int
+	// life is requestLife, but in tests.
+	life time.Duration
+
+	// out lists the pull requests not known to have ended, oldest first.
+	out []request
+	// credit is how many messages the requests out may still bring.
+	credit int
+	// handling is the time spent in handle so far.
+	handling time.Duration
+}
+
+// request is one pull request out.
+type request struct {
+	sent time.Time
+	// handling is the puller's handling when it was sent: the time spent
+	// handling messages since does not count against its life.
+	handling time.Duration
+}
+
+func newPuller(nc *nats.Conn, stream, name string, batch int) (*puller, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("pulling from %s: %w", name, err)
+	}
+	// What arrives is bounded by the requests out (a few batches): the
+	// client must never drop it as a slow consumer while a handler is busy.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("pulling from %s: %w", name, err)
+	}
+	body, err := json.Marshal(pullRequest{Batch: batch, Expires: MaxWait})
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("pulling from %s: %w", name, err)
+	}
+	return &puller{
+		nc: nc, sub: sub, inbox: inbox, body: body, name: name, batch: batch, life: requestLife,
+		subject: "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name,
+	}, nil
+}
+
+func (p *puller) close() { _ = p.sub.Unsubscribe() }
+
+// run is [Pull]'s loop.
+func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstream.Msg)) error {
+	failures := 0
+	for {
+		if ctx.Err() == nil && p.wantMore() {
+			if err := p.nc.PublishRequest(p.subject, p.inbox, p.body); err != nil {
+				return fmt.Errorf("pulling from %s: %w", p.name, err)
+			}
+			p.out = append(p.out, request{sent: time.Now(), handling: p.handling})
+			p.credit += p.batch
+		}
+		if len(p.out) == 0 {
+			// Stopping, and the last request has ended: what is already
+			// in the inbox is handled too, not left to its ack wait.
+			for {
+				msg, err := p.sub.NextMsg(0)
+				if err != nil {
+					return nil
+				}
+				if !isStatus(msg) {
+					p.handle(msg, handle)
+				}
+			}
+		}
+		msg, err := p.sub.NextMsg(p.untilOldestEnds())
+		if errors.Is(err, nats.ErrTimeout) {
+			if p.oldestEnded() {
+				// The server neither filled nor ended it in time (the time
+				// spent handling aside): it had lost it, or this process got
+				// no CPU for a while. Anything it still sends arrives here.
+				log.Warn("pull request not ended by the server in time, pulling again", "consumer", p.name)
+				p.endOldest()
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("pulling from %s: %w", p.name, err)
+		}
+		if isStatus(msg) {
+			err := p.ended(msg)
+			if err == nil {
+				failures = 0
+				continue
+			}
+			if errors.Is(err, jetstream.ErrConsumerDeleted) {
+				return fmt.Errorf("pulling from %s: %w", p.name, err)
+			}
+			if failures++; failures >= 3 {
+				return fmt.Errorf("pulling from %s: %w", p.name, err)
+			}
+			log.Warn("pull ended with an error, pulling again", "consumer", p.name, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(restartDelay):
+			}
+			continue
+		}
+		failures = 0
+		p.received()
+		p.handle(msg, handle)
+	}
+}
+
+func (p *puller) handle(msg *nats.Msg, handle func(jetstream.Msg)) {
+	start := time.Now()
+	handle(&message{msg: msg, nc: p.nc})
+	p.handling += time.Since(start)
+}
+
+// wantMore reports whether to send a pull request now: none is out, or the
+// one out has brought half its batch (the next one then waits on the
+// server while the rest arrives).
+func (p *puller) wantMore() bool {
+	return len(p.out) == 0 || (len(p.out) == 1 && p.credit <= p.batch/2)
+}
+
+// untilOldestEnds is how long the oldest request out may still live.
+func (p *puller) untilOldestEnds() time.Duration {
+	r := p.out[0]
+	return max(0, p.life-(time.Since(r.sent)-(p.handling-r.handling)))
+}
+
+func (p *puller) oldestEnded() bool { return p.untilOldestEnds() <= 0 }
+
+// endOldest forgets the oldest request out, and what it could still bring
+// beyond the batches of the others.
+func (p *puller) endOldest() {
+	if len(p.out) == 0 {
+		return
+	}
+	p.out = p.out[1:]
+	p.credit = min(p.credit, len(p.out)*p.batch)
+}
+
+// received counts one message against the requests out. The server takes
+// its waiting requests in turns, so which one it filled is not known: the
+// oldest is taken as filled once the credit left fits in the others. A
+// guess wrong either way costs at most an extra request, or a request
+// waited for until its life ends.
+func (p *puller) received() {
+	p.credit = max(0, p.credit-1)
+	for len(p.out) > 0 && p.credit <= (len(p.out)-1)*p.batch {
+		p.endOldest()
+	}
+}
+
+// ended handles a status message: the end of a request (nil, or an error
+// to report), or a heartbeat.
+func (p *puller) ended(msg *nats.Msg) error {
+	status, desc := msg.Header.Get("Status"), msg.Header.Get("Description")
+	switch status {
+	case "100": // a heartbeat or flow control: none is asked for
+		return nil
+	case "408", "404": // the request expired, or found nothing
+	case "409":
+		switch desc {
+		case "Consumer Deleted":
+			return jetstream.ErrConsumerDeleted
+		case "Exceeded MaxWaiting", "Leadership Change", "Server Shutdown", "Batch Completed",
+			"Message Size Exceeds MaxBytes":
+			// The request ended; the next goes to whoever leads now.
+		default:
+			p.endOldest()
+			return fmt.Errorf("status %s %s", status, desc)
+		}
+	default: // 503: no consumer (or no JetStream) answers; 400: refused
+		p.endOldest()
+		return fmt.Errorf("status %s %s", status, desc)
+	}
+	if n, err := strconv.Atoi(msg.Header.Get("Nats-Pending-Messages")); err == nil {
+		p.credit = max(0, p.credit-n)
+	}
+	p.endOldest()
+	return nil
+}
+
+// isStatus reports whether msg is the server's word about a pull request
+// rather than a message of the stream. Only the server's own words come
+// without a reply subject: a stream's message always has one to ack, even an
+// empty event published with a Status header of its own.
+func isStatus(msg *nats.Msg) bool {
+	return msg.Reply == "" && msg.Header.Get("Status") != ""
+}

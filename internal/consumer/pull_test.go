@@ -1,0 +1,134 @@
+package consumer
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// handled records what a pull loop handed over, acking each message.
+type handled struct {
+	mu   sync.Mutex
+	seqs map[uint64]uint64 // stream sequence → number of deliveries seen
+	n    int
+}
+
+func (h *handled) handle(t *testing.T) func(jetstream.Msg) {
+	return func(msg jetstream.Msg) {
+		md, err := msg.Metadata()
+		if err != nil {
+			t.Errorf("metadata: %v", err)
+			return
+		}
+		h.mu.Lock()
+		h.seqs[md.Sequence.Stream] = md.NumDelivered
+		h.n++
+		h.mu.Unlock()
+		if err := msg.Ack(); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+	}
+}
+
+func (h *handled) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.seqs)
+}
+
+// startStream creates a stream and a durable pull consumer with a long ack
+// wait: a message sent to an inbox nobody reads would come back only after
+// it, delivered twice.
+func startStream(t *testing.T) (jetstream.JetStream, jetstream.Consumer) {
+	t.Helper()
+	n := testutil.StartNATS(t)
+	ctx := testutil.Context(t)
+	_, err := n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	require.NoError(t, err)
+	cons, err := n.JS.CreateConsumer(ctx, "S", jetstream.ConsumerConfig{
+		Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+	})
+	require.NoError(t, err)
+	return n.JS, cons
+}
+
+func publish(t *testing.T, js jetstream.JetStream, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		_, err := js.Publish(testutil.Context(t), "s."+strconv.Itoa(i), []byte(strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+}
+
+// TestPullHandlesWhatALateRequestBrings: the server fills pull requests
+// that the loop had already given up on (here the loop's patience is made
+// shorter than the server's; on a machine starved of CPU it is the server's
+// that starts late). Their messages are handled, each delivered once: none
+// waits unread for the consumer's ack wait. (With an inbox per request,
+// dropped as the request is given up, what the server sends just before it
+// learns of the drop was lost for the ack wait: a lane stalled for a minute
+// after a few seconds of load.)
+func TestPullHandlesWhatALateRequestBrings(t *testing.T) {
+	t.Parallel()
+	js, cons := startStream(t)
+	p, err := newPuller(js.Conn(), "S", "c", 64)
+	require.NoError(t, err)
+	p.life = 50 * time.Millisecond // the server keeps each request for MaxWait
+	got := &handled{seqs: map[uint64]uint64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg conc.WaitGroup
+	wg.Go(func() {
+		require.NoError(t, p.run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), got.handle(t)))
+	})
+	defer func() {
+		cancel()
+		wg.Wait()
+		p.close()
+	}()
+	// Several requests have been given up by now and still wait on the
+	// server; what is published next goes to them first.
+	<-time.After(300 * time.Millisecond)
+	publish(t, js, 0, 500)
+	testutil.Eventually(t, func() bool { return got.count() == 500 }, "%d of 500 handled", got.count())
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	for seq, delivered := range got.seqs {
+		require.EqualValues(t, 1, delivered, "message %d was delivered again: the first delivery went unread", seq)
+	}
+	info, err := cons.Info(testutil.Context(t))
+	require.NoError(t, err)
+	require.Zero(t, info.NumPending)
+}
+
+// TestPullTakesAnEmptyEventWithAStatusHeaderForAnEvent: an event with no
+// body and a Status header of its own is a message of the stream, handled
+// like any other, not the server's word about a pull request.
+func TestPullTakesAnEmptyEventWithAStatusHeaderForAnEvent(t *testing.T) {
+	t.Parallel()
+	js, cons := startStream(t)
+	msg := nats.NewMsg("s.status")
+	msg.Header.Set("Status", "408")
+	_, err := js.PublishMsg(testutil.Context(t), msg)
+	require.NoError(t, err)
+	publish(t, js, 0, 1)
+	got := &handled{seqs: map[uint64]uint64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg conc.WaitGroup
+	wg.Go(func() {
+		require.NoError(t, Pull(ctx, js, cons, 16, slog.New(slog.NewTextHandler(io.Discard, nil)), got.handle(t)))
+	})
+	testutil.Eventually(t, func() bool { return got.count() == 2 }, "%d of 2 handled", got.count())
+	cancel()
+	wg.Wait()
+}
