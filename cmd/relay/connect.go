@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -143,6 +144,9 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 	return opts, nil
 }
 
+// commandConnectTimeout bounds a one-shot command's connection handshake.
+const commandConnectTimeout = 10 * time.Second
+
 // connect dials the named NATS servers; commands other than run need one.
 func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	named, err := c.resolve()
@@ -156,7 +160,11 @@ func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, nats.MaxReconnects(0), nats.RetryOnFailedConnect(false))
+	// One try, but a patient one: a server busy with a burst can take
+	// longer than nats.go's 2 s to finish the handshake, and a command that
+	// gives up on a server that is up only sends its user to look for a
+	// fault that is not there. A server that is down still refuses at once.
+	opts = append(opts, nats.MaxReconnects(0), nats.RetryOnFailedConnect(false), nats.Timeout(commandConnectTimeout))
 	if c.refused != nil {
 		opts = append(opts, c.refused.option())
 	}
