@@ -6,8 +6,9 @@
 // deliveries.<lane>.>. Many subscribers share a lane (sNN, by FNV-1a of the
 // id) and a few big ones get a dedicated lane (d_<id>). Consumers are kept few
 // and fixed because every ack on a work-queue stream scans all its consumers.
-// A lane pulls with short fetches (package consumer), so it is never left
-// without a pull request for long, whatever became of the last one.
+// A lane pulls with short pull requests on one inbox of its own (package
+// consumer), so it is never left without a pull request for long, whatever
+// became of the last one, and nothing the server sends it goes unread.
 //
 // Inside a lane, every subscriber has its own scheduler (scheduler.go names
 // the states a delivery goes through): a queue of held messages, at most
