@@ -26,11 +26,18 @@ type pullRequest struct {
 }
 
 // puller is one pull loop: its inbox, which lives as long as the loop, and
-// the pull requests it has out.
+// the pull requests it has out. Each request has a reply subject of its own
+// under the inbox (<inbox>.<n>): the server's word that a request ended
+// comes on that subject, so a late one, about a request the loop had given
+// up on, is known for what it is and ends no other. (The messages come with
+// their stream subjects, and are counted against the requests out as a
+// whole.)
 type puller struct {
-	nc      *nats.Conn
-	sub     *nats.Subscription
-	inbox   string
+	nc    *nats.Conn
+	sub   *nats.Subscription
+	inbox string
+	// next numbers the requests' reply subjects.
+	next    uint64
 	subject string
 	body    []byte
 	name    string
@@ -48,7 +55,8 @@ type puller struct {
 
 // request is one pull request out.
 type request struct {
-	sent time.Time
+	reply string
+	sent  time.Time
 	// handling is the puller's handling when it was sent: the time spent
 	// handling messages since does not count against its life.
 	handling time.Duration
@@ -56,7 +64,7 @@ type request struct {
 
 func newPuller(nc *nats.Conn, stream, name string, batch int) (*puller, error) {
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	sub, err := nc.SubscribeSync(inbox + ".*")
 	if err != nil {
 		return nil, fmt.Errorf("pulling from %s: %w", name, err)
 	}
@@ -84,10 +92,12 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 	failures := 0
 	for {
 		if ctx.Err() == nil && p.wantMore() {
-			if err := p.nc.PublishRequest(p.subject, p.inbox, p.body); err != nil {
+			p.next++
+			reply := p.inbox + "." + strconv.FormatUint(p.next, 10)
+			if err := p.nc.PublishRequest(p.subject, reply, p.body); err != nil {
 				return fmt.Errorf("pulling from %s: %w", p.name, err)
 			}
-			p.out = append(p.out, request{sent: time.Now(), handling: p.handling})
+			p.out = append(p.out, request{reply: reply, sent: time.Now(), handling: p.handling})
 			p.credit += p.batch
 		}
 		if len(p.out) == 0 {
@@ -110,7 +120,7 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 				// spent handling aside): it had lost it, or this process got
 				// no CPU for a while. Anything it still sends arrives here.
 				log.Warn("pull request not ended by the server in time, pulling again", "consumer", p.name)
-				p.endOldest()
+				p.end(0)
 			}
 			continue
 		}
@@ -163,14 +173,22 @@ func (p *puller) untilOldestEnds() time.Duration {
 
 func (p *puller) oldestEnded() bool { return p.untilOldestEnds() <= 0 }
 
-// endOldest forgets the oldest request out, and what it could still bring
-// beyond the batches of the others.
-func (p *puller) endOldest() {
-	if len(p.out) == 0 {
-		return
-	}
-	p.out = p.out[1:]
+// end forgets the i-th request out, and what it could still bring beyond
+// the batches of the others.
+func (p *puller) end(i int) {
+	p.out = append(p.out[:i], p.out[i+1:]...)
 	p.credit = min(p.credit, len(p.out)*p.batch)
+}
+
+// find returns the index of the request out with this reply subject, or -1
+// for one that is not out (ended already, or given up on).
+func (p *puller) find(reply string) int {
+	for i, r := range p.out {
+		if r.reply == reply {
+			return i
+		}
+	}
+	return -1
 }
 
 // received counts one message against the requests out. The server takes
@@ -181,14 +199,16 @@ func (p *puller) endOldest() {
 func (p *puller) received() {
 	p.credit = max(0, p.credit-1)
 	for len(p.out) > 0 && p.credit <= (len(p.out)-1)*p.batch {
-		p.endOldest()
+		p.end(0)
 	}
 }
 
 // ended handles a status message: the end of a request (nil, or an error
-// to report), or a heartbeat.
+// to report), or a heartbeat. The end of a request that is not out any more
+// changes nothing but an error's count.
 func (p *puller) ended(msg *nats.Msg) error {
 	status, desc := msg.Header.Get("Status"), msg.Header.Get("Description")
+	var err error
 	switch status {
 	case "100": // a heartbeat or flow control: none is asked for
 		return nil
@@ -201,18 +221,20 @@ func (p *puller) ended(msg *nats.Msg) error {
 			"Message Size Exceeds MaxBytes":
 			// The request ended; the next goes to whoever leads now.
 		default:
-			p.endOldest()
-			return fmt.Errorf("status %s %s", status, desc)
+			err = fmt.Errorf("status %s %s", status, desc)
 		}
 	default: // 503: no consumer (or no JetStream) answers; 400: refused
-		p.endOldest()
-		return fmt.Errorf("status %s %s", status, desc)
+		err = fmt.Errorf("status %s %s", status, desc)
 	}
-	if n, err := strconv.Atoi(msg.Header.Get("Nats-Pending-Messages")); err == nil {
+	i := p.find(msg.Subject)
+	if i < 0 {
+		return err
+	}
+	if n, perr := strconv.Atoi(msg.Header.Get("Nats-Pending-Messages")); perr == nil {
 		p.credit = max(0, p.credit-n)
 	}
-	p.endOldest()
-	return nil
+	p.end(i)
+	return err
 }
 
 // isStatus reports whether msg is the server's word about a pull request

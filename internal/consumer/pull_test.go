@@ -132,3 +132,40 @@ func TestPullTakesAnEmptyEventWithAStatusHeaderForAnEvent(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// TestPullCountsEachRequestsEndOnce: the server's word that a request ended
+// ends that request only; one about a request the loop gave up on ends
+// none, so the loop never takes a live request for ended and piles up
+// requests on the server.
+func TestPullCountsEachRequestsEndOnce(t *testing.T) {
+	t.Parallel()
+	status := func(reply, code, desc string, pending int) *nats.Msg {
+		m := nats.NewMsg(reply)
+		m.Header.Set("Status", code)
+		m.Header.Set("Description", desc)
+		m.Header.Set("Nats-Pending-Messages", strconv.Itoa(pending))
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		msg     *nats.Msg
+		out     int // requests out after
+		credit  int
+		wantErr bool
+	}{
+		{"the end of a request given up on", status("in.1", "408", "Request Timeout", 16), 2, 24, false},
+		{"the oldest's end", status("in.2", "408", "Request Timeout", 16), 1, 8, false},
+		{"the newest's end", status("in.3", "408", "Request Timeout", 8), 1, 16, false},
+		{"a new leader", status("in.2", "409", "Leadership Change", 16), 1, 8, false},
+		{"no consumer", status("in.2", "503", "", 0), 1, 16, true},
+		{"an unknown refusal about a request given up on", status("in.1", "409", "Something New", 0), 2, 24, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &puller{batch: 16, credit: 24, out: []request{{reply: "in.2"}, {reply: "in.3"}}}
+			err := p.ended(tc.msg)
+			require.Equal(t, tc.wantErr, err != nil, "error: %v", err)
+			require.Len(t, p.out, tc.out)
+			require.Equal(t, tc.credit, p.credit)
+		})
+	}
+}
