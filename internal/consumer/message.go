@@ -71,10 +71,16 @@ func (m *message) NakWithDelay(delay time.Duration) error {
 }
 
 // InProgress resets the message's ack wait; it may be sent any number of
-// times.
+// times until the message is acked.
 func (m *message) InProgress() error {
 	if m.msg.Reply == "" {
 		return jetstream.ErrMsgNoReply
+	}
+	m.mu.Lock()
+	acked := m.acked
+	m.mu.Unlock()
+	if acked {
+		return jetstream.ErrMsgAlreadyAckd
 	}
 	return m.msg.Respond([]byte("+WPI"))
 }

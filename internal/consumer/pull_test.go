@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strconv"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/relay-dev/relay/internal/testutil"
 )
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // handled records what a pull loop handed over, acking each message.
 type handled struct {
@@ -89,7 +92,9 @@ func TestPullHandlesWhatALateRequestBrings(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg conc.WaitGroup
 	wg.Go(func() {
-		require.NoError(t, p.run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), got.handle(t)))
+		if err := p.run(ctx, discard, got.handle(t)); err != nil {
+			t.Errorf("pull: %v", err)
+		}
 	})
 	defer func() {
 		cancel()
@@ -126,7 +131,9 @@ func TestPullTakesAnEmptyEventWithAStatusHeaderForAnEvent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg conc.WaitGroup
 	wg.Go(func() {
-		require.NoError(t, Pull(ctx, js, cons, 16, slog.New(slog.NewTextHandler(io.Discard, nil)), got.handle(t)))
+		if err := Pull(ctx, js, cons, 16, discard, got.handle(t)); err != nil {
+			t.Errorf("pull: %v", err)
+		}
 	})
 	testutil.Eventually(t, func() bool { return got.count() == 2 }, "%d of 2 handled", got.count())
 	cancel()
@@ -168,4 +175,56 @@ func TestPullCountsEachRequestsEndOnce(t *testing.T) {
 			require.Equal(t, tc.credit, p.credit)
 		})
 	}
+}
+
+// TestMessageAnswersAsJetStreamDoes: the loop's messages speak the
+// server's ack protocol: a delayed nak brings a message back, a term and an
+// ack settle one for good, and a second answer is refused.
+func TestMessageAnswersAsJetStreamDoes(t *testing.T) {
+	t.Parallel()
+	js, cons := startStream(t)
+	publish(t, js, 0, 3) // s.0: nak with delay, then ack; s.1: term; s.2: double ack
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg conc.WaitGroup
+	// The handler runs on the loop's goroutine: it reports with Errorf.
+	check := func(what string, err, want error) {
+		if !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", what, err, want)
+		}
+	}
+	wg.Go(func() {
+		err := Pull(ctx, js, cons, 16, discard, func(msg jetstream.Msg) {
+			mu.Lock()
+			deliveries[msg.Subject()]++
+			n := deliveries[msg.Subject()]
+			mu.Unlock()
+			switch {
+			case msg.Subject() == "s.0" && n == 1:
+				check("in progress", msg.InProgress(), nil)
+				check("nak with delay", msg.NakWithDelay(100*time.Millisecond), nil)
+			case msg.Subject() == "s.1":
+				check("term", msg.TermWithReason("test"), nil)
+			case msg.Subject() == "s.2":
+				check("double ack", msg.DoubleAck(context.Background()), nil)
+			default:
+				check("ack", msg.Ack(), nil)
+			}
+			check("a second answer", msg.Ack(), jetstream.ErrMsgAlreadyAckd)
+			check("in progress once answered", msg.InProgress(), jetstream.ErrMsgAlreadyAckd)
+		})
+		check("pull", err, nil)
+	})
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	testutil.Eventually(t, func() bool {
+		info, err := cons.Info(testutil.Context(t))
+		return err == nil && info.AckFloor.Stream == 3 && info.NumAckPending == 0
+	}, "not every message settled")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{"s.0": 2, "s.1": 1, "s.2": 1}, deliveries)
 }
