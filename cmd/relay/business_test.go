@@ -125,7 +125,8 @@ func TestDeadlineUnderRateLimit(t *testing.T) {
 	start := all[0]
 	require.LessOrEqual(t, accepted, rate+rate*5+10)
 	require.GreaterOrEqual(t, float64(accepted), 0.8*(rate+rate*deadline.Sub(start).Seconds()),
-		"%d accepted from the first request, %v after the due time, to the deadline", accepted, start.Sub(due))
+		"%d accepted from the first request, %v after the due time, to the deadline; the longest waits between two requests: %v",
+		accepted, start.Sub(due), longestGaps(all, 3))
 
 	var lastDeath time.Time
 	for _, d := range dead {
@@ -196,4 +197,21 @@ func checkStatusInTime(t *testing.T, natsURL, id string, met, missed int) {
 	}, "relay status shows %d met and %d missed for %s, want %d and %d", got.Met, got.Missed, id, met, missed)
 	require.NotNil(t, got.InTime)
 	require.InDelta(t, float64(met)/float64(met+missed), *got.InTime, 1e-9)
+}
+
+// longestGaps returns the n longest waits between two requests in a row of
+// sorted arrivals, each with when it began after the first: what tells a
+// lane that ran dry from one that kept a slower pace.
+func longestGaps(sorted []time.Time, n int) []string {
+	type gap struct{ at, d time.Duration }
+	var gaps []gap
+	for i := 1; i < len(sorted); i++ {
+		gaps = append(gaps, gap{sorted[i-1].Sub(sorted[0]), sorted[i].Sub(sorted[i-1])})
+	}
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i].d > gaps[j].d })
+	var out []string
+	for _, g := range gaps[:min(n, len(gaps))] {
+		out = append(out, fmt.Sprintf("%v at +%v", g.d.Round(time.Millisecond), g.at.Round(time.Millisecond)))
+	}
+	return out
 }

@@ -60,9 +60,36 @@ func startRelay(t *testing.T, natsURL string, extra ...string) *runningRelay {
 	t.Cleanup(func() {
 		if code := r.stop(); code != 0 {
 			t.Errorf("relay run exited %d: %s", code, r.stderr.String())
+			return
+		}
+		if t.Failed() {
+			logWarnings(t, r.stderr.String())
 		}
 	})
 	return r
+}
+
+// logWarnings logs the last warnings and errors of a relay's log, for a test
+// that failed: what the relay noticed is often what explains it.
+func logWarnings(t *testing.T, log string) {
+	const most = 40
+	var lines []string
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			lines = append(lines, strings.TrimRight(line, "\n"))
+		}
+	}
+	if len(lines) == 0 {
+		t.Log("relay run logged no warning")
+		return
+	}
+	if len(lines) > most {
+		t.Logf("relay run logged %d warnings and errors; the last %d:", len(lines), most)
+		lines = lines[len(lines)-most:]
+	}
+	for _, line := range lines {
+		t.Log(line)
+	}
 }
 
 // stop cancels the relay as a signal would and returns its exit code.
