@@ -73,8 +73,14 @@ func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 // deadline; every other one is dead-lettered as deadline no later than a second after
 // it, and never sent; the metrics and relay status count what the receiver
 // saw.
+//
+// It runs on its own, not beside the package's parallel tests: the lane keeps
+// to the rate only while a lease's compare-and-set answers within the 100 ms
+// a lease lasts (docs/delivery-rules.md). Beside the 10,000-subscriber and
+// fault tests under the race detector it accepted 419 of the 462 asked, at
+// an even pace (no wait between two requests above 172 ms): what a lease per
+// round trip of about 150 ms gives, not a lane that ran dry.
 func TestDeadlineUnderRateLimit(t *testing.T) {
-	t.Parallel()
 	const (
 		events = 1000
 		rate   = 100
