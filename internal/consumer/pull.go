@@ -47,6 +47,10 @@ type puller struct {
 
 	// out lists the pull requests not known to have ended, oldest first.
 	out []request
+	// lost holds the requests given up on without a word from the server,
+	// by reply subject, with when: the server may still be filling them,
+	// so a stopping loop reads on until they end (see [puller.drain]).
+	lost map[string]time.Time
 	// credit is how many messages the requests out may still bring.
 	credit int
 	// handling is the time spent in handle so far.
@@ -81,6 +85,7 @@ func newPuller(nc *nats.Conn, stream, name string, batch int) (*puller, error) {
 	}
 	return &puller{
 		nc: nc, sub: sub, inbox: inbox, body: body, name: name, batch: batch, life: requestLife,
+		lost:    make(map[string]time.Time),
 		subject: "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name,
 	}, nil
 }
@@ -101,17 +106,8 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 			p.credit += p.batch
 		}
 		if len(p.out) == 0 {
-			// Stopping, and the last request has ended: what is already
-			// in the inbox is handled too, not left to its ack wait.
-			for {
-				msg, err := p.sub.NextMsg(0)
-				if err != nil {
-					return nil
-				}
-				if !isStatus(msg) {
-					p.handle(msg, handle)
-				}
-			}
+			p.drain(handle)
+			return nil
 		}
 		msg, err := p.sub.NextMsg(p.untilOldestEnds())
 		if errors.Is(err, nats.ErrTimeout) {
@@ -120,7 +116,7 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 				// spent handling aside): it had lost it, or this process got
 				// no CPU for a while. Anything it still sends arrives here.
 				log.Warn("pull request not ended by the server in time, pulling again", "consumer", p.name)
-				p.end(0)
+				p.giveUp()
 			}
 			continue
 		}
@@ -191,6 +187,46 @@ func (p *puller) find(reply string) int {
 	return -1
 }
 
+// giveUp ends the oldest request out without a word from the server, and
+// keeps it among the lost for a while.
+func (p *puller) giveUp() {
+	now := time.Now()
+	for reply, at := range p.lost {
+		if now.Sub(at) > lostFor {
+			delete(p.lost, reply)
+		}
+	}
+	p.lost[p.out[0].reply] = now
+	p.end(0)
+}
+
+// lostFor is how long a request given up on is remembered: far longer than
+// a server that received it late would take to end it.
+const lostFor = 30 * time.Second
+
+// drain handles, once the last request out has ended as the loop stops,
+// what is already in the inbox, and what the requests given up on still
+// bring until the server ends them (at most requestLife from now): a
+// message the server sends to an inbox dropped would wait out its ack wait.
+func (p *puller) drain(handle func(jetstream.Msg)) {
+	until := time.Now().Add(requestLife)
+	for {
+		wait := time.Duration(0)
+		if len(p.lost) > 0 {
+			wait = max(0, time.Until(until))
+		}
+		msg, err := p.sub.NextMsg(wait)
+		if err != nil {
+			return
+		}
+		if isStatus(msg) {
+			delete(p.lost, msg.Subject)
+			continue
+		}
+		p.handle(msg, handle)
+	}
+}
+
 // received counts one message against the requests out. The server takes
 // its waiting requests in turns, so which one it filled is not known: the
 // oldest is taken as filled once the credit left fits in the others. A
@@ -228,6 +264,7 @@ func (p *puller) ended(msg *nats.Msg) error {
 	}
 	i := p.find(msg.Subject)
 	if i < 0 {
+		delete(p.lost, msg.Subject)
 		return err
 	}
 	if n, perr := strconv.Atoi(msg.Header.Get("Nats-Pending-Messages")); perr == nil {

@@ -228,3 +228,33 @@ func TestMessageAnswersAsJetStreamDoes(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, map[string]int{"s.0": 2, "s.1": 1, "s.2": 1}, deliveries)
 }
+
+// TestPullStopsWithNothingInLimbo: a loop that stops while the server still
+// holds requests it had given up on reads on until the server ends them, so
+// what they bring is handled, not left unacknowledged for the ack wait.
+func TestPullStopsWithNothingInLimbo(t *testing.T) {
+	t.Parallel()
+	js, cons := startStream(t)
+	p, err := newPuller(js.Conn(), "S", "c", 64)
+	require.NoError(t, err)
+	p.life = 50 * time.Millisecond // given up on long before the server ends them
+	got := &handled{seqs: map[uint64]uint64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg conc.WaitGroup
+	wg.Go(func() {
+		if err := p.run(ctx, discard, got.handle(t)); err != nil {
+			t.Errorf("pull: %v", err)
+		}
+	})
+	<-time.After(300 * time.Millisecond)
+	cancel()
+	publish(t, js, 0, 100) // to the requests the server still holds
+	wg.Wait()
+	p.close()
+	info, err := cons.Info(testutil.Context(t))
+	require.NoError(t, err)
+	t.Logf("%d handled while stopping, %d left pending", got.count(), info.NumPending)
+	require.Zero(t, info.NumAckPending, "messages sent to the stopped loop wait out their ack wait")
+	require.Positive(t, got.count(), "the requests given up on brought nothing while the loop stopped")
+	require.EqualValues(t, 100, uint64(got.count())+info.NumPending)
+}
