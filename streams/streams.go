@@ -148,6 +148,21 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			return fmt.Errorf("streams: creating or updating bucket %s: %w", kv.Bucket, err)
 		}
 	}
+	// On a cluster a stream that another relay (or this one) has just
+	// created can answer "not found" for a moment after its create
+	// returned: one CI run's second relay on a fresh cluster exited with
+	// "bucket not found" opening a bucket that Ensure had just seen. Ensure
+	// returns once each can be looked up, so what the relay opens next is
+	// there.
+	for _, name := range []string{Events, Deliveries, DLQ, Retries,
+		"KV_" + SubscribersBucket, "KV_" + RateLimitBucket, "KV_" + TimelinessBucket} {
+		if err := AskAgain(ctx, func(ctx context.Context) error {
+			_, err := existing(ctx, js, name)
+			return err
+		}); err != nil {
+			return fmt.Errorf("streams: looking up %s: %w", name, err)
+		}
+	}
 	return nil
 }
 
