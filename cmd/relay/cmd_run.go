@@ -267,7 +267,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	kv, err := js.KeyValue(setupCtx, streams.TimelinessBucket)
 	if err != nil {
-		return refused.explain(err)
+		return refused.explain(fmt.Errorf("opening KV bucket %s: %w", streams.TimelinessBucket, err))
 	}
 	refused.disarm()
 	// The in-time counts outlive the other parts by a final flush: the
