@@ -66,6 +66,29 @@ func startStream(t *testing.T) (jetstream.JetStream, jetstream.Consumer) {
 	return n.JS, cons
 }
 
+// impatientLoop runs a pull loop on startStream's consumer that gives each
+// request up after 50 ms, long before the server ends it (MaxWait), and
+// returns what it handled, the func that tells it to stop, and the one that
+// waits until it has.
+func impatientLoop(t *testing.T, js jetstream.JetStream) (got *handled, stop, wait func()) {
+	t.Helper()
+	p, err := newPuller(js.Conn(), "S", "c", 64)
+	require.NoError(t, err)
+	p.life = 50 * time.Millisecond
+	got = &handled{seqs: map[uint64]uint64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg conc.WaitGroup
+	wg.Go(func() {
+		if err := p.run(ctx, discard, got.handle(t)); err != nil {
+			t.Errorf("pull: %v", err)
+		}
+	})
+	return got, cancel, func() {
+		wg.Wait()
+		p.close()
+	}
+}
+
 func publish(t *testing.T, js jetstream.JetStream, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
@@ -85,21 +108,10 @@ func publish(t *testing.T, js jetstream.JetStream, from, n int) {
 func TestPullHandlesWhatALateRequestBrings(t *testing.T) {
 	t.Parallel()
 	js, cons := startStream(t)
-	p, err := newPuller(js.Conn(), "S", "c", 64)
-	require.NoError(t, err)
-	p.life = 50 * time.Millisecond // the server keeps each request for MaxWait
-	got := &handled{seqs: map[uint64]uint64{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg conc.WaitGroup
-	wg.Go(func() {
-		if err := p.run(ctx, discard, got.handle(t)); err != nil {
-			t.Errorf("pull: %v", err)
-		}
-	})
+	got, stop, wait := impatientLoop(t, js)
 	defer func() {
-		cancel()
-		wg.Wait()
-		p.close()
+		stop()
+		wait()
 	}()
 	// Several requests have been given up by now and still wait on the
 	// server; what is published next goes to them first.
@@ -235,22 +247,11 @@ func TestMessageAnswersAsJetStreamDoes(t *testing.T) {
 func TestPullStopsWithNothingInLimbo(t *testing.T) {
 	t.Parallel()
 	js, cons := startStream(t)
-	p, err := newPuller(js.Conn(), "S", "c", 64)
-	require.NoError(t, err)
-	p.life = 50 * time.Millisecond // given up on long before the server ends them
-	got := &handled{seqs: map[uint64]uint64{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg conc.WaitGroup
-	wg.Go(func() {
-		if err := p.run(ctx, discard, got.handle(t)); err != nil {
-			t.Errorf("pull: %v", err)
-		}
-	})
+	got, stop, wait := impatientLoop(t, js)
 	<-time.After(300 * time.Millisecond)
-	cancel()
+	stop()
 	publish(t, js, 0, 100) // to the requests the server still holds
-	wg.Wait()
-	p.close()
+	wait()
 	info, err := cons.Info(testutil.Context(t))
 	require.NoError(t, err)
 	t.Logf("%d handled while stopping, %d left pending", got.count(), info.NumPending)
