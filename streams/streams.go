@@ -92,7 +92,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		}
 		return 1
 	}
+	// ensured lists every stream made sure of, buckets' included, for the
+	// look at the end.
+	var ensured []string
 	for _, name := range []string{Events, Deliveries, DLQ, Retries} {
+		ensured = append(ensured, name)
 		cfg, err := Config(name)
 		if err != nil {
 			return err
@@ -137,6 +141,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			History: 1,
 		},
 	} {
+		ensured = append(ensured, "KV_"+kv.Bucket)
 		kv.Replicas = replicas(existingConfig("KV_"+kv.Bucket, opts.Replicas != 0))
 		if err := AskAgain(ctx, func(ctx context.Context) error {
 			_, err := js.CreateKeyValue(ctx, kv)
@@ -151,11 +156,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	// On a cluster a stream that another relay (or this one) has just
 	// created can answer "not found" for a moment after its create
 	// returned: one CI run's second relay on a fresh cluster exited with
-	// "bucket not found" opening a bucket that Ensure had just seen. Ensure
-	// returns once each can be looked up, so what the relay opens next is
-	// there.
-	for _, name := range []string{Events, Deliveries, DLQ, Retries,
-		"KV_" + SubscribersBucket, "KV_" + RateLimitBucket, "KV_" + TimelinessBucket} {
+	// "bucket not found" opening the timeliness bucket right after Ensure.
+	// Ensure returns once each can be looked up, so what the relay opens
+	// next is there.
+	for _, name := range ensured {
 		if err := AskAgain(ctx, func(ctx context.Context) error {
 			_, err := existing(ctx, js, name)
 			return err
