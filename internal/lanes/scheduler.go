@@ -558,7 +558,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			continue
 		}
 		s.lane.flight.Begin()
-		s.lane.work.Go(func() {
+		send := func() {
 			// An in-flight request finishes even when the relay is stopping,
 			// within --shutdown-timeout: its outcome is then acked, parked or
 			// dead-lettered, never lost; one still open then is abandoned and
@@ -588,8 +588,33 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.syncLocked()
 			s.mu.Unlock()
 			s.signal()
-		})
+		}
+		if s.lastOut() {
+			// The loop would exit as soon as this request is out: it sends
+			// it itself rather than start a goroutine for it, one hand-off
+			// less for every event that finds its subscriber idle.
+			send()
+			return
+		}
+		s.lane.work.Go(send)
 	}
+}
+
+// lastOut reports whether the loop has nothing left to do once the request
+// just popped is out: nothing held, nothing being brought back or expected.
+// If so the loop is marked as not running, as it would mark itself at its
+// next turn, and a message offered from now on starts a new one.
+func (s *scheduler) lastOut() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) > 0 || s.refilling || s.backlog || s.stopped ||
+		(s.expect > 0 && s.lane.cfg.Clock.Now().Before(s.expectUntil)) {
+		return false
+	}
+	s.running = false
+	s.expect = 0
+	s.syncLocked()
+	return true
 }
 
 // pop takes the next live held message and counts it in flight; stale ones
