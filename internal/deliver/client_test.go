@@ -117,6 +117,7 @@ func TestSendBodyAndHeaders(t *testing.T) {
 			require.Equal(t, tt.wantType, r.header.Get("content-type"))
 			require.Equal(t, DefaultUserAgent, r.header.Get("user-agent"))
 			require.Equal(t, strconv.Itoa(len(tt.body)), r.header.Get("content-length"))
+			require.Empty(t, r.header.Get("accept-encoding"), "no compressed reply is asked for")
 			require.NoError(t, Verify([][]byte{key}, r.header.Get("webhook-id"), r.header.Get("webhook-timestamp"),
 				r.header.Get("webhook-signature"), r.body, testNow, 0))
 		})
