@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -31,13 +33,55 @@ var strictBase64 = base64.StdEncoding.Strict()
 // mac computes HMAC-SHA256(key, id + "." + ts + "." + body) without first
 // concatenating the parts, so that a large body is not copied.
 func mac(key []byte, id, ts string, body []byte) []byte {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte(id))
-	h.Write([]byte{'.'})
-	h.Write([]byte(ts))
-	h.Write([]byte{'.'})
+	pool := macs.pool(key)
+	h := pool.Get().(hash.Hash)
+	h.Reset()
+	// id and ts in one write: each conversion for a Write of its own would
+	// be an allocation.
+	prefix := make([]byte, 0, len(id)+len(ts)+2)
+	prefix = append(append(append(append(prefix, id...), '.'), ts...), '.')
+	h.Write(prefix)
 	h.Write(body)
-	return h.Sum(nil)
+	sum := h.Sum(nil)
+	pool.Put(h)
+	return sum
+}
+
+// macs keeps, per signing key in use, a pool of HMAC-SHA256 states keyed
+// with it: hmac.New costs seven allocations and about a microsecond, three
+// times the HMAC of a 200-byte body, and every delivery signs.
+var macs = macCache{pools: make(map[string]*sync.Pool)}
+
+// maxCachedKeys bounds macs: past it, the cache starts again empty, so that
+// keys rotated away (or a verifier fed keys by the thousand) do not stay
+// for the life of the process.
+const maxCachedKeys = 1 << 16
+
+type macCache struct {
+	mu    sync.RWMutex
+	pools map[string]*sync.Pool
+}
+
+// pool returns the pool of HMAC states for key, making it on first use.
+func (c *macCache) pool(key []byte) *sync.Pool {
+	c.mu.RLock()
+	p := c.pools[string(key)]
+	c.mu.RUnlock()
+	if p != nil {
+		return p
+	}
+	k := string(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.pools[k]; p != nil {
+		return p
+	}
+	if len(c.pools) >= maxCachedKeys {
+		clear(c.pools)
+	}
+	p = &sync.Pool{New: func() any { return hmac.New(sha256.New, []byte(k)) }}
+	c.pools[k] = p
+	return p
 }
 
 // Sign returns the Standard Webhooks signature of one message under one key:
@@ -47,7 +91,9 @@ func mac(key []byte, id, ts string, body []byte) []byte {
 // unsigned header.
 func Sign(key []byte, id string, ts int64, body []byte) string {
 	sum := mac(key, id, strconv.FormatInt(ts, 10), body)
-	return signaturePrefix + base64.StdEncoding.EncodeToString(sum)
+	sig := make([]byte, len(signaturePrefix)+base64.StdEncoding.EncodedLen(len(sum)))
+	base64.StdEncoding.Encode(sig[copy(sig, signaturePrefix):], sum)
+	return string(sig)
 }
 
 // Signatures returns one signature per key, space-separated, which is the
@@ -55,6 +101,9 @@ func Sign(key []byte, id string, ts int64, body []byte) string {
 // knows either the old or the new secret accepts the request. No keys gives
 // the empty string.
 func Signatures(keys [][]byte, id string, ts int64, body []byte) string {
+	if len(keys) == 1 {
+		return Sign(keys[0], id, ts, body)
+	}
 	var b strings.Builder
 	for i, key := range keys {
 		if i > 0 {

@@ -1,8 +1,13 @@
 package deliver
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,4 +134,55 @@ func withUnusedBits(sig string) string {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 	last := len(sig) - 2 // before the "=" of a 32-byte signature
 	return sig[:last] + string(alphabet[strings.IndexByte(alphabet, sig[last])|3]) + sig[last+1:]
+}
+
+// TestSignFromManyGoroutinesWithManyKeys signs with pooled HMAC states from
+// many goroutines at once, over more keys than the cache keeps: every
+// signature must be the one a fresh HMAC gives, whether its state came from
+// the pool, was made anew, or outlived a reset of the cache.
+func TestSignFromManyGoroutinesWithManyKeys(t *testing.T) {
+	t.Parallel()
+
+	want := func(key []byte, id string, ts int64, body []byte) string {
+		h := hmac.New(sha256.New, key)
+		h.Write([]byte(id + "." + strconv.FormatInt(ts, 10) + "." + string(body)))
+		return "v1," + base64.StdEncoding.EncodeToString(h.Sum(nil))
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				key := []byte(fmt.Sprintf("key-%d-%d-of-the-test-32-bytes!!", g, i%3))
+				id, body := fmt.Sprintf("evt_%d_%d", g, i), []byte(strings.Repeat("b", i))
+				if got := Sign(key, id, refTimestamp, body); got != want(key, id, refTimestamp, body) {
+					t.Errorf("goroutine %d, signature %d: %s", g, i, got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	key, err := ParseSecret(refSecret)
+	require.NoError(t, err)
+	for i := range maxCachedKeys + 1 {
+		macs.pool([]byte(strconv.Itoa(i)))
+	}
+	macs.mu.RLock()
+	cached := len(macs.pools)
+	macs.mu.RUnlock()
+	require.LessOrEqual(t, cached, maxCachedKeys, "the cache starts again once full")
+	require.Equal(t, refSignature, Sign(key, refID, refTimestamp, []byte(refBody)))
+}
+
+// BenchmarkSign measures one signature of a 200-byte body, the cost every
+// delivery pays.
+func BenchmarkSign(b *testing.B) {
+	key, err := ParseSecret(refSecret)
+	require.NoError(b, err)
+	body := make([]byte, 200)
+	b.ReportAllocs()
+	for b.Loop() {
+		Sign(key, refID, refTimestamp, body)
+	}
 }
