@@ -105,8 +105,11 @@ type scheduler struct {
 	lane *lane
 	id   string
 
-	mu       sync.Mutex
-	queue    []delivery
+	mu    sync.Mutex
+	queue []delivery
+	// buf is the whole array the queue was last given; the pops leave room
+	// at its front, which pushLocked uses before it grows the queue.
+	buf      []delivery
 	inFlight map[jetstream.Msg]struct{}
 	running  bool
 	stopped  bool
@@ -222,7 +225,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 		s.lane.toOverflow(d, s.id, s.stored)
 		return
 	}
-	s.queue = append(s.queue, d)
+	s.pushLocked(d)
 	s.syncLocked()
 	start := !s.running
 	s.running = true
@@ -232,6 +235,42 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	} else {
 		s.signal()
 	}
+}
+
+// pushLocked appends d to the queue. Each pop leaves a slot at the front of
+// the queue's array that append cannot see; with a steady backlog, append
+// would then make a new array every few hundred messages. So the queue
+// grows to twice its length, and once it fills what is left of its array
+// while taking at most half of it, it moves back to the array's front: one
+// copy of a delivery per push at most, and no allocation in a steady state.
+func (s *scheduler) pushLocked(d delivery) {
+	if n := len(s.queue); n == cap(s.queue) {
+		if n > 0 && n <= cap(s.buf)/2 && sameArrayEnd(s.buf, s.queue) {
+			whole := s.buf[:cap(s.buf)]
+			copy(whole, s.queue)
+			clear(whole[n:])
+			s.queue = whole[:n]
+		} else {
+			grown := make([]delivery, n, max(2*n, 8))
+			copy(grown, s.queue)
+			s.queue, s.buf = grown, grown[:0]
+		}
+	}
+	s.queue = append(s.queue, d)
+}
+
+// popFrontLocked takes the queue's head, which must exist.
+func (s *scheduler) popFrontLocked() delivery {
+	d := s.queue[0]
+	s.queue[0] = delivery{}
+	s.queue = s.queue[1:]
+	return d
+}
+
+// sameArrayEnd reports whether a and b, both of non-zero capacity, reach
+// to the same end of the same array.
+func sameArrayEnd(a, b []delivery) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
 
 // stored is told when a delivery of this subscriber reached its overflow:
@@ -411,7 +450,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			} else {
 				// Gone: what it left in overflow is the sweep's to settle.
 				held = append([]delivery(nil), s.queue...)
-				s.queue = nil
+				s.queue, s.buf = nil, nil
 				s.backlog, s.next = false, 0
 			}
 			s.running = false
@@ -623,9 +662,7 @@ func (s *scheduler) pop() (delivery, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.queue) > 0 && !s.stopped {
-		d := s.queue[0]
-		s.queue[0] = delivery{}
-		s.queue = s.queue[1:]
+		d := s.popFrontLocked()
 		if !s.lane.alive(d) {
 			s.lane.letGo(d, s.id)
 			continue
@@ -754,7 +791,7 @@ func (s *scheduler) drain() []jetstream.Msg {
 	for _, d := range s.queue {
 		held = append(held, d.msg)
 	}
-	s.queue = nil
+	s.queue, s.buf = nil, nil
 	s.backlog = false // this relay's lane no longer brings it back
 	s.syncLocked()
 	return held
