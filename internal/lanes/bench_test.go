@@ -2,6 +2,7 @@ package lanes_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -23,9 +24,48 @@ import (
 // process: compare the two deliveries/s figures of one run, not across runs.
 //
 //	go test -run '^$' -bench Drain -benchtime 20000x ./internal/lanes/
+//
+// spread is the lanes again with the deliveries spread over b.N/2
+// subscribers, two each, on 16 shared lanes (the benchmark engine's scale
+// scenario without the fan-out): what a subscriber's first deliveries cost
+// beyond the deliveries themselves.
 func BenchmarkDrain(b *testing.B) {
 	b.Run("naive", func(b *testing.B) { benchDrain(b, true) })
 	b.Run("lanes", func(b *testing.B) { benchDrain(b, false) })
+	b.Run("spread", benchSpread)
+}
+
+func benchSpread(b *testing.B) {
+	const shared, each = 16, 2
+	n := testutil.StartRelayNATS(b)
+	var got atomic.Int64
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(rcv.Close)
+	store, err := subscribers.Open(testutil.Context(b), n.JS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bd := &bundle{n: n, store: store, rcv: rcv}
+	subs := max(1, b.N/each)
+	for i := range subs {
+		sub := subscribers.Subscriber{ID: fmt.Sprintf("spread-%05d", i), URL: rcv.URL + "/spread", Secrets: []string{secret}, MaxInFlight: 64}
+		if err := store.Put(testutil.Context(b), sub); err != nil {
+			b.Fatal(err)
+		}
+		bd.enqueue(b, sub, shared, each)
+	}
+	bd.flush(b)
+
+	b.ResetTimer()
+	start := time.Now()
+	bd.startLanes(b, shared)
+	for got.Load() < int64(subs*each) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.ReportMetric(float64(subs*each)/time.Since(start).Seconds(), "deliveries/s")
 }
 
 func benchDrain(b *testing.B, naive bool) {

@@ -251,7 +251,7 @@ func (s *scheduler) pushLocked(d delivery) {
 			clear(whole[n:])
 			s.queue = whole[:n]
 		} else {
-			grown := make([]delivery, n, max(2*n, 8))
+			grown := make([]delivery, n, max(2*n, 2))
 			copy(grown, s.queue)
 			s.queue, s.buf = grown, grown[:0]
 		}
