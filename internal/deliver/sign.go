@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -33,9 +34,8 @@ var strictBase64 = base64.StdEncoding.Strict()
 // mac computes HMAC-SHA256(key, id + "." + ts + "." + body) without first
 // concatenating the parts, so that a large body is not copied.
 func mac(key []byte, id, ts string, body []byte) []byte {
-	pool := macs.pool(key)
-	h := pool.Get().(hash.Hash)
-	h.Reset()
+	states := macs.states(key)
+	h := states.get()
 	// id and ts in one write: each conversion for a Write of its own would
 	// be an allocation.
 	prefix := make([]byte, 0, len(id)+len(ts)+2)
@@ -43,45 +43,81 @@ func mac(key []byte, id, ts string, body []byte) []byte {
 	h.Write(prefix)
 	h.Write(body)
 	sum := h.Sum(nil)
-	pool.Put(h)
+	states.put(h)
 	return sum
 }
 
-// macs keeps, per signing key in use, a pool of HMAC-SHA256 states keyed
+// macs keeps, per signing key in use, a few idle HMAC-SHA256 states keyed
 // with it: hmac.New costs seven allocations and about a microsecond, three
-// times the HMAC of a 200-byte body, and every delivery signs.
-var macs = macCache{pools: make(map[string]*sync.Pool)}
+// times the HMAC of a 200-byte body, and every delivery signs. (A sync.Pool
+// per key would cost every key a slot per core, and every collection a walk
+// over all of them.)
+var macs = macCache{keys: make(map[string]*macStates)}
 
 // maxCachedKeys bounds macs: past it, the cache starts again empty, so that
 // keys rotated away (or a verifier fed keys by the thousand) do not stay
 // for the life of the process.
 const maxCachedKeys = 1 << 16
 
+// maxIdleStates is how many idle states a key keeps: signing takes about a
+// microsecond, so more than two at once for one key is rare.
+const maxIdleStates = 2
+
 type macCache struct {
-	mu    sync.RWMutex
-	pools map[string]*sync.Pool
+	mu   sync.RWMutex
+	keys map[string]*macStates
 }
 
-// pool returns the pool of HMAC states for key, making it on first use.
-func (c *macCache) pool(key []byte) *sync.Pool {
+// macStates are the idle HMAC states of one key.
+type macStates struct {
+	key  []byte
+	mu   sync.Mutex
+	idle []hash.Hash
+}
+
+// states returns the states of key, making them on first use.
+func (c *macCache) states(key []byte) *macStates {
 	c.mu.RLock()
-	p := c.pools[string(key)]
+	m := c.keys[string(key)]
 	c.mu.RUnlock()
-	if p != nil {
-		return p
+	if m != nil {
+		return m
 	}
-	k := string(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p := c.pools[k]; p != nil {
-		return p
+	if m := c.keys[string(key)]; m != nil {
+		return m
 	}
-	if len(c.pools) >= maxCachedKeys {
-		clear(c.pools)
+	if len(c.keys) >= maxCachedKeys {
+		clear(c.keys)
 	}
-	p = &sync.Pool{New: func() any { return hmac.New(sha256.New, []byte(k)) }}
-	c.pools[k] = p
-	return p
+	m = &macStates{key: bytes.Clone(key)}
+	c.keys[string(m.key)] = m
+	return m
+}
+
+// get returns a state keyed and reset, idle or new.
+func (m *macStates) get() hash.Hash {
+	m.mu.Lock()
+	if n := len(m.idle); n > 0 {
+		h := m.idle[n-1]
+		m.idle[n-1] = nil
+		m.idle = m.idle[:n-1]
+		m.mu.Unlock()
+		h.Reset()
+		return h
+	}
+	m.mu.Unlock()
+	return hmac.New(sha256.New, m.key)
+}
+
+// put keeps h for the next get, unless enough are idle already.
+func (m *macStates) put(h hash.Hash) {
+	m.mu.Lock()
+	if len(m.idle) < maxIdleStates {
+		m.idle = append(m.idle, h)
+	}
+	m.mu.Unlock()
 }
 
 // Sign returns the Standard Webhooks signature of one message under one key:

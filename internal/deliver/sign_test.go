@@ -166,10 +166,10 @@ func TestSignFromManyGoroutinesWithManyKeys(t *testing.T) {
 	key, err := ParseSecret(refSecret)
 	require.NoError(t, err)
 	for i := range maxCachedKeys + 1 {
-		macs.pool([]byte(strconv.Itoa(i)))
+		macs.states([]byte(strconv.Itoa(i)))
 	}
 	macs.mu.RLock()
-	cached := len(macs.pools)
+	cached := len(macs.keys)
 	macs.mu.RUnlock()
 	require.LessOrEqual(t, cached, maxCachedKeys, "the cache starts again once full")
 	require.Equal(t, refSignature, Sign(key, refID, refTimestamp, []byte(refBody)))
