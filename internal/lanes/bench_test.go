@@ -35,10 +35,11 @@ func BenchmarkDrain(b *testing.B) {
 	b.Run("spread", benchSpread)
 }
 
-func benchSpread(b *testing.B) {
-	const shared, each = 16, 2
+// drainBundle starts a server, a receiver that counts what it is sent and
+// the subscriber store, for the drain benchmarks.
+func drainBundle(b *testing.B) (*bundle, *atomic.Int64) {
 	n := testutil.StartRelayNATS(b)
-	var got atomic.Int64
+	got := new(atomic.Int64)
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got.Add(1)
 		w.WriteHeader(http.StatusNoContent)
@@ -48,11 +49,16 @@ func benchSpread(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bd := &bundle{n: n, store: store, rcv: rcv}
+	return &bundle{n: n, store: store, rcv: rcv}, got
+}
+
+func benchSpread(b *testing.B) {
+	const shared, each = 16, 2
+	bd, got := drainBundle(b)
 	subs := max(1, b.N/each)
 	for i := range subs {
-		sub := subscribers.Subscriber{ID: fmt.Sprintf("spread-%05d", i), URL: rcv.URL + "/spread", Secrets: []string{secret}, MaxInFlight: 64}
-		if err := store.Put(testutil.Context(b), sub); err != nil {
+		sub := subscribers.Subscriber{ID: fmt.Sprintf("spread-%05d", i), URL: bd.rcv.URL + "/spread", Secrets: []string{secret}, MaxInFlight: 64}
+		if err := bd.store.Put(testutil.Context(b), sub); err != nil {
 			b.Fatal(err)
 		}
 		bd.enqueue(b, sub, shared, each)
@@ -69,30 +75,19 @@ func benchSpread(b *testing.B) {
 }
 
 func benchDrain(b *testing.B, naive bool) {
-	n := testutil.StartRelayNATS(b)
-	var got atomic.Int64
-	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got.Add(1)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	b.Cleanup(rcv.Close)
-	store, err := subscribers.Open(testutil.Context(b), n.JS)
-	if err != nil {
+	bd, got := drainBundle(b)
+	sub := subscribers.Subscriber{ID: "bench", URL: bd.rcv.URL + "/bench", Secrets: []string{secret}, MaxInFlight: 64}
+	if err := bd.store.Put(testutil.Context(b), sub); err != nil {
 		b.Fatal(err)
 	}
-	sub := subscribers.Subscriber{ID: "bench", URL: rcv.URL + "/bench", Secrets: []string{secret}, MaxInFlight: 64}
-	if err := store.Put(testutil.Context(b), sub); err != nil {
-		b.Fatal(err)
-	}
-	sub, _ = store.Get(testutil.Context(b), "bench")
-	bd := &bundle{n: n, store: store, rcv: rcv}
+	sub, _ = bd.store.Get(testutil.Context(b), "bench")
 	bd.enqueue(b, sub, 4, b.N)
 	bd.flush(b)
 
 	b.ResetTimer()
 	start := time.Now()
 	if naive {
-		naiveDrain(b, n.JS, sub, &got)
+		naiveDrain(b, bd.n.JS, sub, got)
 	} else {
 		bd.startLanes(b, 4)
 		for got.Load() < int64(b.N) {
