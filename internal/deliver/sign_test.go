@@ -136,10 +136,10 @@ func withUnusedBits(sig string) string {
 	return sig[:last] + string(alphabet[strings.IndexByte(alphabet, sig[last])|3]) + sig[last+1:]
 }
 
-// TestSignFromManyGoroutinesWithManyKeys signs with pooled HMAC states from
+// TestSignFromManyGoroutinesWithManyKeys signs with kept HMAC states from
 // many goroutines at once, over more keys than the cache keeps: every
-// signature must be the one a fresh HMAC gives, whether its state came from
-// the pool, was made anew, or outlived a reset of the cache.
+// signature must be the one a fresh HMAC gives, whether its state was idle,
+// was made anew, or outlived a reset of the cache.
 func TestSignFromManyGoroutinesWithManyKeys(t *testing.T) {
 	t.Parallel()
 
