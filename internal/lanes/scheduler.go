@@ -503,12 +503,7 @@ func (s *scheduler) loop(ctx context.Context) {
 		}
 		s.refillLocked(ctx, sub, hold, now)
 		if len(s.queue) == 0 {
-			waiting := s.refilling || (s.expect > 0 && now.Before(s.expectUntil)) ||
-				(s.backlog && len(s.inFlight) > 0) // a probe out: bring back after it
-			if !waiting {
-				s.running = false
-				s.expect = 0
-				s.syncLocked()
+			if s.stopIfIdleLocked(now) {
 				s.mu.Unlock()
 				return
 			}
@@ -640,14 +635,22 @@ func (s *scheduler) loop(ctx context.Context) {
 }
 
 // lastOut reports whether the loop has nothing left to do once the request
-// just popped is out: nothing held, nothing being brought back or expected.
-// If so the loop is marked as not running, as it would mark itself at its
-// next turn, and a message offered from now on starts a new one.
+// just popped is out (see [scheduler.stopIfIdleLocked]); if so the loop is
+// marked as not running, as it would mark itself at its next turn, and a
+// message offered from now on starts a new one.
 func (s *scheduler) lastOut() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) > 0 || s.refilling || s.backlog || s.stopped ||
-		(s.expect > 0 && s.lane.cfg.Clock.Now().Before(s.expectUntil)) {
+	return s.stopIfIdleLocked(s.lane.cfg.Clock.Now())
+}
+
+// stopIfIdleLocked marks the loop as not running, and reports so, when it
+// has nothing left to do at now: nothing held, nothing being brought back
+// or expected, and no request out with a backlog behind it (a probe: what
+// waits is brought back after it).
+func (s *scheduler) stopIfIdleLocked(now time.Time) bool {
+	if len(s.queue) > 0 || s.refilling || (s.expect > 0 && now.Before(s.expectUntil)) ||
+		(s.backlog && len(s.inFlight) > 0) {
 		return false
 	}
 	s.running = false
