@@ -186,7 +186,8 @@ func NewClient(opts ...Option) (*Client, error) {
 // behalf, out of the guard's sight), redirects returned rather than
 // followed, and no compressed replies asked for (relay reads a few KB of a
 // reply at most; the Accept-Encoding header would cost every request a map
-// of its own).
+// of its own). Plain http goes over relay's own HTTP/1.1 connections
+// (http1.go), https through net/http's Transport.
 func newHTTPClient(allowPrivate bool, idleConns int) roundTripper {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	if !allowPrivate {
@@ -206,12 +207,17 @@ func newHTTPClient(allowPrivate bool, idleConns int) roundTripper {
 		DisableCompression:     true,
 		MaxIdleConns:           idleConns,
 		MaxIdleConnsPerHost:    idleConns,
-		IdleConnTimeout:        90 * time.Second,
+		IdleConnTimeout:        idleConnTimeout,
 		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 64 << 10,
+		MaxResponseHeaderBytes: maxResponseHeader,
 	}
-	return roundTripper{transport}
+	// Its dial is the request's own, on the attempt's context: it ends
+	// with the attempt.
+	return roundTripper{t: transport, h1: newHTTP1(dialer.DialContext, idleConns, idleConnTimeout)}
 }
+
+// idleConnTimeout is how long an idle connection to a subscriber is kept.
+const idleConnTimeout = 90 * time.Second
 
 // tlsHandshakeTimeout bounds a TLS handshake, whatever the attempt's own
 // timeout.
@@ -264,13 +270,16 @@ func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string) (net
 }
 
 // roundTripper is the default Doer: each request goes straight to the
-// transport. http.Client adds what relay does not use (it follows
+// transport (https) or to relay's own HTTP/1.1 connections (http). http.Client adds what relay does not use (it follows
 // redirects, which relay never does, keeps a cookie jar and a timeout of
 // its own, where the attempt's context bounds the request) at the price of
 // a copy of the headers and half a dozen allocations per request. A 3xx
 // comes back as it is, as with a client whose CheckRedirect returns
 // http.ErrUseLastResponse.
-type roundTripper struct{ t *http.Transport }
+type roundTripper struct {
+	t  *http.Transport
+	h1 *http1
+}
 
 // Do sends req as http.Client would: credentials in the URL become Basic
 // authentication unless req has its own, and a transport error comes
@@ -280,7 +289,13 @@ func (rt roundTripper) Do(req *http.Request) (*http.Response, error) {
 		password, _ := u.Password()
 		req.SetBasicAuth(u.Username(), password)
 	}
-	resp, err := rt.t.RoundTrip(req)
+	var resp *http.Response
+	var err error
+	if req.URL.Scheme == "http" {
+		resp, err = rt.h1.roundTrip(req)
+	} else {
+		resp, err = rt.t.RoundTrip(req)
+	}
 	if err != nil {
 		op := req.Method[:1] + strings.ToLower(req.Method[1:])
 		return nil, &url.Error{Op: op, URL: req.URL.String(), Err: err}
@@ -288,8 +303,11 @@ func (rt roundTripper) Do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// CloseIdleConnections closes the transport's idle connections.
-func (rt roundTripper) CloseIdleConnections() { rt.t.CloseIdleConnections() }
+// CloseIdleConnections closes the idle connections of both.
+func (rt roundTripper) CloseIdleConnections() {
+	rt.t.CloseIdleConnections()
+	rt.h1.closeIdle()
+}
 
 // CloseIdleConnections closes the connections the Client keeps open for
 // reuse, if its Doer keeps any. Call it on shutdown, or when a subscriber is

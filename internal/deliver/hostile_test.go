@@ -126,6 +126,21 @@ func (s *rawServer) trickle(c net.Conn, prefix string, filler byte) error {
 	}
 }
 
+// flood writes p again and again, as fast as the wire takes it, until a
+// write fails or the test ends.
+func (s *rawServer) flood(c net.Conn, p []byte) error {
+	for {
+		select {
+		case <-s.quit:
+			return nil
+		default:
+		}
+		if err := s.write(c, p); err != nil {
+			return err
+		}
+	}
+}
+
 // readRequest reads one HTTP request and its body off br.
 func readRequest(br *bufio.Reader) error {
 	req, err := http.ReadRequest(br)
@@ -319,17 +334,7 @@ func TestHostileEndlessBody(t *testing.T) {
 		if err := s.write(c, []byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")); err != nil {
 			return err
 		}
-		chunk := append([]byte(fmt.Sprintf("%x\r\n", 32<<10)), append(make([]byte, 32<<10), "\r\n"...)...)
-		for {
-			select {
-			case <-s.quit:
-				return nil
-			default:
-			}
-			if err := s.write(c, chunk); err != nil {
-				return err
-			}
-		}
+		return s.flood(c, append([]byte(fmt.Sprintf("%x\r\n", 32<<10)), append(make([]byte, 32<<10), "\r\n"...)...))
 	})
 	c := newTestClient(t)
 	o := sendWithin(t, c, Request{URL: srv.url("http"), Body: []byte("{}")})

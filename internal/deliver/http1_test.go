@@ -1,0 +1,345 @@
+package deliver
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The plain-http path (http1.go): relay's own HTTP/1.1 connections, with the
+// care net/http's Transport takes of them: a connection is reused only when
+// its reply was read to the end and nothing else came on it, and one the
+// server closed while it was idle costs no attempt.
+
+// countingServer starts a test server of h that counts the connections it
+// accepts.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			n.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+func sendOK(t *testing.T, c *Client, url string) Outcome {
+	t.Helper()
+	o := sendWithin(t, c, Request{URL: url, Body: []byte(`{"n":1}`), Timeout: 5 * time.Second})
+	require.Equal(t, Delivered, o.Class, "err: %v", o.Err)
+	return o
+}
+
+// A connection the server closed while idle (its keep-alive timeout) is
+// replaced by a new one: the request is delivered, not failed.
+func TestHTTP1ReplacesAConnectionTheServerClosed(t *testing.T) {
+	t.Parallel()
+	srv, opened := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	c := newTestClient(t)
+	sendOK(t, c, srv.URL)
+	srv.CloseClientConnections()
+	sendOK(t, c, srv.URL)
+	require.EqualValues(t, 2, opened.Load())
+}
+
+// A request on a reused connection that ends before a byte of the reply
+// (the server closed it as the request arrived) goes again on a new
+// connection, once: a server that does so on every connection costs two
+// requests, not a loop.
+func TestHTTP1TriesAReusedConnectionsRequestOnceMore(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		newAnswer bool // whether a new connection answers
+		want      Class
+	}{
+		{"the new connection answers", true, Delivered},
+		{"the new connection closes too", false, Retryable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var requests atomic.Int64
+			var conns atomic.Int64
+			srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
+				first := conns.Add(1) == 1
+				for i := 0; ; i++ {
+					if err := readRequest(br); err != nil {
+						return nil
+					}
+					requests.Add(1)
+					if (first && i > 0) || (!first && !tt.newAnswer) {
+						return nil // closed without a word
+					}
+					if err := s.write(c, []byte("HTTP/1.1 204 No Content\r\n\r\n")); err != nil {
+						return err
+					}
+				}
+			})
+			c := newTestClient(t)
+			sendOK(t, c, srv.url("http"))
+			o := sendWithin(t, c, Request{URL: srv.url("http"), Body: []byte("{}"), Timeout: 5 * time.Second})
+			require.Equal(t, tt.want, o.Class, "err: %v", o.Err)
+			if tt.want != Delivered {
+				require.ErrorIs(t, o.Err, ErrConnection)
+			}
+			require.EqualValues(t, 3, requests.Load(), "the first, then the second twice")
+			require.EqualValues(t, 2, conns.Load())
+		})
+	}
+}
+
+// Bytes that come after a reply, unasked, would be read as the reply to
+// the next request on that connection: the connection is dropped instead.
+func TestHTTP1DropsAConnectionWithBytesNobodyAskedFor(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
+		conns.Add(1)
+		for {
+			if err := readRequest(br); err != nil {
+				return nil
+			}
+			if err := s.write(c, []byte("HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 500 Surprise\r\n\r\n")); err != nil {
+				return err
+			}
+		}
+	})
+	c := newTestClient(t)
+	sendOK(t, c, srv.url("http"))
+	sendOK(t, c, srv.url("http"))
+	require.EqualValues(t, 2, conns.Load())
+}
+
+// A reply whose head never ends is refused at 64 KiB, at once and as a
+// connection failure, and the connection closed: the subscriber does not
+// get to fill relay's memory until the timeout.
+func TestHTTP1BoundsTheHeadOfAReply(t *testing.T) {
+	t.Parallel()
+	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
+		if err := readRequest(br); err != nil {
+			return err
+		}
+		if err := s.write(c, []byte("HTTP/1.1 200 OK\r\n")); err != nil {
+			return err
+		}
+		return s.flood(c, []byte("X-Filler: "+strings.Repeat("a", 1000)+"\r\n"))
+	})
+	c := newTestClient(t)
+	o := sendWithin(t, c, Request{URL: srv.url("http"), Body: []byte("{}"), Timeout: 5 * time.Second})
+	require.Equal(t, Retryable, o.Class, "err: %v", o.Err)
+	require.ErrorIs(t, o.Err, ErrConnection)
+	require.NotErrorIs(t, o.Err, ErrTimeout)
+	requireServerStopped(t, srv)
+	require.Less(t, srv.written.Load(), int64(wireBound))
+	requireNoConnLeft(t, c, srv.ln.Addr().String(), false)
+}
+
+// Informational replies (100 Continue, 103 Early Hints) are skipped for the
+// final one, up to a bound.
+func TestHTTP1SkipsInformationalReplies(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		before int
+		want   Class
+	}{
+		{"two, then 204", 2, Delivered},
+		{"as many as allowed", maxInformational, Delivered},
+		{"one too many", maxInformational + 1, Retryable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
+				if err := readRequest(br); err != nil {
+					return err
+				}
+				reply := strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n", tt.before) +
+					"HTTP/1.1 204 No Content\r\n\r\n"
+				if err := s.write(c, []byte(reply)); err != nil {
+					return err
+				}
+				return untilClosed(br)
+			})
+			c := newTestClient(t)
+			o := sendWithin(t, c, Request{URL: srv.url("http"), Body: []byte("{}"), Timeout: 5 * time.Second})
+			require.Equal(t, tt.want, o.Class, "err: %v", o.Err)
+			if tt.want == Delivered {
+				require.Equal(t, http.StatusNoContent, o.Status)
+			} else {
+				require.ErrorIs(t, o.Err, ErrConnection)
+			}
+		})
+	}
+}
+
+// A connection is reused only after a reply read to its end on a
+// connection the server keeps open.
+func TestHTTP1ReusesOnlyWhatCanBeReused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		handler http.HandlerFunc
+		opts    []Option
+		want    int64 // connections for two requests
+	}{
+		{"a short reply", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "ok")
+		}, nil, 1},
+		{"a chunked reply", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "ok")
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, "and more")
+		}, nil, 1},
+		{"Connection: close", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusNoContent)
+		}, nil, 2},
+		{"a reply longer than what is read of it", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write(make([]byte, 4096))
+		}, []Option{WithMaxResponseBody(1024)}, 2},
+		{"an empty reply with nothing read of it", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+		}, []Option{WithMaxResponseBody(0)}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, opened := countingServer(t, tt.handler)
+			c := newTestClient(t, tt.opts...)
+			sendOK(t, c, srv.URL)
+			sendOK(t, c, srv.URL)
+			require.Equal(t, tt.want, opened.Load())
+		})
+	}
+}
+
+// Idle connections older than idleFor are closed: the one asked for when it
+// is taken, the others of every host by the sweep that the next request
+// makes.
+func TestHTTP1ClosesConnectionsIdleTooLong(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	advance := func(d time.Duration) {
+		mu.Lock()
+		now = now.Add(d)
+		mu.Unlock()
+	}
+	var opened [2]*atomic.Int64
+	var urls [2]string
+	for i := range opened {
+		srv, n := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+		})
+		opened[i] = n
+		urls[i] = srv.URL
+	}
+	var d net.Dialer
+	h := newHTTP1(d.DialContext, 16, time.Minute)
+	h.now = clock
+	t.Cleanup(h.closeIdle)
+	do := func(u string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, u, strings.NewReader("{}"))
+		require.NoError(t, err)
+		resp, err := h.roundTrip(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+	}
+	idle := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.nidle
+	}
+
+	do(urls[0])
+	do(urls[1])
+	require.Equal(t, 2, idle())
+	advance(30 * time.Second)
+	do(urls[0]) // within idleFor: reused
+	require.EqualValues(t, 1, opened[0].Load())
+	advance(31 * time.Second)
+	// The first host's connection is 31 s idle, the second's 61 s: the
+	// sweep closes the second's, and the first's is reused.
+	do(urls[0])
+	require.EqualValues(t, 1, opened[0].Load())
+	require.Equal(t, 1, idle())
+	advance(2 * time.Minute)
+	do(urls[1])
+	require.EqualValues(t, 2, opened[1].Load(), "a new connection for the second host")
+	require.Equal(t, 1, idle(), "only the second host's new one is left")
+}
+
+func TestHostPort(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"http://a.example":           "a.example:80",
+		"http://a.example/x":         "a.example:80",
+		"http://a.example:8080/x":    "a.example:8080",
+		"http://user:pw@a.example/x": "a.example:80",
+		"http://[::1]/x":             "[::1]:80",
+		"http://[::1]:9/x":           "[::1]:9",
+		"http://10.0.0.1":            "10.0.0.1:80",
+	} {
+		u, err := url.Parse(in)
+		require.NoError(t, err)
+		require.Equal(t, want, hostPort(u), in)
+	}
+}
+
+// A cancelled attempt on a connection in the middle of a reply closes it:
+// the next request gets a new one.
+func TestHTTP1CancelledMidReplyClosesTheConnection(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 1)
+	srv, opened := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			// Read to the end, so that the server notices the client
+			// closing (its context ends).
+			_, _ = io.Copy(io.Discard, r.Body)
+			arrived <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(hostileGuard):
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	c := newTestClient(t)
+	sendOK(t, c, srv.URL)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan Outcome, 1)
+	go func() {
+		done <- c.Send(ctx, Request{URL: srv.URL + "/slow", ID: "evt", Body: []byte("{}"), Timeout: 5 * time.Second})
+	}()
+	<-arrived
+	cancel()
+	o := <-done
+	require.Equal(t, Local, o.Class, "err: %v", o.Err)
+	require.ErrorIs(t, o.Err, context.Canceled)
+	sendOK(t, c, srv.URL)
+	require.EqualValues(t, 2, opened.Load())
+}
