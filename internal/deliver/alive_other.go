@@ -2,9 +2,8 @@
 
 package deliver
 
-import "net"
-
 // alive cannot peek at a connection here: an idle connection the server
-// closed is found when it is used, and the request goes again on a new one
-// (see http1.roundTrip).
-func alive(net.Conn) bool { return true }
+// closed is found when it is used, and that attempt fails as a connection
+// failure, as it would through the Transport when the server closes the
+// connection just as a request goes out on it.
+func (c *conn1) alive() bool { return true }

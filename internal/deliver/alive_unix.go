@@ -4,7 +4,6 @@ package deliver
 
 import (
 	"errors"
-	"net"
 	"syscall"
 )
 
@@ -13,21 +12,23 @@ import (
 // read as the reply to the next request). It peeks without waiting: one
 // system call, where the Transport keeps a goroutine reading every idle
 // connection.
-func alive(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return true
+func (c *conn1) alive() bool {
+	if c.peek == nil {
+		sc, ok := c.nc.(syscall.Conn)
+		if !ok {
+			return true
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return false
+		}
+		c.raw = raw
+		c.peek = func(fd uintptr) bool {
+			_, _, err := syscall.Recvfrom(int(fd), c.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			c.peekOK = errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK)
+			return true // done: never wait for the socket to be readable
+		}
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var buf [1]byte
-	ok = false
-	err = raw.Read(func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ok = errors.Is(rerr, syscall.EAGAIN) || errors.Is(rerr, syscall.EWOULDBLOCK)
-		return true
-	})
-	return err == nil && ok
+	c.peekOK = false
+	return c.raw.Read(c.peek) == nil && c.peekOK
 }

@@ -187,7 +187,8 @@ func NewClient(opts ...Option) (*Client, error) {
 // followed, and no compressed replies asked for (relay reads a few KB of a
 // reply at most; the Accept-Encoding header would cost every request a map
 // of its own). Plain http goes over relay's own HTTP/1.1 connections
-// (http1.go), https through net/http's Transport.
+// (http1.go), https through net/http's Transport; each keeps up to idleConns
+// idle connections.
 func newHTTPClient(allowPrivate bool, idleConns int) roundTripper {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	if !allowPrivate {
@@ -270,7 +271,8 @@ func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string) (net
 }
 
 // roundTripper is the default Doer: each request goes straight to the
-// transport (https) or to relay's own HTTP/1.1 connections (http). http.Client adds what relay does not use (it follows
+// transport or to relay's own HTTP/1.1 connections (plain http, see
+// useHTTP1). http.Client adds what relay does not use (it follows
 // redirects, which relay never does, keeps a cookie jar and a timeout of
 // its own, where the attempt's context bounds the request) at the price of
 // a copy of the headers and half a dozen allocations per request. A 3xx
@@ -291,7 +293,7 @@ func (rt roundTripper) Do(req *http.Request) (*http.Response, error) {
 	}
 	var resp *http.Response
 	var err error
-	if req.URL.Scheme == "http" {
+	if useHTTP1(req) {
 		resp, err = rt.h1.roundTrip(req)
 	} else {
 		resp, err = rt.t.RoundTrip(req)

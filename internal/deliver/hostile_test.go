@@ -201,24 +201,39 @@ func requireNoConnLeft(t *testing.T, c *Client, addr string, reusable bool) {
 	if reusable {
 		c.CloseIdleConnections()
 	}
-	deadline := time.Now().Add(hostileGuard)
-	for {
-		n, err := socketsTo(addr)
-		require.NoError(t, err)
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sockets to %s still open %s after the attempt", n, addr, hostileGuard)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for one
-	}
+	eventually(t, func() error { return noSocketsTo(addr) })
 	if !reusable {
 		// And nothing appears once the pool is emptied either.
 		c.CloseIdleConnections()
 		n, err := socketsTo(addr)
 		require.NoError(t, err)
 		require.Zero(t, n)
+	}
+}
+
+// noSocketsTo says how many sockets to addr are open, if any.
+func noSocketsTo(addr string) error {
+	n, err := socketsTo(addr)
+	if err != nil || n == 0 {
+		return err
+	}
+	return fmt.Errorf("%d sockets to %s still open", n, addr)
+}
+
+// eventually polls cond until it returns nil, and fails the test with its
+// last error if that takes longer than hostileGuard.
+func eventually(t *testing.T, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(hostileGuard)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", hostileGuard, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for one
 	}
 }
 

@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"bufio"
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -24,11 +26,15 @@ import (
 // On loopback that costs about as much CPU as the request itself: a POST
 // measured 39–49 µs of the client's CPU through the Transport against
 // 22–26 µs written and read in place (64 in flight, a server in another
-// process). https keeps the Transport, where TLS and HTTP/2 (many
-// subscribers of one host on a few connections) are worth its price.
+// process). The Transport keeps what this path cannot do as well (see
+// [useHTTP1]): https, where TLS and HTTP/2 (many subscribers of one host on
+// a few connections) are worth its price; bodies large enough that a
+// server may answer before it has read them all; and host names it must
+// first turn into ASCII.
 type http1 struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// maxIdle bounds the idle connections kept, in all (and so to one host).
+	// maxIdle bounds the idle connections kept, in all (and so to one
+	// host): when it is reached, the one idle longest is closed.
 	maxIdle int
 	// idleFor is how long an idle connection is kept.
 	idleFor time.Duration
@@ -36,16 +42,27 @@ type http1 struct {
 	now func() time.Time
 
 	mu sync.Mutex
-	// idle holds each host's idle connections, the oldest first.
-	idle  map[string][]*conn1
-	nidle int
-	// swept is when the idle connections were last checked for age.
-	swept time.Time
+	// idle holds each host's idle connections, the oldest first, and lru
+	// all of them, the newest first: both in the order they were put.
+	idle map[string][]*conn1
+	lru  list.List
+	// sweep closes the connections idle for longer than idleFor, at the
+	// time the oldest would pass it; armed while any is idle.
+	sweep *time.Timer
 }
 
-// maxResponseHeader bounds the head of a reply (status line and headers), as
-// the Transport's MaxResponseHeaderBytes does: a subscriber sending headers
-// without end gets an error, not relay's memory.
+// maxHTTP1Body is the largest body sent by http1. A server may answer a
+// request before it has read the body (a 413 for a body it will not take)
+// and read no more: http1 writes the whole request before it reads, and a
+// write larger than the socket buffers would then wait for the attempt's
+// deadline, where the Transport, reading as it writes, returns the reply.
+// Webhook bodies are far smaller.
+const maxHTTP1Body = 64 << 10
+
+// maxResponseHeader bounds the head of a reply (status line and headers,
+// informational replies before it included), as the Transport's
+// MaxResponseHeaderBytes does: a subscriber sending headers without end
+// gets an error, not relay's memory.
 const maxResponseHeader = 64 << 10
 
 // maxInformational bounds the 1xx replies read before the final one.
@@ -63,16 +80,38 @@ func newHTTP1(dial func(ctx context.Context, network, addr string) (net.Conn, er
 	return &http1{dial: dial, maxIdle: maxIdle, idleFor: idleFor, now: time.Now, idle: make(map[string][]*conn1)}
 }
 
+// useHTTP1 says whether req goes by http1 rather than the Transport: plain
+// http, a body of at most maxHTTP1Body, and an ASCII host (the Transport
+// turns an internationalised one into punycode).
+func useHTTP1(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.ContentLength > maxHTTP1Body || req.ContentLength < 0 {
+		return false
+	}
+	for i := range len(req.URL.Host) {
+		if req.URL.Host[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // conn1 is one HTTP/1.1 connection. Its reader reads through it, so that
 // the head of a reply can be bounded.
 type conn1 struct {
-	nc net.Conn
-	br *bufio.Reader
-	bw *bufio.Writer
+	nc   net.Conn
+	addr string
+	br   *bufio.Reader
+	bw   *bufio.Writer
 	// limit is how many bytes the reader may still take from nc.
 	limit int64
-	// since is when it went idle.
+	// since is when it went idle, and elem its place in the pool's lru.
 	since time.Time
+	elem  *list.Element
+	// peek and what it found, for alive (made once per connection).
+	raw     syscall.RawConn
+	peek    func(fd uintptr) bool
+	peekOK  bool
+	peekBuf [1]byte
 }
 
 func (c *conn1) Read(p []byte) (int, error) {
@@ -87,37 +126,30 @@ func (c *conn1) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// roundTrip sends req and returns its reply. A reused connection that
-// fails before a byte of the reply came (the server closed it as it went
-// idle) is given up for a new one, once: the request may have reached the
-// subscriber, but the caller would otherwise send it again later, and the
-// subscriber deduplicates by webhook-id.
+// roundTrip sends req and returns its reply. As with the Transport, a POST
+// that fails once sent is not sent again within the attempt.
 func (h *http1) roundTrip(req *http.Request) (*http.Response, error) {
-	addr := hostPort(req.URL)
-	for retried := false; ; retried = true {
-		c, reused, err := h.get(req.Context(), addr)
-		if err != nil {
-			return nil, err
-		}
-		resp, early, err := h.exchange(c, addr, req)
-		if err == nil {
-			return resp, nil
-		}
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		// Checked here, and again once the connection is watched: a
+		// request whose attempt has ended is never sent.
+		return nil, err
+	}
+	c, err := h.get(ctx, hostPort(req.URL))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h.exchange(c, req)
+	if err != nil {
 		_ = c.nc.Close()
-		if cerr := ended(req.Context()); cerr != nil {
+		if cerr := ended(ctx); cerr != nil {
 			// Ended by the caller or the attempt's deadline, whatever the
 			// read made of a reply cut short: said as the Transport says it.
 			return nil, cerr
 		}
-		if !early || !reused || retried || isTimeout(err) || req.GetBody == nil {
-			return nil, err
-		}
-		body, berr := req.GetBody()
-		if berr != nil {
-			return nil, err
-		}
-		req.Body = body
+		return nil, err
 	}
+	return resp, nil
 }
 
 // ended returns ctx's error, or DeadlineExceeded once its deadline has
@@ -133,13 +165,12 @@ func ended(ctx context.Context) error {
 	return nil
 }
 
-// exchange writes req on c, a connection to addr, and reads the head of its
-// reply. early reports an error met before any byte of the reply arrived.
-func (h *http1) exchange(c *conn1, addr string, req *http.Request) (resp *http.Response, early bool, err error) {
+// exchange writes req on c and reads the head of its reply.
+func (h *http1) exchange(c *conn1, req *http.Request) (resp *http.Response, err error) {
 	ctx := req.Context()
 	deadline, _ := ctx.Deadline()
 	if err := c.nc.SetDeadline(deadline); err != nil {
-		return nil, true, err
+		return nil, err
 	}
 	// The caller's cancellation ends the exchange as the deadline would.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
@@ -148,34 +179,41 @@ func (h *http1) exchange(c *conn1, addr string, req *http.Request) (resp *http.R
 			stop()
 		}
 	}()
-	if err := req.Write(c.bw); err != nil {
-		return nil, true, err
+	if err := ctx.Err(); err != nil {
+		// Ended before the watch began: AfterFunc runs its function on a
+		// goroutine of its own, which the write could outrun.
+		return nil, err
 	}
-	if err := c.bw.Flush(); err != nil {
-		return nil, true, err
+	werr := req.Write(c.bw)
+	if werr == nil {
+		werr = c.bw.Flush()
 	}
+	c.limit = maxResponseHeader
 	for range maxInformational + 1 {
-		c.limit = maxResponseHeader
-		if _, err := c.br.Peek(1); err != nil {
-			return nil, resp == nil, err
-		}
 		resp, err = http.ReadResponse(c.br, req)
 		if err != nil {
-			return nil, false, err
-		}
-		c.limit = math.MaxInt64
-		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
-			resp.Body = &body1{
-				rc: resp.Body, c: c, h: h, stop: stop, addr: addr,
-				eof:   resp.ContentLength == 0 || resp.Body == http.NoBody,
-				reuse: !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols,
+			if werr != nil {
+				// No reply to say more than the write's own failure.
+				return nil, werr
 			}
-			return resp, false, nil
+			return nil, err
+		}
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			c.limit = math.MaxInt64
+			resp.Body = &body1{
+				rc: resp.Body, c: c, h: h, stop: stop,
+				eof: resp.ContentLength == 0 || resp.Body == http.NoBody,
+				// A reply to a request not written to its end (a 413
+				// before the body was read, say) leaves the connection in
+				// no state to reuse.
+				reuse: werr == nil && !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols,
+			}
+			return resp, nil
 		}
 		// An informational reply (100 Continue, 103 Early Hints): the
 		// final one follows.
 	}
-	return nil, false, fmt.Errorf("more than %d informational replies", maxInformational)
+	return nil, fmt.Errorf("more than %d informational replies", maxInformational)
 }
 
 // body1 is a reply's body. Read to its end, it gives its connection back to
@@ -187,7 +225,6 @@ type body1 struct {
 	c     *conn1
 	h     *http1
 	stop  func() bool
-	addr  string
 	eof   bool
 	reuse bool
 	done  bool
@@ -213,7 +250,7 @@ func (b *body1) Close() error {
 	// then have been moved to the past, and the connection is done.
 	stopped := b.stop()
 	if b.eof && b.reuse && stopped && b.c.br.Buffered() == 0 && b.c.nc.SetDeadline(time.Time{}) == nil {
-		b.h.put(b.addr, b.c)
+		b.h.put(b.c)
 		return nil
 	}
 	return b.c.nc.Close()
@@ -222,98 +259,121 @@ func (b *body1) Close() error {
 // get returns an idle connection to addr, the most recent first, or dials
 // one. An idle connection the server closed, or sent bytes on unasked, is
 // closed instead.
-func (h *http1) get(ctx context.Context, addr string) (c *conn1, reused bool, err error) {
+func (h *http1) get(ctx context.Context, addr string) (*conn1, error) {
 	for {
-		now := h.now()
 		h.mu.Lock()
-		stale := h.sweepLocked(now)
-		c = nil
+		stale := h.expireLocked(h.now())
+		var c *conn1
 		if list := h.idle[addr]; len(list) > 0 {
 			c = list[len(list)-1]
 			list[len(list)-1] = nil
-			h.nidle--
-			if len(list) == 1 {
-				delete(h.idle, addr)
-			} else {
-				h.idle[addr] = list[:len(list)-1]
-			}
+			h.setLocked(addr, list[:len(list)-1])
+			h.lru.Remove(c.elem)
+			c.elem = nil
 		}
 		h.mu.Unlock()
-		for _, s := range stale {
-			_ = s.nc.Close()
-		}
+		closeAll(stale)
 		if c == nil {
 			break
 		}
-		if now.Sub(c.since) <= h.idleFor && alive(c.nc) {
-			return c, true, nil
+		if c.alive() {
+			return c, nil
 		}
 		_ = c.nc.Close()
 	}
 	nc, err := h.dial(ctx, "tcp", addr)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	c = &conn1{nc: nc}
+	c := &conn1{nc: nc, addr: addr}
 	c.br = bufio.NewReader(c)
 	c.bw = bufio.NewWriter(nc)
-	return c, false, nil
+	return c, nil
 }
 
-// put keeps c for the next request to addr, or closes it when the pool is
-// full.
-func (h *http1) put(addr string, c *conn1) {
-	c.since = h.now()
+// put keeps c for the next request to its host. With the pool full, the
+// connection idle longest makes room, as in the Transport: after a burst to
+// one host, another host's connections are still kept.
+func (h *http1) put(c *conn1) {
 	h.mu.Lock()
-	if h.nidle >= h.maxIdle {
-		h.mu.Unlock()
-		_ = c.nc.Close()
-		return
+	now := h.now()
+	stale := h.expireLocked(now)
+	if h.lru.Len() >= h.maxIdle {
+		stale = append(stale, h.removeOldestLocked())
 	}
-	h.idle[addr] = append(h.idle[addr], c)
-	h.nidle++
+	c.since = now
+	c.elem = h.lru.PushFront(c)
+	h.idle[c.addr] = append(h.idle[c.addr], c)
+	if h.sweep == nil {
+		h.sweep = time.AfterFunc(h.idleFor, h.sweepIdle)
+	} else if h.lru.Len() == 1 {
+		h.sweep.Reset(h.idleFor)
+	}
 	h.mu.Unlock()
+	closeAll(stale)
 }
 
-// sweepLocked takes out, at most every idleFor/4, the connections idle for
-// longer than idleFor, for the caller to close: a host no longer sent to
-// would otherwise keep them (the server has closed its end long ago). The
-// sweep walks every idle connection, but only a few times per idleFor.
-func (h *http1) sweepLocked(now time.Time) (stale []*conn1) {
-	if now.Sub(h.swept) < h.idleFor/4 {
-		return nil
+// sweepIdle closes the connections idle too long, and is armed again for
+// the next one to be, if any: a host no longer sent to would otherwise keep
+// them (the server closed its end long ago).
+func (h *http1) sweepIdle() {
+	h.mu.Lock()
+	now := h.now()
+	stale := h.expireLocked(now)
+	if back := h.lru.Back(); back != nil {
+		h.sweep.Reset(back.Value.(*conn1).since.Add(h.idleFor).Sub(now) + time.Millisecond)
 	}
-	h.swept = now
-	for addr, list := range h.idle {
-		n := 0
-		for n < len(list) && now.Sub(list[n].since) > h.idleFor {
-			n++
-		}
-		if n == 0 {
-			continue
-		}
-		stale = append(stale, list[:n]...)
-		h.nidle -= n
-		if n == len(list) {
-			delete(h.idle, addr)
-			continue
-		}
-		h.idle[addr] = append(list[:0:0], list[n:]...)
+	h.mu.Unlock()
+	closeAll(stale)
+}
+
+// expireLocked takes out the connections idle for longer than idleFor, for
+// the caller to close. The oldest are at the back of the lru: it stops at
+// the first that is young enough.
+func (h *http1) expireLocked(now time.Time) (stale []*conn1) {
+	for back := h.lru.Back(); back != nil && now.Sub(back.Value.(*conn1).since) > h.idleFor; back = h.lru.Back() {
+		stale = append(stale, h.removeOldestLocked())
 	}
 	return stale
+}
+
+// removeOldestLocked takes the connection idle longest out of the pool. It
+// was put before any other, so it is also the first of its host's.
+func (h *http1) removeOldestLocked() *conn1 {
+	c := h.lru.Remove(h.lru.Back()).(*conn1)
+	c.elem = nil
+	list := h.idle[c.addr]
+	list[0] = nil
+	h.setLocked(c.addr, list[1:])
+	return c
+}
+
+// setLocked replaces addr's idle connections with list.
+func (h *http1) setLocked(addr string, list []*conn1) {
+	if len(list) == 0 {
+		delete(h.idle, addr)
+		return
+	}
+	h.idle[addr] = list
 }
 
 // closeIdle closes every idle connection.
 func (h *http1) closeIdle() {
 	h.mu.Lock()
-	idle := h.idle
-	h.idle = make(map[string][]*conn1)
-	h.nidle = 0
+	var idle []*conn1
+	for h.lru.Len() > 0 {
+		idle = append(idle, h.removeOldestLocked())
+	}
+	if h.sweep != nil {
+		h.sweep.Stop()
+	}
 	h.mu.Unlock()
-	for _, list := range idle {
-		for _, c := range list {
-			_ = c.nc.Close()
-		}
+	closeAll(idle)
+}
+
+func closeAll(cs []*conn1) {
+	for _, c := range cs {
+		_ = c.nc.Close()
 	}
 }
 

@@ -2,12 +2,16 @@ package deliver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,49 +63,163 @@ func TestHTTP1ReplacesAConnectionTheServerClosed(t *testing.T) {
 	require.EqualValues(t, 2, opened.Load())
 }
 
-// A request on a reused connection that ends before a byte of the reply
-// (the server closed it as the request arrived) goes again on a new
-// connection, once: a server that does so on every connection costs two
-// requests, not a loop.
-func TestHTTP1TriesAReusedConnectionsRequestOnceMore(t *testing.T) {
+// A POST that fails once sent is not sent again within the attempt, as
+// with the Transport: a server that closes a reused connection on the
+// request it read gets it once, and the attempt fails.
+func TestHTTP1NeverSendsAPOSTTwice(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name      string
-		newAnswer bool // whether a new connection answers
-		want      Class
-	}{
-		{"the new connection answers", true, Delivered},
-		{"the new connection closes too", false, Retryable},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
+	var requests, conns atomic.Int64
+	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
+		conns.Add(1)
+		for i := 0; ; i++ {
+			if err := readRequest(br); err != nil {
+				return nil
+			}
+			requests.Add(1)
+			if i > 0 {
+				return nil // closed without a word
+			}
+			if err := s.write(c, []byte("HTTP/1.1 204 No Content\r\n\r\n")); err != nil {
+				return err
+			}
+		}
+	})
+	c := newTestClient(t)
+	sendOK(t, c, srv.url("http"))
+	o := sendWithin(t, c, Request{URL: srv.url("http"), Body: []byte("{}"), Timeout: 5 * time.Second})
+	require.Equal(t, Retryable, o.Class, "err: %v", o.Err)
+	require.ErrorIs(t, o.Err, ErrConnection)
+	require.EqualValues(t, 2, requests.Load())
+	require.EqualValues(t, 1, conns.Load())
+}
+
+// A server may answer before it has read the body (a 413 for a body it
+// will not take, as net/http's server does) and close: the reply is what
+// counts, whichever way the request went (bodies over maxHTTP1Body go
+// through the Transport).
+func TestHTTP1TakesAReplySentBeforeTheBodyWasRead(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{maxHTTP1Body, 8 << 20} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			t.Parallel()
-			var requests atomic.Int64
-			var conns atomic.Int64
-			srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
-				first := conns.Add(1) == 1
-				for i := 0; ; i++ {
-					if err := readRequest(br); err != nil {
-						return nil
-					}
-					requests.Add(1)
-					if (first && i > 0) || (!first && !tt.newAnswer) {
-						return nil // closed without a word
-					}
-					if err := s.write(c, []byte("HTTP/1.1 204 No Content\r\n\r\n")); err != nil {
-						return err
-					}
+			srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.ContentLength > 1000 {
+					w.WriteHeader(http.StatusRequestEntityTooLarge)
+					return
 				}
+				w.WriteHeader(http.StatusNoContent)
 			})
 			c := newTestClient(t)
-			sendOK(t, c, srv.url("http"))
-			o := sendWithin(t, c, Request{URL: srv.url("http"), Body: []byte("{}"), Timeout: 5 * time.Second})
-			require.Equal(t, tt.want, o.Class, "err: %v", o.Err)
-			if tt.want != Delivered {
-				require.ErrorIs(t, o.Err, ErrConnection)
+			sendOK(t, c, srv.URL) // a connection to reuse
+			for range 3 {
+				o := sendWithin(t, c, Request{URL: srv.URL, Body: make([]byte, size), Timeout: 5 * time.Second})
+				require.Equal(t, Rejected, o.Class, "err: %v", o.Err)
+				require.Equal(t, http.StatusRequestEntityTooLarge, o.Status)
 			}
-			require.EqualValues(t, 3, requests.Load(), "the first, then the second twice")
-			require.EqualValues(t, 2, conns.Load())
+			sendOK(t, c, srv.URL)
 		})
+	}
+}
+
+// A request whose attempt has already ended is not sent, however warm
+// the pool.
+func TestHTTP1SendsNothingForAnEndedAttempt(t *testing.T) {
+	t.Parallel()
+	var got atomic.Int64
+	srv, _ := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		got.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	c := newTestClient(t)
+	sendOK(t, c, srv.URL)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 50 {
+		o := c.Send(ctx, Request{URL: srv.URL, ID: "evt", Body: []byte("{}"), Timeout: 5 * time.Second})
+		require.Equal(t, Local, o.Class, "err: %v", o.Err)
+		require.ErrorIs(t, o.Err, context.Canceled)
+	}
+	sendOK(t, c, srv.URL)
+	require.EqualValues(t, 2, got.Load())
+}
+
+// With the pool full, the connection idle longest makes room: after a
+// burst to one host, another host's connection is still kept.
+func TestHTTP1FullPoolLetsTheOldestGo(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	arrived, release := 0, make(chan struct{})
+	a, _ := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		if arrived++; arrived == 2 {
+			close(release)
+		}
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-time.After(hostileGuard):
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	b, openedB := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	c := newTestClient(t, WithIdleConns(2))
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { sendOK(t, c, a.URL) })
+	}
+	wg.Wait()
+	for range 10 {
+		sendOK(t, c, b.URL)
+	}
+	require.EqualValues(t, 1, openedB.Load())
+}
+
+// Idle connections are closed once idle for idleFor, with no request to
+// notice: a host no longer sent to keeps none.
+func TestHTTP1ClosesIdleConnectionsWithoutTraffic(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	var d net.Dialer
+	h := newHTTP1(d.DialContext, 16, 50*time.Millisecond)
+	t.Cleanup(h.closeIdle)
+	for range 3 {
+		post(t, h, srv.URL)
+	}
+	require.Equal(t, 1, idleCount(h))
+	eventually(t, func() error {
+		if n := idleCount(h); n > 0 {
+			return fmt.Errorf("%d connections idle for more than %s are kept", n, h.idleFor)
+		}
+		if runtime.GOOS != "linux" {
+			return nil
+		}
+		return noSocketsTo(srv.Listener.Addr().String())
+	})
+}
+
+func TestUseHTTP1(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		url  string
+		body int
+		want bool
+	}{
+		{"http://a.example/x", 200, true},
+		{"http://a.example/x", 0, true},
+		{"http://a.example/x", maxHTTP1Body, true},
+		{"http://a.example/x", maxHTTP1Body + 1, false},
+		{"https://a.example/x", 200, false},
+		{"http://bücher.example/x", 200, false},
+		{"http://b%C3%BCcher.example/x", 200, false},
+		{"http://[::1]:8080/x", 200, true},
+	} {
+		req, err := http.NewRequest(http.MethodPost, tt.url, bytes.NewReader(make([]byte, tt.body)))
+		require.NoError(t, err)
+		require.Equal(t, tt.want, useHTTP1(req), "%s, %d bytes", tt.url, tt.body)
 	}
 }
 
@@ -259,20 +377,8 @@ func TestHTTP1ClosesConnectionsIdleTooLong(t *testing.T) {
 	h := newHTTP1(d.DialContext, 16, time.Minute)
 	h.now = clock
 	t.Cleanup(h.closeIdle)
-	do := func(u string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, u, strings.NewReader("{}"))
-		require.NoError(t, err)
-		resp, err := h.roundTrip(req)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		require.NoError(t, resp.Body.Close())
-	}
-	idle := func() int {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.nidle
-	}
+	do := func(u string) { post(t, h, u) }
+	idle := func() int { return idleCount(h) }
 
 	do(urls[0])
 	do(urls[1])
@@ -290,6 +396,25 @@ func TestHTTP1ClosesConnectionsIdleTooLong(t *testing.T) {
 	do(urls[1])
 	require.EqualValues(t, 2, opened[1].Load(), "a new connection for the second host")
 	require.Equal(t, 1, idle(), "only the second host's new one is left")
+}
+
+// post sends one request through h directly and reads its reply to the end.
+func post(t *testing.T, h *http1, u string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader("{}"))
+	require.NoError(t, err)
+	resp, err := h.roundTrip(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+}
+
+func idleCount(h *http1) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lru.Len()
 }
 
 func TestHostPort(t *testing.T) {
