@@ -7,3 +7,6 @@ package deliver
 // failure, as it would through the Transport when the server closes the
 // connection just as a request goes out on it.
 func (c *conn1) alive() bool { return true }
+
+// peeks says whether alive can tell an idle connection the server closed.
+const peeks = false

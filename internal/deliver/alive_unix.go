@@ -32,3 +32,6 @@ func (c *conn1) alive() bool {
 	c.peekOK = false
 	return c.raw.Read(c.peek) == nil && c.peekOK
 }
+
+// peeks says whether alive can tell an idle connection the server closed.
+const peeks = true

@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"bufio"
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -43,9 +42,9 @@ type http1 struct {
 
 	mu sync.Mutex
 	// idle holds each host's idle connections, the oldest first, and lru
-	// all of them, the newest first: both in the order they were put.
+	// all of them: both in the order they were put.
 	idle map[string][]*conn1
-	lru  list.List
+	lru  lru1
 	// sweep closes the connections idle for longer than idleFor, at the
 	// time the oldest would pass it; armed while any is idle.
 	sweep *time.Timer
@@ -77,7 +76,7 @@ var errResponseHeaderTooLong = errors.New("reply headers longer than 64 KiB")
 var aLongTimeAgo = time.Unix(1, 0)
 
 func newHTTP1(dial func(ctx context.Context, network, addr string) (net.Conn, error), maxIdle int, idleFor time.Duration) *http1 {
-	return &http1{dial: dial, maxIdle: maxIdle, idleFor: idleFor, now: time.Now, idle: make(map[string][]*conn1)}
+	return &http1{dial: dial, maxIdle: max(1, maxIdle), idleFor: idleFor, now: time.Now, idle: make(map[string][]*conn1)}
 }
 
 // useHTTP1 says whether req goes by http1 rather than the Transport: plain
@@ -104,9 +103,10 @@ type conn1 struct {
 	bw   *bufio.Writer
 	// limit is how many bytes the reader may still take from nc.
 	limit int64
-	// since is when it went idle, and elem its place in the pool's lru.
-	since time.Time
-	elem  *list.Element
+	// since is when it went idle; newer and older are its neighbours in
+	// the pool's lru.
+	since        time.Time
+	newer, older *conn1
 	// peek and what it found, for alive (made once per connection).
 	raw     syscall.RawConn
 	peek    func(fd uintptr) bool
@@ -130,7 +130,7 @@ func (c *conn1) Read(p []byte) (int, error) {
 // that fails once sent is not sent again within the attempt.
 func (h *http1) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		// Checked here, and again once the connection is watched: a
 		// request whose attempt has ended is never sent.
 		return nil, err
@@ -190,6 +190,11 @@ func (h *http1) exchange(c *conn1, req *http.Request) (resp *http.Response, err 
 	}
 	c.limit = maxResponseHeader
 	for range maxInformational + 1 {
+		if werr != nil && !errors.As(werr, new(*net.OpError)) {
+			// Refused before it reached the socket (an invalid header,
+			// say): the server still waits for the request.
+			return nil, werr
+		}
 		resp, err = http.ReadResponse(c.br, req)
 		if err != nil {
 			if werr != nil {
@@ -264,12 +269,11 @@ func (h *http1) get(ctx context.Context, addr string) (*conn1, error) {
 		h.mu.Lock()
 		stale := h.expireLocked(h.now())
 		var c *conn1
-		if list := h.idle[addr]; len(list) > 0 {
-			c = list[len(list)-1]
-			list[len(list)-1] = nil
-			h.setLocked(addr, list[:len(list)-1])
-			h.lru.Remove(c.elem)
-			c.elem = nil
+		if conns := h.idle[addr]; len(conns) > 0 {
+			c = conns[len(conns)-1]
+			conns[len(conns)-1] = nil
+			h.setLocked(addr, conns[:len(conns)-1])
+			h.lru.remove(c)
 		}
 		h.mu.Unlock()
 		closeAll(stale)
@@ -298,15 +302,15 @@ func (h *http1) put(c *conn1) {
 	h.mu.Lock()
 	now := h.now()
 	stale := h.expireLocked(now)
-	if h.lru.Len() >= h.maxIdle {
+	if h.lru.n >= h.maxIdle {
 		stale = append(stale, h.removeOldestLocked())
 	}
 	c.since = now
-	c.elem = h.lru.PushFront(c)
+	h.lru.push(c)
 	h.idle[c.addr] = append(h.idle[c.addr], c)
 	if h.sweep == nil {
 		h.sweep = time.AfterFunc(h.idleFor, h.sweepIdle)
-	} else if h.lru.Len() == 1 {
+	} else if h.lru.n == 1 {
 		h.sweep.Reset(h.idleFor)
 	}
 	h.mu.Unlock()
@@ -320,8 +324,8 @@ func (h *http1) sweepIdle() {
 	h.mu.Lock()
 	now := h.now()
 	stale := h.expireLocked(now)
-	if back := h.lru.Back(); back != nil {
-		h.sweep.Reset(back.Value.(*conn1).since.Add(h.idleFor).Sub(now) + time.Millisecond)
+	if oldest := h.lru.oldest; oldest != nil {
+		h.sweep.Reset(oldest.since.Add(h.idleFor).Sub(now) + time.Millisecond)
 	}
 	h.mu.Unlock()
 	closeAll(stale)
@@ -331,7 +335,7 @@ func (h *http1) sweepIdle() {
 // the caller to close. The oldest are at the back of the lru: it stops at
 // the first that is young enough.
 func (h *http1) expireLocked(now time.Time) (stale []*conn1) {
-	for back := h.lru.Back(); back != nil && now.Sub(back.Value.(*conn1).since) > h.idleFor; back = h.lru.Back() {
+	for h.lru.oldest != nil && now.Sub(h.lru.oldest.since) > h.idleFor {
 		stale = append(stale, h.removeOldestLocked())
 	}
 	return stale
@@ -340,28 +344,62 @@ func (h *http1) expireLocked(now time.Time) (stale []*conn1) {
 // removeOldestLocked takes the connection idle longest out of the pool. It
 // was put before any other, so it is also the first of its host's.
 func (h *http1) removeOldestLocked() *conn1 {
-	c := h.lru.Remove(h.lru.Back()).(*conn1)
-	c.elem = nil
-	list := h.idle[c.addr]
-	list[0] = nil
-	h.setLocked(c.addr, list[1:])
+	c := h.lru.oldest
+	h.lru.remove(c)
+	conns := h.idle[c.addr]
+	conns[0] = nil
+	h.setLocked(c.addr, conns[1:])
 	return c
 }
 
-// setLocked replaces addr's idle connections with list.
-func (h *http1) setLocked(addr string, list []*conn1) {
-	if len(list) == 0 {
+// setLocked replaces addr's idle connections with conns.
+func (h *http1) setLocked(addr string, conns []*conn1) {
+	if len(conns) == 0 {
 		delete(h.idle, addr)
 		return
 	}
-	h.idle[addr] = list
+	h.idle[addr] = conns
+}
+
+// lru1 lists the idle connections in the order they were put, through
+// their own links: a list element allocated per put would be one more
+// allocation per delivery.
+type lru1 struct {
+	newest, oldest *conn1
+	n              int
+}
+
+func (l *lru1) push(c *conn1) {
+	c.older, c.newer = l.newest, nil
+	if l.newest != nil {
+		l.newest.newer = c
+	} else {
+		l.oldest = c
+	}
+	l.newest = c
+	l.n++
+}
+
+func (l *lru1) remove(c *conn1) {
+	if c.newer != nil {
+		c.newer.older = c.older
+	} else {
+		l.newest = c.older
+	}
+	if c.older != nil {
+		c.older.newer = c.newer
+	} else {
+		l.oldest = c.newer
+	}
+	c.newer, c.older = nil, nil
+	l.n--
 }
 
 // closeIdle closes every idle connection.
 func (h *http1) closeIdle() {
 	h.mu.Lock()
 	var idle []*conn1
-	for h.lru.Len() > 0 {
+	for h.lru.n > 0 {
 		idle = append(idle, h.removeOldestLocked())
 	}
 	if h.sweep != nil {

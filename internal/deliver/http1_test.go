@@ -53,6 +53,9 @@ func sendOK(t *testing.T, c *Client, url string) Outcome {
 // replaced by a new one: the request is delivered, not failed.
 func TestHTTP1ReplacesAConnectionTheServerClosed(t *testing.T) {
 	t.Parallel()
+	if !peeks {
+		t.Skip("an idle connection cannot be peeked at on " + runtime.GOOS)
+	}
 	srv, opened := countingServer(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -414,7 +417,7 @@ func post(t *testing.T, h *http1, u string) {
 func idleCount(h *http1) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.lru.Len()
+	return h.lru.n
 }
 
 func TestHostPort(t *testing.T) {
@@ -467,4 +470,51 @@ func TestHTTP1CancelledMidReplyClosesTheConnection(t *testing.T) {
 	require.ErrorIs(t, o.Err, context.Canceled)
 	sendOK(t, c, srv.URL)
 	require.EqualValues(t, 2, opened.Load())
+}
+
+// BenchmarkSend compares, in one run, an attempt over relay's own HTTP/1.1
+// connections with the same attempt through net/http's Transport (a Doer
+// that is an http.Client over it), 64 in flight to a receiver in this
+// process:
+//
+//	go test -run '^$' -bench Send -benchtime 50000x ./internal/deliver/
+func BenchmarkSend(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(srv.Close)
+	key, err := ParseSecret(refSecret)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("x"), 200)
+	for _, bb := range []struct {
+		name string
+		opts []Option
+	}{
+		{"http1", nil},
+		{"transport", []Option{WithDoer(&http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: DefaultIdleConns, DisableCompression: true,
+		}})}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			c, err := NewClient(append([]Option{WithAllowPrivate(true)}, bb.opts...)...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(c.CloseIdleConnections)
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					o := c.Send(context.Background(), Request{URL: srv.URL + "/hook", ID: "evt_bench", Body: body, Keys: [][]byte{key}})
+					if o.Class != Delivered {
+						b.Errorf("outcome %v", o)
+						return
+					}
+				}
+			})
+		})
+	}
 }
