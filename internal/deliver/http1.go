@@ -188,13 +188,13 @@ func (h *http1) exchange(c *conn1, req *http.Request) (resp *http.Response, err 
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
+	if werr != nil && !errors.As(werr, new(*net.OpError)) {
+		// Refused before it reached the socket (an invalid header, say):
+		// the server still waits for the request.
+		return nil, werr
+	}
 	c.limit = maxResponseHeader
 	for range maxInformational + 1 {
-		if werr != nil && !errors.As(werr, new(*net.OpError)) {
-			// Refused before it reached the socket (an invalid header,
-			// say): the server still waits for the request.
-			return nil, werr
-		}
 		resp, err = http.ReadResponse(c.br, req)
 		if err != nil {
 			if werr != nil {
