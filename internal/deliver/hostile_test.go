@@ -126,6 +126,15 @@ func (s *rawServer) trickle(c net.Conn, prefix string, filler byte) error {
 	}
 }
 
+// answer reads one request off br and writes head, the start of its reply,
+// to c.
+func (s *rawServer) answer(c net.Conn, br *bufio.Reader, head string) error {
+	if err := readRequest(br); err != nil {
+		return err
+	}
+	return s.write(c, []byte(head))
+}
+
 // flood writes p again and again, as fast as the wire takes it, until a
 // write fails or the test ends.
 func (s *rawServer) flood(c net.Conn, p []byte) error {
@@ -314,12 +323,9 @@ func TestHostileSlowBody(t *testing.T) {
 		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
 			t.Parallel()
 			srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
-				if err := readRequest(br); err != nil {
-					return err
-				}
 				head := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n",
 					tt.status, http.StatusText(tt.status))
-				if err := s.write(c, []byte(head)); err != nil {
+				if err := s.answer(c, br, head); err != nil {
 					return err
 				}
 				return s.trickle(c, "", '.')
@@ -343,10 +349,7 @@ func TestHostileSlowBody(t *testing.T) {
 func TestHostileEndlessBody(t *testing.T) {
 	t.Parallel()
 	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
-		if err := readRequest(br); err != nil {
-			return err
-		}
-		if err := s.write(c, []byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")); err != nil {
+		if err := s.answer(c, br, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
 			return err
 		}
 		return s.flood(c, append([]byte(fmt.Sprintf("%x\r\n", 32<<10)), append(make([]byte, 32<<10), "\r\n"...)...))
@@ -378,10 +381,7 @@ func requireServerStopped(t *testing.T, srv *rawServer) {
 func TestHostileInvalidHTTP(t *testing.T) {
 	t.Parallel()
 	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
-		if err := readRequest(br); err != nil {
-			return err
-		}
-		if err := s.write(c, []byte("garbage\r\n\r\n")); err != nil {
+		if err := s.answer(c, br, "garbage\r\n\r\n"); err != nil {
 			return err
 		}
 		return untilClosed(br)
@@ -510,10 +510,7 @@ func TestHostileGigabyteReply(t *testing.T) {
 	t.Parallel()
 	const gigabyte = 1 << 30
 	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
-		if err := readRequest(br); err != nil {
-			return err
-		}
-		if err := s.write(c, []byte("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: "+strconv.Itoa(gigabyte)+"\r\n\r\n")); err != nil {
+		if err := s.answer(c, br, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: "+strconv.Itoa(gigabyte)+"\r\n\r\n"); err != nil {
 			return err
 		}
 		n, err := io.Copy(c, io.LimitReader(zeros{}, gigabyte))

@@ -254,10 +254,7 @@ func TestHTTP1DropsAConnectionWithBytesNobodyAskedFor(t *testing.T) {
 func TestHTTP1BoundsTheHeadOfAReply(t *testing.T) {
 	t.Parallel()
 	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
-		if err := readRequest(br); err != nil {
-			return err
-		}
-		if err := s.write(c, []byte("HTTP/1.1 200 OK\r\n")); err != nil {
+		if err := s.answer(c, br, "HTTP/1.1 200 OK\r\n"); err != nil {
 			return err
 		}
 		return s.flood(c, []byte("X-Filler: "+strings.Repeat("a", 1000)+"\r\n"))
@@ -288,12 +285,9 @@ func TestHTTP1SkipsInformationalReplies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
-				if err := readRequest(br); err != nil {
-					return err
-				}
 				reply := strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n", tt.before) +
 					"HTTP/1.1 204 No Content\r\n\r\n"
-				if err := s.write(c, []byte(reply)); err != nil {
+				if err := s.answer(c, br, reply); err != nil {
 					return err
 				}
 				return untilClosed(br)
