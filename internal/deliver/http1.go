@@ -71,6 +71,21 @@ const maxInformational = 5
 // maxResponseHeader.
 var errResponseHeaderTooLong = errors.New("reply headers longer than 64 KiB")
 
+// readers and writers hold the buffers of connections in use. An idle
+// connection has nothing buffered (it is kept only then), so it gives its
+// reader back, and a request's writer is needed only until it is flushed:
+// the buffers in use follow the requests in flight, not the connections
+// open, which with many subscribers behind one host run to thousands
+// (8 KB each, and as much garbage for every connection opened).
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufferSize) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, bufferSize) }}
+)
+
+// bufferSize is the size of a connection's reader and of a request's
+// writer: bufio's default, as the Transport's.
+const bufferSize = 4 << 10
+
 // aLongTimeAgo is a deadline that has passed: set on a connection, it ends
 // the read or write in progress.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -99,8 +114,9 @@ func useHTTP1(req *http.Request) bool {
 type conn1 struct {
 	nc   net.Conn
 	addr string
-	br   *bufio.Reader
-	bw   *bufio.Writer
+	// br is the reader while the connection is in use, nil while it is
+	// idle (see readers).
+	br *bufio.Reader
 	// limit is how many bytes the reader may still take from nc.
 	limit int64
 	// since is when it went idle; newer and older are its neighbours in
@@ -184,10 +200,14 @@ func (h *http1) exchange(c *conn1, req *http.Request) (resp *http.Response, err 
 		// goroutine of its own, which the write could outrun.
 		return nil, err
 	}
-	werr := req.Write(c.bw)
+	bw := writers.Get().(*bufio.Writer)
+	bw.Reset(c.nc)
+	werr := req.Write(bw)
 	if werr == nil {
-		werr = c.bw.Flush()
+		werr = bw.Flush()
 	}
+	bw.Reset(nil)
+	writers.Put(bw)
 	if werr != nil && !errors.As(werr, new(*net.OpError)) {
 		// Refused before it reached the socket (an invalid header, say):
 		// the server still waits for the request.
@@ -281,6 +301,7 @@ func (h *http1) get(ctx context.Context, addr string) (*conn1, error) {
 			break
 		}
 		if c.alive() {
+			c.takeReader()
 			return c, nil
 		}
 		_ = c.nc.Close()
@@ -290,15 +311,28 @@ func (h *http1) get(ctx context.Context, addr string) (*conn1, error) {
 		return nil, err
 	}
 	c := &conn1{nc: nc, addr: addr}
-	c.br = bufio.NewReader(c)
-	c.bw = bufio.NewWriter(nc)
+	c.takeReader()
 	return c, nil
+}
+
+// takeReader gives c a reader for its next reply.
+func (c *conn1) takeReader() {
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(c)
+}
+
+// giveReader gives c's reader back: c is going idle with nothing buffered.
+func (c *conn1) giveReader() {
+	c.br.Reset(nil)
+	readers.Put(c.br)
+	c.br = nil
 }
 
 // put keeps c for the next request to its host. With the pool full, the
 // connection idle longest makes room, as in the Transport: after a burst to
 // one host, another host's connections are still kept.
 func (h *http1) put(c *conn1) {
+	c.giveReader()
 	h.mu.Lock()
 	now := h.now()
 	stale := h.expireLocked(now)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -341,6 +342,56 @@ func TestHTTP1ReusesOnlyWhatCanBeReused(t *testing.T) {
 			sendOK(t, c, srv.URL)
 			require.Equal(t, tt.want, opened.Load())
 		})
+	}
+}
+
+// An idle connection holds no buffer: it gives its reader back when it goes
+// idle and takes one when it is used again, and a request's writer is
+// given back once flushed. Replies read through buffers that went from one
+// connection to another are still each their own.
+func TestHTTP1IdleConnectionsHoldNoBuffers(t *testing.T) {
+	t.Parallel()
+	echo := func(name string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			_, _ = fmt.Fprintf(w, "%s:%s", name, body)
+		}
+	}
+	a, _ := countingServer(t, echo("a"))
+	b, _ := countingServer(t, echo("b"))
+	var d net.Dialer
+	h := newHTTP1(d.DialContext, 64, time.Minute)
+	t.Cleanup(h.closeIdle)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				name, srv := "a", a
+				if (g+i)%2 == 1 {
+					name, srv = "b", b
+				}
+				sent := fmt.Sprintf("%d-%d", g, i)
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader(sent))
+				if !assert.NoError(t, err) {
+					return
+				}
+				resp, err := h.roundTrip(req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				got, err := io.ReadAll(resp.Body)
+				assert.NoError(t, err)
+				assert.NoError(t, resp.Body.Close())
+				assert.Equal(t, name+":"+sent, string(got))
+			}
+		})
+	}
+	wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Positive(t, h.lru.n)
+	for c := h.lru.newest; c != nil; c = c.older {
+		require.Nil(t, c.br, "an idle connection to %s holds a reader", c.addr)
 	}
 }
 
