@@ -157,7 +157,7 @@ func (h *http1) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := h.exchange(c, req)
 	if err != nil {
-		_ = c.nc.Close()
+		c.close()
 		if cerr := ended(ctx); cerr != nil {
 			// Ended by the caller or the attempt's deadline, whatever the
 			// read made of a reply cut short: said as the Transport says it.
@@ -278,7 +278,7 @@ func (b *body1) Close() error {
 		b.h.put(b.c)
 		return nil
 	}
-	return b.c.nc.Close()
+	return b.c.close()
 }
 
 // get returns an idle connection to addr, the most recent first, or dials
@@ -321,11 +321,21 @@ func (c *conn1) takeReader() {
 	c.br.Reset(c)
 }
 
-// giveReader gives c's reader back: c is going idle with nothing buffered.
+// giveReader gives c's reader back: c is going idle with nothing buffered,
+// or being closed, its reply read no further.
 func (c *conn1) giveReader() {
 	c.br.Reset(nil)
 	readers.Put(c.br)
 	c.br = nil
+}
+
+// close closes a connection in use, and gives its reader back: a
+// subscriber that answers every request with Connection: close costs no
+// buffer per request.
+func (c *conn1) close() error {
+	err := c.nc.Close()
+	c.giveReader()
+	return err
 }
 
 // put keeps c for the next request to its host. With the pool full, the
