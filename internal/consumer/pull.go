@@ -51,6 +51,10 @@ type puller struct {
 	// by reply subject, with when: the server may still be filling them,
 	// so a stopping loop reads on until they end (see [puller.drain]).
 	lost map[string]time.Time
+	// gaveUp is when a request was last given up on. What such a request
+	// brings is counted against the requests out, so for a while after it
+	// the loop may take a request as filled that the server still holds.
+	gaveUp time.Time
 	// credit is how many messages the requests out may still bring.
 	credit int
 	// handling is the time spent in handle so far.
@@ -197,6 +201,7 @@ func (p *puller) giveUp() {
 		}
 	}
 	p.lost[p.out[0].reply] = now
+	p.gaveUp = now
 	p.end(0)
 }
 
@@ -208,11 +213,17 @@ const lostFor = 30 * time.Second
 // what is already in the inbox, and what the requests given up on still
 // bring until the server ends them (at most requestLife from now): a
 // message the server sends to an inbox dropped would wait out its ack wait.
+// Soon after a request was given up on, the count of what the others may
+// still bring is not to be trusted (see [puller.gaveUp]): the loop then reads
+// on until every request it sent has ended, whatever the server says of the
+// lost ones.
 func (p *puller) drain(handle func(jetstream.Msg)) {
-	until := time.Now().Add(requestLife)
+	now := time.Now()
+	until := now.Add(requestLife)
+	unsure := !p.gaveUp.IsZero() && now.Sub(p.gaveUp) < lostFor+requestLife
 	for {
 		wait := time.Duration(0)
-		if len(p.lost) > 0 {
+		if unsure || len(p.lost) > 0 {
 			wait = max(0, time.Until(until))
 		}
 		msg, err := p.sub.NextMsg(wait)

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -258,4 +259,46 @@ func TestPullStopsWithNothingInLimbo(t *testing.T) {
 	require.Zero(t, info.NumAckPending, "messages sent to the stopped loop wait out their ack wait")
 	require.Positive(t, got.count(), "the requests given up on brought nothing while the loop stopped")
 	require.EqualValues(t, 100, uint64(got.count())+info.NumPending)
+}
+
+// TestPullStopsOnceNoRequestCanBeFilled: the messages a request given up on
+// brings are counted against the request still out, which the loop then
+// takes as filled while the server still holds it. A loop that stops then
+// reads on until every request it sent has ended: once it returns, nothing
+// more comes to its inbox (a message sent there after the inbox is dropped
+// would wait out its ack wait).
+func TestPullStopsOnceNoRequestCanBeFilled(t *testing.T) {
+	t.Parallel()
+	js, _ := startStream(t)
+	p, err := newPuller(js.Conn(), "S", "c", 4)
+	require.NoError(t, err)
+	defer p.close()
+	send := func(expires time.Duration) {
+		body, err := json.Marshal(pullRequest{Batch: p.batch, Expires: expires})
+		require.NoError(t, err)
+		p.next++
+		reply := p.inbox + "." + strconv.FormatUint(p.next, 10)
+		require.NoError(t, p.nc.PublishRequest(p.subject, reply, body))
+		p.out = append(p.out, request{reply: reply, sent: time.Now(), handling: p.handling})
+		p.credit += p.batch
+	}
+	send(300 * time.Millisecond) // given up on at once; the server ends it first
+	p.giveUp()
+	send(MaxWait)
+	require.NoError(t, js.Conn().Flush())
+	// The server takes its waiting requests in turns: these fill part of
+	// each, and the loop counts all four against the one it has out.
+	publish(t, js, 0, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	got := &handled{seqs: map[uint64]uint64{}}
+	require.NoError(t, p.run(ctx, discard, got.handle(t)))
+	require.Equal(t, 4, got.count())
+
+	publish(t, js, 4, 1)
+	msg, err := p.sub.NextMsg(300 * time.Millisecond)
+	if err == nil {
+		t.Fatalf("a request of the stopped loop was still held by the server: it sent %s %q", msg.Subject, msg.Header.Get("Status"))
+	}
+	require.ErrorIs(t, err, nats.ErrTimeout)
 }
