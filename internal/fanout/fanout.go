@@ -168,6 +168,18 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 			}
 		}
 		view.upTo(ctx, batch)
+		if ctx.Err() != nil {
+			// Stopping: the view follows the bucket no more, so a subscriber
+			// added or disabled just now would be missed. What the last pull
+			// brings is handed back, for the next fan-out to copy with a view
+			// it can confirm; delayed, so that this one's last pull request
+			// does not bring it back.
+			for _, m := range batch {
+				_ = m.NakWithDelay(retryDelay)
+			}
+			clear(batch)
+			continue
+		}
 		for _, m := range batch {
 			acks <- publishCopies(ctx, js, cfg, m)
 		}

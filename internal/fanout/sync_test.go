@@ -1,13 +1,17 @@
 package fanout_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 )
 
@@ -44,4 +48,57 @@ func jsFor(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return js
+}
+
+// TestStoppingFanoutHandsBackWhatItCannotConfirm: as a relay stops, its view
+// stops following the bucket while the fan-out's last pull request still
+// brings events. An event published after a subscriber was stored must not
+// be copied with that stale view and acked: it is handed back, and the next
+// fan-out copies it to the new subscriber too.
+func TestStoppingFanoutHandsBackWhatItCannotConfirm(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	store, err := subscribers.Open(ctx, n.JS)
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctx, sub("warm", "t.>")))
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	live, err := store.Watch(watchCtx)
+	require.NoError(t, err)
+	e := &env{n: n, store: store, live: live}
+	r := e.start(t)
+	waitFannedOut(t, n.JS, publish(t, n.JS, "t.a", []byte(`{}`), msgID("first")))
+
+	// The relay stops: its watch and its fan-out at once (one context in
+	// relay run). A subscriber is stored, then an event is published, while
+	// the fan-out's last pull request is still out.
+	stopWatch()
+	<-live.Done()
+	r.cancel()
+	require.NoError(t, store.Put(ctx, sub("late", "t.>")))
+	after := publish(t, n.JS, "t.a", []byte(`{}`), msgID("after"))
+	require.NoError(t, r.stop(t))
+	_, stale := byMsgID(t, copies(t, n.JS))["after.warm"]
+	require.False(t, stale, "the stopping fan-out copied an event with a view it could not confirm")
+
+	// The next fan-out, with a view of its own, copies it to both.
+	e.live = liveView(t, store)
+	e.start(t, func(c *fanout.Config) { c.AckWait = time.Second })
+	waitFannedOut(t, n.JS, after)
+	got := byMsgID(t, copies(t, n.JS))
+	require.Contains(t, got, "after.warm")
+	require.Contains(t, got, "after.late", "the subscriber stored before the event missed it")
+}
+
+// liveView opens a view of store that stops when the test ends.
+func liveView(t *testing.T, store *subscribers.Store) *subscribers.Live {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	live, err := store.Watch(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		<-live.Done()
+	})
+	return live
 }
