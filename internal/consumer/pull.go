@@ -215,8 +215,8 @@ const lostFor = 30 * time.Second
 // message the server sends to an inbox dropped would wait out its ack wait.
 // Soon after a request was given up on, the count of what the others may
 // still bring is not to be trusted (see [puller.gaveUp]): the loop then reads
-// on until every request it sent has ended, whatever the server says of the
-// lost ones.
+// on for requestLife, by when every request it sent has ended, whatever the
+// server says of the lost ones.
 func (p *puller) drain(handle func(jetstream.Msg)) {
 	now := time.Now()
 	until := now.Add(requestLife)
