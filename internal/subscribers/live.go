@@ -278,58 +278,72 @@ func (l *Live) Err() error {
 // was published is never missed because this relay's watch had not caught
 // up yet.
 //
-// It asks the bucket's stream for the first message after the last
-// revision the view holds: none means the view is current. That is one
-// small request, answered by the stream itself (a direct get, or the
-// leader's message get when the bucket is replicated, since a follower may
-// answer a direct get before it has applied the latest write), never a
-// stream info through the JetStream API queue, and its cost does not grow
-// with the number of subscribers.
+// It asks the bucket's stream for its last message, and waits until the
+// view holds that revision. That is one small request, answered by the
+// stream itself (a direct get, or the leader's message get when the bucket
+// is replicated, since a follower may answer a direct get before it has
+// applied the latest write), never a stream info through the JetStream API
+// queue, and its cost does not grow with the number of subscribers. Writes
+// made after Sync was called are not waited for: a steady stream of them
+// cannot hold it.
+//
+// The watch delivers a change within milliseconds, but a burst of writes
+// can put it seconds behind: Sync then waits, until ctx ends. A revision
+// removed from the stream before the watch reached it (`nats kv purge
+// --deletes` removes delete markers) never comes: when the view has not
+// moved for syncWait, Sync asks whether anything up to the awaited
+// revision is still stored after the view's, and returns if nothing is.
 func (l *Live) Sync(ctx context.Context) error {
-	giveUp := time.NewTimer(syncWait)
-	defer giveUp.Stop()
-	for {
-		snap := l.snap.Load()
-		next, found, err := l.after(ctx, snap.rev)
-		if err != nil {
-			return fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
-		}
-		if !found {
-			return nil
-		}
-		// The watch delivers a change within milliseconds. A revision that
-		// does not come within syncWait was removed from the stream before
-		// the watch reached it (`nats kv purge --deletes` removes delete
-		// markers); the view is then as current as it can be.
-		for snap.rev < next {
-			select {
-			case <-snap.changed:
-				snap = l.snap.Load()
-			case <-giveUp.C:
-				return nil
-			case <-l.done:
-				return cmp.Or(l.err, errWatchEnded)
-			case <-ctx.Done():
-				return ctx.Err()
+	last, found, err := l.get(ctx, msgGet{LastBySubj: ">"})
+	if err != nil || !found {
+		return syncError(err)
+	}
+	stalled := time.NewTimer(syncWait)
+	defer stalled.Stop()
+	for snap := l.snap.Load(); snap.rev < last; snap = l.snap.Load() {
+		select {
+		case <-snap.changed:
+			stalled.Reset(syncWait)
+		case <-stalled.C:
+			next, found, err := l.get(ctx, msgGet{Seq: snap.rev + 1, NextBySubj: ">"})
+			if err != nil || !found || next > last {
+				return syncError(err)
 			}
+			stalled.Reset(syncWait)
+		case <-l.done:
+			return cmp.Or(l.err, errWatchEnded)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
+	return nil
 }
 
-// syncWait bounds how long Sync waits for the watch to catch up.
+// syncError wraps an error of a request Sync made; nil stays nil.
+func syncError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
+}
+
+// syncWait is how long Sync waits for the view to move before it asks
+// whether what it waits for is still stored.
 const syncWait = 250 * time.Millisecond
 
 // msgGet is the request of a (direct) message get: the first message from
-// sequence Seq on whose subject matches NextBySubj.
+// sequence Seq on whose subject matches NextBySubj, or the last message on
+// a subject matching LastBySubj.
 type msgGet struct {
-	Seq        uint64 `json:"seq"`
-	NextBySubj string `json:"next_by_subj"`
+	Seq        uint64 `json:"seq,omitempty"`
+	NextBySubj string `json:"next_by_subj,omitempty"`
+	LastBySubj string `json:"last_by_subj,omitempty"`
 }
 
-// after returns the sequence of the bucket's first message after rev, and
+// get returns the sequence of the bucket's message that req asks for, and
 // whether there is one.
-func (l *Live) after(ctx context.Context, rev uint64) (uint64, bool, error) {
-	req, _ := json.Marshal(msgGet{Seq: rev + 1, NextBySubj: ">"})
+func (l *Live) get(ctx context.Context, q msgGet) (uint64, bool, error) {
+	req, _ := json.Marshal(q)
 	ctx, cancel := context.WithTimeout(ctx, syncRequestTimeout)
 	defer cancel()
 	m, err := l.nc.RequestWithContext(ctx, l.getSubject, req)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 // waitFor waits on the view's Changed channel until cond holds, the way the
@@ -234,4 +235,69 @@ func TestWatchConcurrentReads(t *testing.T) {
 	waitFor(t, l, "every write seen", func() bool { return len(l.All()) == writes })
 	close(stop)
 	readers.Wait()
+}
+
+// frozenView returns a view of st's bucket, empty when st is, that does not
+// follow the bucket: a watch far behind, which the test moves by hand.
+func frozenView(t *testing.T, st *Store) (*Live, *liveState) {
+	t.Helper()
+	l := &Live{kv: st.kv, nc: st.nc, done: make(chan struct{})}
+	require.NoError(t, l.chooseGet(testutil.Context(t)))
+	ls := newLiveState()
+	l.snap.Store(ls.snapshot())
+	return l, ls
+}
+
+// TestSyncWaitsForAWatchFarBehind: a watch behind a burst of writes may take
+// longer than Sync's patience to deliver one stored before Sync was called.
+// Sync waits for it (until its context ends), and returns once the view
+// holds it: a subscriber stored before an event is in the view that fans
+// the event out.
+func TestSyncWaitsForAWatchFarBehind(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	l, ls := frozenView(t, st)
+	require.NoError(t, st.Put(ctx, valid("a")))
+
+	done := make(chan error, 1)
+	go func() { done <- l.Sync(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Sync returned (%v) while the view lacked a stored write", err)
+	case <-time.After(4 * syncWait):
+	}
+	e, err := st.kv.Get(ctx, "a")
+	require.NoError(t, err)
+	ls.apply(e)
+	l.publish(ls.snapshot())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Sync did not return once the view held the write")
+	}
+	_, ok := l.Get("a")
+	require.True(t, ok)
+}
+
+// TestSyncPassesARevisionRemovedBeforeTheWatchSawIt: a revision removed from
+// the bucket's stream (as `nats kv purge --deletes` removes delete markers)
+// never reaches the view; Sync does not wait for it.
+func TestSyncPassesARevisionRemovedBeforeTheWatchSawIt(t *testing.T) {
+	t.Parallel()
+	st, n := newStore(t)
+	ctx := testutil.Context(t)
+	l, _ := frozenView(t, st)
+	rev, err := st.kv.Put(ctx, "a", []byte("{}"))
+	require.NoError(t, err)
+	stream, err := n.JS.Stream(ctx, "KV_"+streams.SubscribersBucket)
+	require.NoError(t, err)
+
+	syncCtx, cancel := context.WithTimeout(ctx, 10*syncWait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.Sync(syncCtx) }()
+	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeSequence(rev+1)))
+	require.NoError(t, <-done, "Sync waited for a revision no longer stored")
 }
