@@ -101,13 +101,9 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 	failures := 0
 	for {
 		if ctx.Err() == nil && p.wantMore() {
-			p.next++
-			reply := p.inbox + "." + strconv.FormatUint(p.next, 10)
-			if err := p.nc.PublishRequest(p.subject, reply, p.body); err != nil {
-				return fmt.Errorf("pulling from %s: %w", p.name, err)
+			if err := p.send(p.body); err != nil {
+				return err
 			}
-			p.out = append(p.out, request{reply: reply, sent: time.Now(), handling: p.handling})
-			p.credit += p.batch
 		}
 		if len(p.out) == 0 {
 			p.drain(handle)
@@ -150,6 +146,19 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 		p.received()
 		p.handle(msg, handle)
 	}
+}
+
+// send sends a pull request with body, on a reply subject of its own, and
+// counts it out.
+func (p *puller) send(body []byte) error {
+	p.next++
+	reply := p.inbox + "." + strconv.FormatUint(p.next, 10)
+	if err := p.nc.PublishRequest(p.subject, reply, body); err != nil {
+		return fmt.Errorf("pulling from %s: %w", p.name, err)
+	}
+	p.out = append(p.out, request{reply: reply, sent: time.Now(), handling: p.handling})
+	p.credit += p.batch
+	return nil
 }
 
 func (p *puller) handle(msg *nats.Msg, handle func(jetstream.Msg)) {

@@ -276,11 +276,7 @@ func TestPullStopsOnceNoRequestCanBeFilled(t *testing.T) {
 	send := func(expires time.Duration) {
 		body, err := json.Marshal(pullRequest{Batch: p.batch, Expires: expires})
 		require.NoError(t, err)
-		p.next++
-		reply := p.inbox + "." + strconv.FormatUint(p.next, 10)
-		require.NoError(t, p.nc.PublishRequest(p.subject, reply, body))
-		p.out = append(p.out, request{reply: reply, sent: time.Now(), handling: p.handling})
-		p.credit += p.batch
+		require.NoError(t, p.send(body))
 	}
 	send(300 * time.Millisecond) // given up on at once; the server ends it first
 	p.giveUp()

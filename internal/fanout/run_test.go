@@ -46,14 +46,7 @@ func newEnv(t *testing.T, subs ...subscribers.Subscriber) *env {
 	for _, s := range subs {
 		require.NoError(t, store.Put(ctx, s))
 	}
-	watchCtx, cancel := context.WithCancel(ctx)
-	live, err := store.Watch(watchCtx)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cancel()
-		<-live.Done()
-	})
-	return &env{n: n, store: store, live: live}
+	return &env{n: n, store: store, live: liveView(t, store)}
 }
 
 // sub returns a valid subscriber with the given id and event filters.
