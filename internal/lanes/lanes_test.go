@@ -319,7 +319,7 @@ func TestHoldLimit(t *testing.T) {
 		{"a share never falls below one", subscribers.Subscriber{Rate: 1000, MaxInFlight: 16}, 100_000, 1000, 1},
 	}
 	for _, tt := range tests {
-		if got := lanes.HoldLimit(tt.sub, 20_000, tt.busy, tt.drain); got != tt.want {
+		if got := lanes.HoldLimit(&tt.sub, 20_000, tt.busy, tt.drain); got != tt.want {
 			t.Errorf("%s: HoldLimit = %d, want %d", tt.name, got, tt.want)
 		}
 	}

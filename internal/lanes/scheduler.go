@@ -79,7 +79,7 @@ func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
 // maxAckPending slots shared with busy-1 other busy subscribers, when it
 // drains drainRate messages a second: a few seconds of its work, at least
 // max-in-flight, at most its fair share of the lane.
-func HoldLimit(sub subscribers.Subscriber, maxAckPending, busy int, drainRate float64) int {
+func HoldLimit(sub *subscribers.Subscriber, maxAckPending, busy int, drainRate float64) int {
 	share := (maxAckPending - maxAckPending/reserveDiv) / max(1, busy)
 	window := holdWindow
 	if sub.Rate <= 0 {
@@ -159,7 +159,7 @@ func newScheduler(l *lane, id string) *scheduler {
 // drainRate is how fast a subscriber's queue empties on this relay: its
 // rate, or for an unlimited one what its in-flight slots allow at the
 // response time seen lately.
-func (s *scheduler) drainRate(sub subscribers.Subscriber) float64 {
+func (s *scheduler) drainRate(sub *subscribers.Subscriber) float64 {
 	if sub.Rate > 0 {
 		return sub.Rate
 	}
@@ -173,10 +173,13 @@ func (s *scheduler) drainRate(sub subscribers.Subscriber) float64 {
 // share is the most a subscriber may hold in its lane with the lane-mates
 // busy now, whatever its rate.
 func (s *scheduler) share() int {
-	return HoldLimit(subscribers.Subscriber{MaxInFlight: math.MaxInt}, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), 0)
+	return HoldLimit(&anyPace, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), 0)
 }
 
-func (s *scheduler) holdLimit(sub subscribers.Subscriber) int {
+// anyPace is a subscriber whose hold only its share of the lane bounds.
+var anyPace = subscribers.Subscriber{MaxInFlight: math.MaxInt}
+
+func (s *scheduler) holdLimit(sub *subscribers.Subscriber) int {
 	return HoldLimit(sub, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), s.drainRate(sub))
 }
 
@@ -215,7 +218,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	case refilled, d.attempts > 0:
 		// Brought back because there was room, or a retry of a message
 		// that was in flight: it has waited its turn.
-	case s.backlog, len(s.queue) >= s.holdLimit(sub):
+	case s.backlog, len(s.queue) >= s.holdLimit(&sub):
 		hold = false
 	}
 	if !hold {
@@ -428,14 +431,11 @@ func (s *scheduler) toOverflow(held []delivery) {
 // when the queue runs low; and exits when there is nothing left to do.
 func (s *scheduler) loop(ctx context.Context) {
 	for {
-		// The view's own copy, by pointer: this loop runs for every
-		// delivery, and a copy of the subscriber would be one more
-		// allocation each time.
-		subp, ok := s.lane.cfg.Subscribers.Lookup(s.id)
-		var sub subscribers.Subscriber
-		if ok {
-			sub = *subp
-		}
+		// The view's own entry, by pointer, never modified: this loop runs
+		// for every delivery, and a copy of the subscriber would be one
+		// more allocation each time (and a larger stack for every send
+		// that starts here).
+		sub, ok := s.lane.cfg.Subscribers.Lookup(s.id)
 		now := s.lane.cfg.Clock.Now()
 		s.mu.Lock()
 		if s.stopped || ctx.Err() != nil {
@@ -444,44 +444,14 @@ func (s *scheduler) loop(ctx context.Context) {
 			return
 		}
 		if !ok || sub.Disabled || sub.PausedAt(now) {
-			var held []delivery
-			if ok {
-				held = s.takeLocked(0, false)
-			} else {
-				// Gone: what it left in overflow is the sweep's to settle.
-				held = append([]delivery(nil), s.queue...)
-				s.queue, s.buf = nil, nil
-				s.backlog, s.next = false, 0
-			}
-			s.running = false
-			s.expect = 0
-			s.syncLocked()
-			s.mu.Unlock()
-			for _, d := range held {
-				if ok {
-					s.lane.toOverflow(d, s.id, s.stored)
-				} else {
-					s.lane.work.Go(func() { s.lane.unknownSubscriber(context.WithoutCancel(ctx), d, s.id) })
-				}
-			}
+			s.leaveLocked(ctx, ok)
 			return
 		}
 		if s.expect > 0 && !now.Before(s.expectUntil) {
 			s.expect = 0
 		}
 		if now.Before(s.holdUntil) {
-			// Paused or open: what it holds leaves the lane until then,
-			// holding no slot and burning no attempt (what was brought back
-			// already stays through a short wait); what the wait carries
-			// past its deadline dies now.
-			doomed := s.takeDoomedLocked(s.holdUntil)
-			held := s.takeLocked(0, s.holdUntil.Sub(now) < keepBroughtBack)
-			until := s.holdUntil
-			s.syncLocked()
-			s.mu.Unlock()
-			s.deadLetterAll(ctx, doomed)
-			s.toOverflow(held)
-			s.sleep(ctx, until.Sub(now), false)
+			s.holdLocked(ctx, now)
 			continue
 		}
 		hold := s.holdLimit(sub)
@@ -532,40 +502,14 @@ func (s *scheduler) loop(ctx context.Context) {
 		if err != nil {
 			continue // stopping
 		}
-		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(sub))
+		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
 			dec = ratelimit.Decision{Hold: ratelimit.Token, Wait: 100 * time.Millisecond}
 		}
 		if dec.Hold != ratelimit.Go {
 			release()
-			if dec.Hold != ratelimit.Token && dec.Wait >= parkAfter {
-				s.mu.Lock()
-				now := s.lane.cfg.Clock.Now()
-				if !now.Before(s.holdUntil) {
-					// A hold begins (not one extended): once per pause or
-					// open circuit, on each relay.
-					s.lane.log.Info("lanes: holding a subscriber's deliveries", "subscriber", s.id,
-						"why", dec.Hold.String(), "for", dec.Wait.Round(time.Millisecond).String())
-				}
-				s.holdUntil = now.Add(dec.Wait)
-				// After an open circuit, or a pause long enough to send
-				// what was brought back out again, one message comes back
-				// first: a subscriber that is still down costs one.
-				s.cautious = s.cautious || dec.Hold == ratelimit.CircuitOpen || dec.Wait >= keepBroughtBack
-				s.mu.Unlock()
-				continue
-			}
-			waitFrom := s.lane.cfg.Clock.Now()
-			wait := dec.Wait
-			if !headDeadline.IsZero() {
-				// Wake at the next deadline to let it go, not a token later.
-				wait = max(0, min(wait, headDeadline.Sub(waitFrom)+time.Millisecond))
-			}
-			s.sleep(ctx, wait, false)
-			if dec.Hold == ratelimit.Token {
-				s.lane.cfg.Metrics.TokenWait(s.id, s.lane.cfg.Clock.Now().Sub(waitFrom))
-			}
+			s.wait(ctx, dec, headDeadline)
 			continue
 		}
 
@@ -575,7 +519,7 @@ func (s *scheduler) loop(ctx context.Context) {
 		fresh, ok := s.lane.cfg.Subscribers.Lookup(s.id)
 		held := !ok || fresh.Disabled || fresh.PausedAt(s.lane.cfg.Clock.Now())
 		if ok {
-			sub = *fresh
+			sub = fresh
 		}
 		var d delivery
 		found := false
@@ -587,7 +531,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			if dec.Probe {
 				// Nothing to probe with after all (or held now, which the
 				// loop's first check settles): let the probe go.
-				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(sub), ratelimit.Result{Probe: true})
+				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(*sub), ratelimit.Result{Probe: true})
 			}
 			continue
 		}
@@ -603,7 +547,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.mu.Lock()
 			localIsAttempt := s.localStreak >= maxLocalStreak
 			s.mu.Unlock()
-			out := s.lane.send(context.WithoutCancel(ctx), s.lane.env.finishing, d, *fresh, dec.Probe, localIsAttempt)
+			out := s.lane.send(context.WithoutCancel(ctx), s.lane.env.finishing, d, fresh, dec.Probe, localIsAttempt)
 			took := s.lane.cfg.Clock.Now().Sub(start)
 			s.mu.Lock()
 			delete(s.inFlight, d.msg)
@@ -631,6 +575,81 @@ func (s *scheduler) loop(ctx context.Context) {
 			return
 		}
 		s.lane.work.Go(send)
+	}
+}
+
+// leaveLocked ends the loop of a subscriber that is disabled, paused or
+// gone: what it holds waits in overflow (a gone one's is settled as
+// unknown; what it left in overflow is the sweep's). It is called with s.mu
+// held and returns with it released.
+func (s *scheduler) leaveLocked(ctx context.Context, inView bool) {
+	var held []delivery
+	if inView {
+		held = s.takeLocked(0, false)
+	} else {
+		held = append([]delivery(nil), s.queue...)
+		s.queue, s.buf = nil, nil
+		s.backlog, s.next = false, 0
+	}
+	s.running = false
+	s.expect = 0
+	s.syncLocked()
+	s.mu.Unlock()
+	for _, d := range held {
+		if inView {
+			s.lane.toOverflow(d, s.id, s.stored)
+		} else {
+			s.lane.work.Go(func() { s.lane.unknownSubscriber(context.WithoutCancel(ctx), d, s.id) })
+		}
+	}
+}
+
+// holdLocked waits out a pause or an open circuit: what the subscriber
+// holds leaves the lane until then, holding no slot and burning no attempt
+// (what was brought back already stays through a short wait); what the
+// wait carries past its deadline dies now. It is called with s.mu held and
+// returns with it released.
+func (s *scheduler) holdLocked(ctx context.Context, now time.Time) {
+	doomed := s.takeDoomedLocked(s.holdUntil)
+	held := s.takeLocked(0, s.holdUntil.Sub(now) < keepBroughtBack)
+	until := s.holdUntil
+	s.syncLocked()
+	s.mu.Unlock()
+	s.deadLetterAll(ctx, doomed)
+	s.toOverflow(held)
+	s.sleep(ctx, until.Sub(now), false)
+}
+
+// wait acts on a decision that holds the next request: a pause or an open
+// circuit long enough to park for begins a hold (see holdLocked); a
+// shorter wait, for a token among them, is slept here, waking by the head's
+// deadline to let it go rather than a token later.
+func (s *scheduler) wait(ctx context.Context, dec ratelimit.Decision, headDeadline time.Time) {
+	if dec.Hold != ratelimit.Token && dec.Wait >= parkAfter {
+		s.mu.Lock()
+		now := s.lane.cfg.Clock.Now()
+		if !now.Before(s.holdUntil) {
+			// A hold begins (not one extended): once per pause or open
+			// circuit, on each relay.
+			s.lane.log.Info("lanes: holding a subscriber's deliveries", "subscriber", s.id,
+				"why", dec.Hold.String(), "for", dec.Wait.Round(time.Millisecond).String())
+		}
+		s.holdUntil = now.Add(dec.Wait)
+		// After an open circuit, or a pause long enough to send what was
+		// brought back out again, one message comes back first: a
+		// subscriber that is still down costs one.
+		s.cautious = s.cautious || dec.Hold == ratelimit.CircuitOpen || dec.Wait >= keepBroughtBack
+		s.mu.Unlock()
+		return
+	}
+	waitFrom := s.lane.cfg.Clock.Now()
+	wait := dec.Wait
+	if !headDeadline.IsZero() {
+		wait = max(0, min(wait, headDeadline.Sub(waitFrom)+time.Millisecond))
+	}
+	s.sleep(ctx, wait, false)
+	if dec.Hold == ratelimit.Token {
+		s.lane.cfg.Metrics.TokenWait(s.id, s.lane.cfg.Clock.Now().Sub(waitFrom))
 	}
 }
 
@@ -685,7 +704,7 @@ func (s *scheduler) pop() (delivery, bool) {
 
 // refillLocked starts bringing the backlog back when the queue has run down
 // to half its hold limit, one refill at a time.
-func (s *scheduler) refillLocked(ctx context.Context, sub subscribers.Subscriber, hold int, now time.Time) {
+func (s *scheduler) refillLocked(ctx context.Context, sub *subscribers.Subscriber, hold int, now time.Time) {
 	if !s.backlog || s.refilling {
 		return
 	}

@@ -124,7 +124,7 @@ func (d delivery) due(published time.Time) time.Time {
 
 // request builds the HTTP delivery of one DELIVERIES message, signed with
 // the subscriber's keys in force at now.
-func request(d delivery, sub subscribers.Subscriber, now time.Time) (deliver.Request, error) {
+func request(d delivery, sub *subscribers.Subscriber, now time.Time) (deliver.Request, error) {
 	h := d.msg.Headers()
 	keys, err := sub.Keys(now)
 	if err != nil {
@@ -166,12 +166,12 @@ func request(d delivery, sub subscribers.Subscriber, now time.Time) (deliver.Req
 // The request runs under reqCtx, which --shutdown-timeout cancels; the
 // settling runs under ctx, so that a request answered just before the
 // timeout is still acked, parked or dead-lettered by its outcome.
-func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub subscribers.Subscriber, probe, localIsAttempt bool) (out deliver.Outcome) {
+func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Subscriber, probe, localIsAttempt bool) (out deliver.Outcome) {
 	defer func() {
 		// A probe that ends without a request must be given back, or this
 		// relay would wait for its outcome for ever.
 		if probe && !d.attempted {
-			_ = l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(sub), ratelimit.Result{Probe: true})
+			_ = l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(*sub), ratelimit.Result{Probe: true})
 		}
 	}()
 	now := l.cfg.Clock.Now()
@@ -210,24 +210,33 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub subscribers.Sub
 	d.attempts++
 	d.attempted = true
 	l.cfg.Metrics.Attempt(sub.ID, out.Class.String(), out.Duration)
-	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(sub), resultOf(out, probe)); err != nil {
+	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(*sub), resultOf(out, probe)); err != nil {
 		l.log.Warn("lanes: recording the outcome for the rate limiter", "subscriber", sub.ID, "err", err)
 	}
-	death := deadletter.Death{LastStatus: out.Status, LastError: deadletter.CleanError(errorText(out))}
-
-	switch out.Class {
-	case deliver.Delivered:
-		published := publishedAt(d)
-		l.cfg.Metrics.Delivered(sub.ID, published, d.due(published))
-		if !d.deadline.IsZero() {
-			// Sent before its deadline (see dueBy above), so met.
-			l.cfg.Metrics.MetDeadline(sub.ID)
-			l.cfg.Timeliness.Met(sub.ID)
-		}
-		if err := d.msg.Ack(); err != nil {
-			l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
-		}
+	if out.Class != deliver.Delivered {
+		l.failed(ctx, d, sub, req.ID, out, now)
 		return out
+	}
+	published := publishedAt(d)
+	l.cfg.Metrics.Delivered(sub.ID, published, d.due(published))
+	if !d.deadline.IsZero() {
+		// Sent before its deadline (see dueBy above), so met.
+		l.cfg.Metrics.MetDeadline(sub.ID)
+		l.cfg.Timeliness.Met(sub.ID)
+	}
+	if err := d.msg.Ack(); err != nil {
+		l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
+	}
+	return out
+}
+
+// failed settles an attempt that did not deliver: dead-letter it (and
+// disable a gone subscriber), or park it for a retry. It is apart from
+// send, whose stack every delivery's goroutine grows to, so that this rarer
+// path's frame is not part of it.
+func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscriber, eventID string, out deliver.Outcome, now time.Time) {
+	death := deadletter.Death{LastStatus: out.Status, LastError: deadletter.CleanError(errorText(out))}
+	switch out.Class {
 	case deliver.Gone:
 		death.Reason = deadletter.Gone
 		if l.deadLetter(ctx, d, sub.ID, death) && l.cfg.Disable != nil {
@@ -236,30 +245,30 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub subscribers.Sub
 				l.log.Error("lanes: disabling a gone subscriber", "subscriber", sub.ID, "err", err)
 			}
 		}
-		return out
+		return
 	case deliver.Rejected:
 		death.Reason = deadletter.Rejected
 		l.deadLetter(ctx, d, sub.ID, death)
-		return out
+		return
 	case deliver.Refused:
 		death.Reason = deadletter.Refused
 		l.deadLetter(ctx, d, sub.ID, death)
-		return out
+		return
 	}
 
 	// Retryable.
 	if d.attempts >= sub.MaxAttempts {
 		death.Reason = deadletter.MaxAttempts
 		l.deadLetter(ctx, d, sub.ID, death)
-		return out
+		return
 	}
-	at := l.cfg.Clock.Now().Add(l.cfg.RetryPolicy(sub).NextRetry(d.attempts, out))
+	at := l.cfg.Clock.Now().Add(l.cfg.RetryPolicy(*sub).NextRetry(d.attempts, out))
 	if !d.dueBy(at) {
 		death.Reason = deadletter.Deadline
 		l.deadLetter(ctx, d, sub.ID, death)
-		return out
+		return
 	}
-	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", req.ID,
+	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", eventID,
 		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
 	h := streams.CopyHeader(d.msg.Headers(), 4)
 	h.Del(streams.HeaderOverflowSeq)
@@ -268,8 +277,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub subscribers.Sub
 	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
 	setOrDel(h, streams.HeaderLastError, death.LastError, death.LastError != "")
 	l.cfg.Metrics.Retried(sub.ID)
-	l.park(ctx, d, sub, h, at)
-	return out
+	l.park(ctx, d, *sub, h, at)
 }
 
 // publishedAt is when the delivery's event was published on EVENTS (its
