@@ -189,6 +189,11 @@ func TestDLQReplayOfADisabledSubscriberNeedsEnable(t *testing.T) {
 	startRelay(t, n.URL, "--allow-private-targets")
 	publish(t, n.JS, "video.trending", "evt_1", []byte(`{}`))
 	waitDead(t, n.URL, 1)
+	// The relay disables the subscriber once the DLQ copy is stored, a
+	// moment after the entry appears.
+	testutil.Eventually(t, func() bool {
+		return strings.Contains(mustRelay(t, "sub", "get", "demo", "--nats", n.URL), "disabled (410 Gone")
+	}, "the 410 did not disable the subscriber")
 	rcv.setStatus(http.StatusOK)
 
 	code, _, stderr := relayCmd(t, "dlq", "replay", "--nats", n.URL, "--lanes", "4")
