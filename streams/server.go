@@ -66,3 +66,28 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	}
 	return srv, nil
 }
+
+// LocalURL is the URL on which a process reaches the server it embeds: its
+// client listener, with an unspecified host (0.0.0.0, ::) replaced by the
+// loopback address of the same family, which every system can dial.
+//
+// relay connects to its embedded server over this loopback socket rather
+// than nats.InProcessServer: the in-process connection is a net.Pipe, which
+// has no buffer, so each write waits until the other side has read it,
+// while a socket lets the client and the server write ahead. On two cores
+// relay delivered about 8 % more a second that way, for about a tenth less
+// CPU per delivery (bench/README.md).
+func LocalURL(srv *server.Server) (string, error) {
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		return "", fmt.Errorf("%w: no client listener", ErrServerNotReady)
+	}
+	ip := addr.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv6loopback
+		if ip4 := addr.IP.To4(); ip4 != nil {
+			ip = net.IPv4(127, 0, 0, 1)
+		}
+	}
+	return "nats://" + net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port)), nil
+}

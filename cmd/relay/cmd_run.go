@@ -214,8 +214,10 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 			srv.Shutdown()
 			srv.WaitForShutdown()
 		}()
-		url = srv.ClientURL()
-		opts = append(opts, nats.InProcessServer(srv))
+		// A loopback socket rather than an in-process pipe: see LocalURL.
+		if url, err = streams.LocalURL(srv); err != nil {
+			return err
+		}
 		log.Info("embedded NATS server started", "url", url, "data", f.data)
 	}
 	closed := make(chan struct{})

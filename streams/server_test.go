@@ -1,0 +1,44 @@
+package streams_test
+
+import (
+	"net"
+	"net/url"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// TestLocalURLReachesTheServerWhereverItListens: relay run dials its
+// embedded server at LocalURL, so it must be dialable whatever --listen
+// says, an address on every interface included.
+func TestLocalURLReachesTheServerWhereverItListens(t *testing.T) {
+	t.Parallel()
+	for _, listen := range []string{"127.0.0.1:0", "0.0.0.0:0", "[::]:0"} {
+		t.Run(listen, func(t *testing.T) {
+			t.Parallel()
+			srv, err := streams.StartServer(streams.ServerConfig{Listen: listen, DataDir: t.TempDir()})
+			if err != nil {
+				t.Skipf("no server on %s here: %v", listen, err)
+			}
+			t.Cleanup(func() {
+				srv.Shutdown()
+				srv.WaitForShutdown()
+			})
+			got, err := streams.LocalURL(srv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := url.Parse(got)
+			if ip := net.ParseIP(u.Hostname()); err != nil || ip == nil || !ip.IsLoopback() || u.Port() == "0" || u.Port() == "" {
+				t.Fatalf("LocalURL = %q, want a loopback address and the port the server took", got)
+			}
+			nc, err := nats.Connect(got)
+			if err != nil {
+				t.Fatalf("dialling %s: %v", got, err)
+			}
+			nc.Close()
+		})
+	}
+}
