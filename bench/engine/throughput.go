@@ -429,6 +429,13 @@ func throughputTable(cfg config, runs []throughputRun) string {
 			if dup := x.b.requests - x.b.delivered; dup > 0 {
 				fmt.Fprintf(&sb, "- run %d, %s: %d duplicate requests (same webhook-id twice)\n", r.run, x.name, dup)
 			}
+			if x.name != "relay" && x.b.gap >= cfg.stallGap {
+				// The loops pull with nats.go's iterator, which was seen
+				// to sit idle for 30 s in one run of eight: that run's
+				// ratios then measure the loop's stall, not relay.
+				fmt.Fprintf(&sb, "- run %d, the %s loop stalled: idle %.2f s (at least -stall-gap); this run's ratios against it say nothing of relay\n",
+					r.run, x.name, x.b.gap.Seconds())
+			}
 		}
 		for _, s := range r.relay.stalls {
 			fmt.Fprintf(&sb, "- run %d, relay stalled: %s\n", r.run, s)
