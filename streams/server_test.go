@@ -5,8 +5,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -31,14 +30,13 @@ func TestLocalURLReachesTheServerWhereverItListens(t *testing.T) {
 				t.Fatal(err)
 			}
 			u, err := url.Parse(got)
-			if ip := net.ParseIP(u.Hostname()); err != nil || ip == nil || !ip.IsLoopback() || u.Port() == "0" || u.Port() == "" {
+			if err != nil {
+				t.Fatalf("LocalURL = %q: %v", got, err)
+			}
+			if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() || u.Port() == "0" || u.Port() == "" {
 				t.Fatalf("LocalURL = %q, want a loopback address and the port the server took", got)
 			}
-			nc, err := nats.Connect(got)
-			if err != nil {
-				t.Fatalf("dialling %s: %v", got, err)
-			}
-			nc.Close()
+			testutil.Connect(t, got)
 		})
 	}
 }
