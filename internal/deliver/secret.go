@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // SecretPrefix starts every secret, as in the Standard Webhooks
@@ -46,6 +47,37 @@ func ParseSecret(s string) ([]byte, error) {
 	}
 	return key, nil
 }
+
+// SecretKey is [ParseSecret] for a secret that signs requests: a secret
+// decoded once is remembered, because every delivery is signed and the
+// base64 decoding cost more than the HMAC of a small body. Errors are not
+// remembered.
+func SecretKey(s string) ([]byte, error) {
+	secretKeys.mu.RLock()
+	key, ok := secretKeys.keys[s]
+	secretKeys.mu.RUnlock()
+	if ok {
+		return key, nil
+	}
+	key, err := ParseSecret(s)
+	if err != nil {
+		return nil, err
+	}
+	secretKeys.mu.Lock()
+	if len(secretKeys.keys) >= maxCachedKeys {
+		clear(secretKeys.keys)
+	}
+	secretKeys.keys[s] = key
+	secretKeys.mu.Unlock()
+	return key, nil
+}
+
+// secretKeys are the keys [SecretKey] decoded, by secret; like macs, it
+// starts again empty past maxCachedKeys.
+var secretKeys = struct {
+	mu   sync.RWMutex
+	keys map[string][]byte
+}{keys: make(map[string][]byte)}
 
 // MaskSecret returns a form of a secret that is safe to print: the prefix and
 // the first four base64 characters followed by an ellipsis, enough to tell two

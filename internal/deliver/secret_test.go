@@ -39,6 +39,13 @@ func TestParseSecret(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := ParseSecret(tt.secret)
+			// SecretKey answers as ParseSecret, the second time from what
+			// it remembered; an error is never remembered as a key.
+			for range 2 {
+				key, keyErr := SecretKey(tt.secret)
+				require.Equal(t, err, keyErr)
+				require.Equal(t, got, key)
+			}
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				require.Equal(t, tt.want, got)

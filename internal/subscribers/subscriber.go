@@ -346,7 +346,7 @@ func secretError(i, n int, err error) error {
 func (s Subscriber) Keys(now time.Time) ([][]byte, error) {
 	keys := make([][]byte, 0, len(s.Secrets)+len(s.PreviousSecrets))
 	for i, sec := range s.Secrets {
-		key, err := deliver.ParseSecret(sec)
+		key, err := deliver.SecretKey(sec)
 		if err != nil {
 			return nil, secretError(i, len(s.Secrets), err)
 		}
@@ -356,7 +356,7 @@ func (s Subscriber) Keys(now time.Time) ([][]byte, error) {
 		if !now.Before(p.Until) {
 			continue
 		}
-		key, err := deliver.ParseSecret(p.Secret)
+		key, err := deliver.SecretKey(p.Secret)
 		if err != nil {
 			return nil, validatePrevious(s.PreviousSecrets)
 		}

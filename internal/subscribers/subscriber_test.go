@@ -408,3 +408,16 @@ func TestValidationErrorUnwrap(t *testing.T) {
 	require.ErrorIs(t, err, cause)
 	require.NotErrorIs(t, err, ErrNotFound)
 }
+
+// BenchmarkKeys is the signing keys of one request: every delivery asks.
+func BenchmarkKeys(b *testing.B) {
+	s := valid("a")
+	s.Secrets = []string{secretA}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Keys(now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
