@@ -20,17 +20,33 @@ const epochThreshold = 1_000_000_000
 // result is false when the quota is not exhausted or the reset is missing or
 // unreadable.
 func ParseRateLimitReset(h http.Header, now time.Time) (time.Duration, bool) {
-	for _, prefix := range []string{"RateLimit-", "X-RateLimit-"} {
-		remaining := strings.TrimSpace(h.Get(prefix + "Remaining"))
+	// Canonical names, looked up as they are: this runs on every response.
+	for _, name := range quotaHeaders {
+		remaining := strings.TrimSpace(headerValue(h, name.remaining))
 		if remaining == "" {
 			continue
 		}
 		if n, err := strconv.ParseInt(remaining, 10, 64); err != nil || n > 0 {
 			return 0, false
 		}
-		return parseReset(h.Get(prefix+"Reset"), now)
+		return parseReset(headerValue(h, name.reset), now)
 	}
 	return 0, false
+}
+
+// quotaHeaders are the names of the quota headers in their canonical form,
+// as net/http and the HTTP/1 client store them: the IETF draft's first.
+var quotaHeaders = [...]struct{ remaining, reset string }{
+	{"Ratelimit-Remaining", "Ratelimit-Reset"},
+	{"X-Ratelimit-Remaining", "X-Ratelimit-Reset"},
+}
+
+// headerValue is h.Get(name) for a name already canonical.
+func headerValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 func parseReset(v string, now time.Time) (time.Duration, bool) {
