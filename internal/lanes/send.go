@@ -71,11 +71,13 @@ func newDelivery(msg jetstream.Msg) delivery {
 // (Relay-Attempt; a value that is not a positive count is none) and when
 // the first was (Relay-First-Attempt-At, zero before it).
 func attemptsOf(h nats.Header) (attempts int, firstAt time.Time) {
-	if n, err := strconv.Atoi(h.Get(streams.HeaderAttempt)); err == nil && n > 0 {
-		attempts = n
+	// Most deliveries carry neither header: a parse of "" would build an
+	// error for each of them.
+	if v := h.Get(streams.HeaderAttempt); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			attempts = n
+		}
 	}
-	// Most deliveries carry neither: a parse of "" would build an error
-	// for each of them.
 	if v := h.Get(streams.HeaderFirstAttemptAt); v != "" {
 		firstAt, _ = time.Parse(time.RFC3339Nano, v)
 	}
