@@ -20,25 +20,42 @@ type message struct {
 
 	mu    sync.Mutex
 	acked bool
+	// md is the reply subject's metadata once parsed (mdErr the reason it
+	// would not parse): the fan-out reads it twice for every event and the
+	// lanes once for every copy.
+	md     jetstream.MsgMetadata
+	mdErr  error
+	parsed bool
 }
 
 var _ jetstream.Msg = (*message)(nil)
 
-// Metadata parses the message's reply subject.
+// Metadata parses the message's reply subject, once. The metadata returned
+// is the message's own: the caller reads it and does not change it.
 func (m *message) Metadata() (*jetstream.MsgMetadata, error) {
-	md, err := m.msg.Metadata()
-	if err != nil {
-		return nil, err
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.parsed {
+		m.parsed = true
+		md, err := m.msg.Metadata()
+		if err != nil {
+			m.mdErr = err
+		} else {
+			m.md = jetstream.MsgMetadata{
+				Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
+				NumDelivered: md.NumDelivered,
+				NumPending:   md.NumPending,
+				Timestamp:    md.Timestamp,
+				Stream:       md.Stream,
+				Consumer:     md.Consumer,
+				Domain:       md.Domain,
+			}
+		}
 	}
-	return &jetstream.MsgMetadata{
-		Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
-		NumDelivered: md.NumDelivered,
-		NumPending:   md.NumPending,
-		Timestamp:    md.Timestamp,
-		Stream:       md.Stream,
-		Consumer:     md.Consumer,
-		Domain:       md.Domain,
-	}, nil
+	if m.mdErr != nil {
+		return nil, m.mdErr
+	}
+	return &m.md, nil
 }
 
 // Data is the message's body.
