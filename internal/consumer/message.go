@@ -22,10 +22,11 @@ type message struct {
 	acked bool
 	// md is the reply subject's metadata once parsed (mdErr the reason it
 	// would not parse): the fan-out reads it twice for every event and the
-	// lanes once for every copy.
-	md     jetstream.MsgMetadata
-	mdErr  error
-	parsed bool
+	// lanes once for every copy. Apart from mu, which a DoubleAck holds for
+	// a round trip.
+	parse sync.Once
+	md    jetstream.MsgMetadata
+	mdErr error
 }
 
 var _ jetstream.Msg = (*message)(nil)
@@ -33,25 +34,22 @@ var _ jetstream.Msg = (*message)(nil)
 // Metadata parses the message's reply subject, once. The metadata returned
 // is the message's own: the caller reads it and does not change it.
 func (m *message) Metadata() (*jetstream.MsgMetadata, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.parsed {
-		m.parsed = true
+	m.parse.Do(func() {
 		md, err := m.msg.Metadata()
 		if err != nil {
 			m.mdErr = err
-		} else {
-			m.md = jetstream.MsgMetadata{
-				Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
-				NumDelivered: md.NumDelivered,
-				NumPending:   md.NumPending,
-				Timestamp:    md.Timestamp,
-				Stream:       md.Stream,
-				Consumer:     md.Consumer,
-				Domain:       md.Domain,
-			}
+			return
 		}
-	}
+		m.md = jetstream.MsgMetadata{
+			Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
+			NumDelivered: md.NumDelivered,
+			NumPending:   md.NumPending,
+			Timestamp:    md.Timestamp,
+			Stream:       md.Stream,
+			Consumer:     md.Consumer,
+			Domain:       md.Domain,
+		}
+	})
 	if m.mdErr != nil {
 		return nil, m.mdErr
 	}
