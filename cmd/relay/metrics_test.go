@@ -163,6 +163,12 @@ func TestMetricsFollowDeliveriesRetriesAndDeadLetters(t *testing.T) {
 		series("relay_event_delivery_latency_seconds", 2, "subscriber", "ok"),
 		series("relay_event_delivery_latency_seconds", 1, "subscriber", "flaky"),
 		series("relay_delivery_attempt_duration_seconds", 2, "subscriber", "flaky"),
+		// Where the time went, for the five accepted at their first
+		// attempt (ok's two, rated's three; not flaky's retry).
+		series("relay_delivery_stage_seconds", 5, "stage", "fanout"),
+		series("relay_delivery_stage_seconds", 5, "stage", "pickup"),
+		series("relay_delivery_stage_seconds", 5, "stage", "queue"),
+		series("relay_delivery_stage_seconds", 5, "stage", "request"),
 	)
 	if _, ok := testutil.SeriesValue(fams, "relay_dlq_messages_total", "reason", "max_attempts"); ok {
 		t.Error("a reason nothing died of has a series")
@@ -178,6 +184,13 @@ func TestMetricsFollowDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	for _, m := range fams["relay_event_delivery_latency_seconds"].GetMetric() {
 		if testutil.HasLabels(m, "subscriber", "flaky") && m.GetHistogram().GetSampleSum() < 0.05 {
 			t.Errorf("the retried event's latency is %v s, less than its back-off", m.GetHistogram().GetSampleSum())
+		}
+	}
+	// rated's last two waited for tokens at 5/s, about 0.2 and 0.4 s: the
+	// queue stage holds those waits.
+	for _, m := range fams["relay_delivery_stage_seconds"].GetMetric() {
+		if testutil.HasLabels(m, "stage", "queue") && m.GetHistogram().GetSampleSum() < 0.3 {
+			t.Errorf("the queue stage holds %v s, less than the waits for rated's tokens", m.GetHistogram().GetSampleSum())
 		}
 	}
 	// Every lane has its series, and nothing is in flight any more.

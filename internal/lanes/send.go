@@ -13,6 +13,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
@@ -195,6 +196,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	if d.firstAt.IsZero() {
 		d.firstAt = now
 	}
+	sent := time.Now()
 	out = l.cfg.Client.Send(reqCtx, req)
 	if out.Class == deliver.Local && (!localIsAttempt || reqCtx.Err() != nil) {
 		// No descriptor, no port, the relay stopping (a request abandoned at
@@ -221,6 +223,9 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	}
 	published := publishedAt(d)
 	l.cfg.Metrics.Delivered(sub.ID, published, d.due(published))
+	if d.attempts == 1 && !d.moved && !d.broughtBack {
+		l.stages(published, d.stored, d.received, sent)
+	}
 	if !d.deadline.IsZero() {
 		// Sent before its deadline (see dueBy above), so met.
 		l.cfg.Metrics.MetDeadline(sub.ID)
@@ -230,6 +235,22 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.log.Warn("lanes: ack", "subscriber", sub.ID, "err", err)
 	}
 	return out
+}
+
+// stages records where the time of a delivery accepted at its first
+// attempt went. It is apart from send, as failed is, and never inlined
+// there: its moments would widen the frame every delivery's goroutine grows
+// to.
+//
+//go:noinline
+func (l *lane) stages(published, stored time.Time, receivedNano int64, sent time.Time) {
+	var received time.Time
+	if receivedNano != 0 {
+		received = time.Unix(0, receivedNano)
+	}
+	l.cfg.Metrics.Stages(metrics.Stages{
+		Published: published, Copied: stored, Received: received, Sent: sent, Answered: time.Now(),
+	})
 }
 
 // failed settles an attempt that did not deliver: dead-letter it (and

@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkRecordADelivery is what one delivery costs the metrics with
-// 10,000 subscribers seen: its copy, its attempt and its 2xx. It stays the
+// 10,000 subscribers seen: its copy, its attempt, its 2xx and its stages. It stays the
 // same whatever the number of subscribers (a map lookup and atomic adds, no
 // label hashing once a subscriber's series are bound) and allocates nothing.
 func BenchmarkRecordADelivery(b *testing.B) {
@@ -22,6 +22,9 @@ func BenchmarkRecordADelivery(b *testing.B) {
 		m.Delivered(ids[i], time.Now(), time.Now())
 	}
 	published := time.Now()
+	stages := metrics.Stages{Published: published, Copied: published.Add(time.Millisecond),
+		Received: published.Add(2 * time.Millisecond), Sent: published.Add(3 * time.Millisecond),
+		Answered: published.Add(4 * time.Millisecond)}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -29,6 +32,7 @@ func BenchmarkRecordADelivery(b *testing.B) {
 		m.Copied(id)
 		m.Attempt(id, "delivered", time.Millisecond)
 		m.Delivered(id, published, published)
+		m.Stages(stages)
 		i++
 	}
 }

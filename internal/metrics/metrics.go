@@ -138,6 +138,9 @@ type Metrics struct {
 	deadlineMet      *prometheus.CounterVec
 	dueToAccepted    *prometheus.HistogramVec
 	overflowed       prometheus.Counter
+	stageSeconds     *prometheus.HistogramVec
+	// stages are stageSeconds' children, in the order of stageNames.
+	stages [len(stageNames)]prometheus.Observer
 
 	// attemptClasses caches relay_delivery_attempts_total's child by
 	// outcome class.
@@ -241,6 +244,10 @@ func NewWith(opts Options) *Metrics {
 			Help: "Deliveries moved to their subscriber's overflow because it could not take them now: a backlog beyond its share of the lane, a pause, an open circuit, a disabled subscriber.",
 		}),
 	}
+	m.stageSeconds = newStageHistogram()
+	for i, name := range stageNames {
+		m.stages[i] = m.stageSeconds.WithLabelValues(name)
+	}
 	casConflicts := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "relay_kv_cas_conflicts_total",
 		Help: "Compare-and-sets this relay lost on the relay_ratelimit bucket (another relay wrote the entry first).",
@@ -250,7 +257,7 @@ func NewWith(opts Options) *Metrics {
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
-		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, casConflicts,
+		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.stageSeconds, casConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

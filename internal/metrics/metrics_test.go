@@ -141,6 +141,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.DeadLettered("a", deadletter.Gone)
 	m.TokenWait("a", time.Second)
 	m.Overflow()
+	m.Stages(metrics.Stages{Published: time.Now(), Answered: time.Now()})
 	l := m.Lane("s00")
 	l.Begin()
 	l.End()
