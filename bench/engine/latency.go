@@ -59,6 +59,9 @@ type latencyRun struct {
 	worstLag  time.Duration // the latest any publish call came after its scheduled time
 	requests  int           // requests that reached the receiver, duplicates included
 	distinct  int           // webhook-ids that reached the receiver
+	// stages is where relay's time went in the measured run, from its
+	// relay_delivery_stage_seconds (none for the loops).
+	stages []stageFigure
 }
 
 // behind reports whether the publisher fell short of its schedule by more
@@ -75,6 +78,9 @@ type latencyTarget struct {
 	subject           string
 	rcv               *receiver
 	id                string
+	// metrics is the relay's /metrics address, whose stage histogram says
+	// where the time went; "" for the loops.
+	metrics string
 	// dead is why the contender can no longer deliver, nil while it can: a
 	// run whose deliveries are missing then fails instead of counting them
 	// as missing.
@@ -114,7 +120,7 @@ func (e *env) latency(ctx context.Context) (out []latencyRun, err error) {
 		server = "embedded"
 	}
 	relay := latencyTarget{
-		contender: latencyRelay, server: server, s: s, subject: "events.x", rcv: e.rcv, id: id,
+		contender: latencyRelay, server: server, s: s, subject: "events.x", rcv: e.rcv, id: id, metrics: s.relay.metrics,
 		dead: func() error {
 			if s.relay.exited() {
 				return exitErr(s.relay)
@@ -193,14 +199,31 @@ func (e *env) latencyAt(ctx context.Context, t latencyTarget, k int, rate float6
 	if _, err := e.latencyOne(ctx, t, fmt.Sprintf("%sl%dw-", eventPrefix, k), rate, warmN); err != nil {
 		return latencyRun{}, fmt.Errorf("warm-up: %w", err)
 	}
+	var before map[string]stageHist
+	if t.metrics != "" {
+		var err error
+		if before, err = scrapeStages(ctx, t.metrics); err != nil {
+			return latencyRun{}, err
+		}
+	}
 	n := max(1, int(math.Round(rate*e.cfg.latencyFor.Seconds())))
 	r, err := e.latencyOne(ctx, t, latencyPrefix(k), rate, n)
 	r.span = e.cfg.latencyFor
 	if err != nil {
 		return r, err
 	}
+	if t.metrics != "" {
+		after, err := stagesAfter(ctx, t.metrics, before, r.l.arrived)
+		if err != nil {
+			return r, err
+		}
+		r.stages = stageFigures(before, after)
+	}
 	fmt.Fprintf(os.Stderr, "  %g/s, %s: published %d at %.0f/s (worst lag %.1f ms); %d arrived, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n",
 		rate, t.contender, r.l.published, r.achieved, ms(r.worstLag), r.l.arrived, ms(r.l.p50), ms(r.p90), ms(r.l.p99), ms(r.l.max))
+	if len(r.stages) > 0 {
+		fmt.Fprintf(os.Stderr, "  %g/s, %s's stages, p50 / p99: %s\n", rate, t.contender, stagesLine(r.stages))
+	}
 	return r, nil
 }
 
@@ -412,6 +435,10 @@ func latencyTable(runs []latencyRun) string {
 		}
 	}
 	for _, r := range runs {
+		if len(r.stages) > 0 {
+			fmt.Fprintf(&sb, "- at %s/s, where relay's time went (its `relay_delivery_stage_seconds` over the measured run; p50 / p99 interpolated within the histogram's 1-2-5 buckets, the mean exact): %s\n",
+				rateString(r.rate), stagesLine(r.stages))
+		}
 		if r.behind() {
 			fmt.Fprintf(&sb, "- at %s/s, %s: the publisher fell behind its schedule: it published %s/s; the latencies are at that rate\n",
 				rateString(r.rate), r.contender, thousands(int64(math.Round(r.achieved))))
