@@ -33,6 +33,20 @@ func EventID(h nats.Header, seq uint64) string {
 	return "EVENTS-" + strconv.FormatUint(seq, 10)
 }
 
+// CopyID is the Nats-Msg-Id of the copy of event eventID for subscriber
+// (DESIGN: <event id>.<subscriber>): fanning an event out again within
+// DELIVERIES' duplicate window stores one copy per subscriber.
+func CopyID(eventID, subscriber string) string { return eventID + "." + subscriber }
+
+// IsCopyID reports whether msgID is [CopyID] of eventID and subscriber,
+// without building it: a copy that came straight from the fan-out, not
+// one moved back from RETRIES, replayed from the DLQ or published by hand.
+func IsCopyID(msgID, eventID, subscriber string) bool {
+	return len(msgID) == len(eventID)+1+len(subscriber) &&
+		strings.HasPrefix(msgID, eventID) && msgID[len(eventID)] == '.' &&
+		strings.HasSuffix(msgID, subscriber)
+}
+
 func validID(id string) bool {
 	if id == "" || len(id) > maxIDLen {
 		return false

@@ -313,7 +313,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			}
 			m = &nats.Msg{Subject: subject, Header: h, Data: msg.Data()}
 		}
-		f, err := PublishCopy(ctx, js, m, id+"."+sub.ID)
+		f, err := PublishCopy(ctx, js, m, CopyID(id, sub.ID))
 		if err != nil {
 			p.err = err
 			return p

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
@@ -223,8 +224,8 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	}
 	published := publishedAt(d)
 	l.cfg.Metrics.Delivered(sub.ID, published, d.due(published))
-	if d.attempts == 1 && !d.moved && !d.broughtBack {
-		l.stages(published, d.stored, d.received, sent)
+	if d.attempts == 1 && !d.broughtBack {
+		l.stages(d.msg, req.ID, sub.ID, published, d.stored, d.received, sent)
 	}
 	if !d.deadline.IsZero() {
 		// Sent before its deadline (see dueBy above), so met.
@@ -238,12 +239,17 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 }
 
 // stages records where the time of a delivery accepted at its first
-// attempt went. It is apart from send, as failed is, and never inlined
+// attempt went, if it is the copy the fan-out stored (eventID's for
+// subscriber): a retry, a replay or a trip through overflow would add waits
+// of their own. It is apart from send, as failed is, and never inlined
 // there: its moments would widen the frame every delivery's goroutine grows
 // to.
 //
 //go:noinline
-func (l *lane) stages(published, stored time.Time, receivedNano int64, sent time.Time) {
+func (l *lane) stages(msg jetstream.Msg, eventID, subscriber string, published, stored time.Time, receivedNano int64, sent time.Time) {
+	if !fanout.IsCopyID(msg.Headers().Get(jetstream.MsgIDHeader), eventID, subscriber) {
+		return
+	}
 	var received time.Time
 	if receivedNano != 0 {
 		received = time.Unix(0, receivedNano)
