@@ -33,9 +33,9 @@ func EventID(h nats.Header, seq uint64) string {
 	return "EVENTS-" + strconv.FormatUint(seq, 10)
 }
 
-// CopyID is the Nats-Msg-Id of the copy of event eventID for subscriber
-// (DESIGN: <event id>.<subscriber>): fanning an event out again within
-// DELIVERIES' duplicate window stores one copy per subscriber.
+// CopyID is the Nats-Msg-Id of the copy of event eventID for subscriber,
+// <event id>.<subscriber> (docs/streams.md): fanning an event out again
+// within DELIVERIES' duplicate window stores one copy per subscriber.
 func CopyID(eventID, subscriber string) string { return eventID + "." + subscriber }
 
 // IsCopyID reports whether msgID is [CopyID] of eventID and subscriber,

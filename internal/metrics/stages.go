@@ -63,9 +63,9 @@ func newStageHistogram() *prometheus.HistogramVec {
 // Stages records where the time of one delivery went, for a delivery
 // accepted at its first attempt, straight from the fan-out: the stages of a
 // retry, a replay or a copy brought back from overflow would measure waits
-// that the retry schedule, an operator or a backlog chose. A stage whose ends are not both
-// known is not recorded; one that comes out negative, across two clocks, is
-// recorded as zero.
+// that the retry schedule, an operator or a backlog chose. A stage whose
+// ends are not both known is not recorded; one that comes out negative,
+// across two clocks, is recorded as zero.
 func (m *Metrics) Stages(s Stages) {
 	if m == nil {
 		return
