@@ -48,6 +48,10 @@ type delivery struct {
 	// broughtBack: it came back from its subscriber's overflow
 	// (Relay-Overflow-Seq).
 	broughtBack bool
+	// redelivered: JetStream has handed it out before (a hand-back, a
+	// failed park, a relay that stopped or crashed), so its wait since
+	// the copy was stored is not one stretch of its way.
+	redelivered bool
 }
 
 func newDelivery(msg jetstream.Msg) delivery {
@@ -55,6 +59,7 @@ func newDelivery(msg jetstream.Msg) delivery {
 	if md, err := msg.Metadata(); err == nil {
 		d.seq = md.Sequence.Stream
 		d.stored = md.Timestamp
+		d.redelivered = md.NumDelivered > 1
 	}
 	h := msg.Headers()
 	d.attempts, d.firstAt = attemptsOf(h)
@@ -224,8 +229,8 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	}
 	published := publishedAt(d)
 	l.cfg.Metrics.Delivered(sub.ID, published, d.due(published))
-	if d.attempts == 1 && !d.broughtBack {
-		l.stages(d.msg, req.ID, sub.ID, published, d.stored, d.received, sent)
+	if d.attempts == 1 && !d.broughtBack && !d.redelivered {
+		l.stages(d.msg, req.ID, sub.ID, published, d.stored, d.received, sent, out.Duration)
 	}
 	if !d.deadline.IsZero() {
 		// Sent before its deadline (see dueBy above), so met.
@@ -238,15 +243,17 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	return out
 }
 
-// stages records where the time of a delivery accepted at its first
-// attempt went, if it is the copy the fan-out stored (eventID's for
-// subscriber): a retry, a replay or a trip through overflow would add waits
-// of their own. It is apart from send, as failed is, and never inlined
-// there: its moments would widen the frame every delivery's goroutine grows
-// to.
+// stages records where the time of a delivery went: one accepted at its
+// first attempt, on its first delivery by JetStream, if it is the copy the
+// fan-out stored (eventID's for subscriber). A retry, a replay, a hand-back
+// or a trip through overflow would add waits of their own. took is the
+// request's own time from sent, so that what the relay did after the
+// answer (the limiter, the metrics) is not counted in it. It is apart from
+// send, as failed is, and never inlined there: its moments would widen the
+// frame every delivery's goroutine grows to.
 //
 //go:noinline
-func (l *lane) stages(msg jetstream.Msg, eventID, subscriber string, published, stored time.Time, receivedNano int64, sent time.Time) {
+func (l *lane) stages(msg jetstream.Msg, eventID, subscriber string, published, stored time.Time, receivedNano int64, sent time.Time, took time.Duration) {
 	if !fanout.IsCopyID(msg.Headers().Get(jetstream.MsgIDHeader), eventID, subscriber) {
 		return
 	}
@@ -255,7 +262,7 @@ func (l *lane) stages(msg jetstream.Msg, eventID, subscriber string, published, 
 		received = time.Unix(0, receivedNano)
 	}
 	l.cfg.Metrics.Stages(metrics.Stages{
-		Published: published, Copied: stored, Received: received, Sent: sent, Answered: time.Now(),
+		Published: published, Copied: stored, Received: received, Sent: sent, Answered: sent.Add(took),
 	})
 }
 

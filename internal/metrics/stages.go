@@ -55,15 +55,16 @@ type Stages struct {
 func newStageHistogram() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "relay_delivery_stage_seconds",
-		Help:    "Where the time of a delivery accepted at its first attempt went, by stage: fanout (EVENTS to DELIVERIES), pickup (DELIVERIES to this relay), queue (waiting for its turn, a token, a request slot), request (the HTTP request). Retries, replays and deliveries brought back from overflow are not counted. The first two stages start at a server's clock: across machines they include the clocks' offset.",
+		Help:    "Where the time of a delivery accepted at its first attempt went, by stage: fanout (EVENTS to DELIVERIES), pickup (DELIVERIES to this relay), queue (waiting for its turn, a token, a request slot), request (the HTTP request). Retries, replays, redeliveries and deliveries brought back from overflow are not counted. The first two stages start at a server's clock: across machines they include the clocks' offset.",
 		Buckets: stageBuckets,
 	}, []string{"stage"})
 }
 
 // Stages records where the time of one delivery went, for a delivery
 // accepted at its first attempt, straight from the fan-out: the stages of a
-// retry, a replay or a copy brought back from overflow would measure waits
-// that the retry schedule, an operator or a backlog chose. A stage whose
+// retry, a replay, a redelivery or a copy brought back from overflow would
+// measure waits that the retry schedule, an operator, a hand-back or a
+// backlog chose. A stage whose
 // ends are not both known is not recorded; one that comes out negative,
 // across two clocks, is recorded as zero.
 func (m *Metrics) Stages(s Stages) {
