@@ -202,7 +202,7 @@ func (e *env) latencyAt(ctx context.Context, t latencyTarget, k int, rate float6
 	var before map[string]stageHist
 	if t.metrics != "" {
 		var err error
-		if before, err = scrapeStages(ctx, t.metrics); err != nil {
+		if before, err = settledStages(ctx, t.metrics); err != nil {
 			return latencyRun{}, err
 		}
 	}

@@ -88,12 +88,16 @@ func histOf(h *dto.Histogram) stageHist {
 }
 
 // minus is what h counted since before; the two must be scrapes of one
-// histogram (same bounds).
+// histogram (same bounds). A before that counted more (the relay started
+// again in between) counts as nothing.
 func (h stageHist) minus(before stageHist) stageHist {
+	if before.count > h.count || len(before.cum) != len(h.cum) {
+		before = stageHist{}
+	}
 	d := stageHist{count: h.count - before.count, sum: h.sum - before.sum, les: h.les, cum: make([]uint64, len(h.cum))}
 	for i := range h.cum {
 		if i < len(before.cum) {
-			d.cum[i] = h.cum[i] - before.cum[i]
+			d.cum[i] = h.cum[i] - min(before.cum[i], h.cum[i])
 		} else {
 			d.cum[i] = h.cum[i]
 		}
@@ -177,5 +181,33 @@ func stagesAfter(ctx context.Context, addr string, before map[string]stageHist, 
 			return nil, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// settledStages scrapes the stages once the count of requests recorded has
+// stopped moving between two scrapes 50 ms apart (or after a few seconds):
+// the relay records a delivery's stages just after its answer, so the last
+// warm-up deliveries may be recorded a moment after the receiver saw them,
+// and would count in the measured run.
+func settledStages(ctx context.Context, addr string) (map[string]stageHist, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	prev, err := scrapeStages(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		cur, err := scrapeStages(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		if cur[metrics.StageRequest].count == prev[metrics.StageRequest].count || time.Now().After(deadline) {
+			return cur, nil
+		}
+		prev = cur
 	}
 }

@@ -40,3 +40,16 @@ func TestStageQuantiles(t *testing.T) {
 		t.Errorf("the quantile of an empty histogram is %v, want 0", got)
 	}
 }
+
+// A relay started again between the two scrapes counts from zero: its
+// counts after are the run's, never a wrapped difference.
+func TestStageMinusAfterRestart(t *testing.T) {
+	t.Parallel()
+	les := []float64{0.001, math.Inf(1)}
+	before := stageHist{count: 100, sum: 1, les: les, cum: []uint64{90, 100}}
+	after := stageHist{count: 10, sum: 0.005, les: les, cum: []uint64{10, 10}}
+	d := after.minus(before)
+	if d.count != 10 || d.cum[0] != 10 || d.cum[1] != 10 {
+		t.Errorf("after a restart: %+v, want the 10 counted after it", d)
+	}
+}
