@@ -147,21 +147,36 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 // scrapeMetrics reads the relay's /metrics once, as Prometheus would
 // (uncompressed), and says how long it took and how big it was.
 func scrapeMetrics(ctx context.Context, addr string) (time.Duration, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return 0, 0, err
-	}
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := getMetrics(ctx, addr)
 	if err != nil {
 		return 0, 0, fmt.Errorf("scraping /metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(io.Discard, resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("scraping /metrics: %s %v", resp.Status, err)
+	if err != nil {
+		return 0, 0, fmt.Errorf("scraping /metrics: %w", err)
 	}
 	return time.Since(start), n, nil
+}
+
+// getMetrics asks the relay's /metrics at addr, uncompressed, as
+// Prometheus would; a status other than 200 is an error. The caller closes
+// the body.
+func getMetrics(ctx context.Context, addr string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s", resp.Status)
+	}
+	return resp, nil
 }
 
 // publishSpread publishes each events to every one of n subscribers, round

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"strings"
 	"time"
 
@@ -45,18 +44,11 @@ type stageFigure struct {
 // scrapeStages reads relay_delivery_stage_seconds from the relay's
 // /metrics at addr, by stage.
 func scrapeStages(ctx context.Context, addr string) (map[string]stageHist, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := getMetrics(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("scraping relay_delivery_stage_seconds: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping relay_delivery_stage_seconds: %s", resp.Status)
-	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
@@ -166,48 +158,41 @@ func stagesLine(figs []stageFigure) string {
 // answer arrives, so the last few may follow the receiver's count by a
 // moment), or after a few seconds with what it has.
 func stagesAfter(ctx context.Context, addr string, before map[string]stageHist, n int) (map[string]stageHist, error) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		after, err := scrapeStages(ctx, addr)
-		if err != nil {
-			return nil, err
-		}
-		req := after[metrics.StageRequest]
-		if req.count-before[metrics.StageRequest].count >= uint64(n) || time.Now().After(deadline) {
-			return after, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return scrapeStagesUntil(ctx, addr, func(cur map[string]stageHist) bool {
+		return cur[metrics.StageRequest].count-before[metrics.StageRequest].count >= uint64(n)
+	})
 }
 
 // settledStages scrapes the stages once the count of requests recorded has
-// stopped moving between two scrapes 50 ms apart (or after a few seconds):
-// the relay records a delivery's stages just after its answer, so the last
-// warm-up deliveries may be recorded a moment after the receiver saw them,
-// and would count in the measured run.
+// stopped moving between two scrapes (or after a few seconds): the relay
+// records a delivery's stages just after its answer, so the last warm-up
+// deliveries may be recorded a moment after the receiver saw them, and
+// would count in the measured run.
 func settledStages(ctx context.Context, addr string) (map[string]stageHist, error) {
+	var prev map[string]stageHist
+	return scrapeStagesUntil(ctx, addr, func(cur map[string]stageHist) bool {
+		settled := prev != nil && cur[metrics.StageRequest].count == prev[metrics.StageRequest].count
+		prev = cur
+		return settled
+	})
+}
+
+// scrapeStagesUntil scrapes the stages every 50 ms until done says so of
+// a scrape, and returns that scrape; after 5 s, the last one.
+func scrapeStagesUntil(ctx context.Context, addr string, done func(map[string]stageHist) bool) (map[string]stageHist, error) {
 	deadline := time.Now().Add(5 * time.Second)
-	prev, err := scrapeStages(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
 	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
 		cur, err := scrapeStages(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
-		if cur[metrics.StageRequest].count == prev[metrics.StageRequest].count || time.Now().After(deadline) {
+		if done(cur) || time.Now().After(deadline) {
 			return cur, nil
 		}
-		prev = cur
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
