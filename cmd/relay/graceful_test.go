@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 // TestGracefulRestartHandsBackEverything: SIGTERM mid-burst, then `relay
@@ -58,7 +61,8 @@ func TestGracefulRestartHandsBackEverything(t *testing.T) {
 // timeout has passed it cancels them, exits 0, and hands their messages back
 // at once (not after the ack wait) without counting an attempt: with
 // --max-attempts 1 a counted attempt would be a dead letter, and the next
-// relay delivers every event instead.
+// relay delivers every event instead. That relay records no delivery stages
+// for those redelivered copies, and does for a new event's.
 func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
 	t.Parallel()
 	const (
@@ -111,6 +115,9 @@ func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
 	args := []string{"--allow-private-targets", "--ack-wait", ackWait.String(), "--shutdown-timeout", "500ms"}
 	first := startRelay(t, n.URL, args...)
 	testutil.Eventually(t, func() bool { return count(&hanging) == maxInFlight }, "%d requests hang, want %d", count(&hanging), maxInFlight)
+	// Every copy has reached the first relay, so that the next one gets
+	// each of them again (a redelivery) and none for the first time.
+	testutil.Eventually(t, func() bool { return lanesTookAll(t, n.JS) }, "the first relay's lanes did not take every copy")
 
 	stopped := make(chan int, 1)
 	go func() { stopped <- first.stop() }()
@@ -129,7 +136,7 @@ func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
 	healthy = true
 	mu.Unlock()
 	restart := time.Now()
-	startRelay(t, n.URL, args...)
+	_, base := startReadyRelay(t, n.URL, args...)
 	delivered := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -142,4 +149,43 @@ func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
 	require.Zero(t, code, errOut)
 	require.JSONEq(t, "[]", out, "an abandoned request was counted as an attempt")
 	t.Logf("%d requests abandoned; every event delivered %v after the restart", maxInFlight, took.Round(time.Millisecond))
+
+	// The restarted relay records no stages for what it was handed back:
+	// their waits were the stop's, not relay's. A new event's it records.
+	stages := func(n float64) []expectation {
+		var want []expectation
+		for _, stage := range []string{"fanout", "pickup", "queue", "request"} {
+			want = append(want, series("relay_delivery_stage_seconds", n, "stage", stage))
+		}
+		return want
+	}
+	waitMetrics(t, base, append(stages(0),
+		series("relay_deliveries_total", events, "subscriber", "slow", "outcome", "delivered"))...)
+	publish(t, n.JS, "x", "evt-new", []byte(`{}`))
+	waitMetrics(t, base, append(stages(1),
+		series("relay_deliveries_total", events+1, "subscriber", "slow", "outcome", "delivered"))...)
+}
+
+// lanesTookAll reports whether the fan-out has copied every event and the
+// lanes' consumers have handed every copy in DELIVERIES to a relay.
+func lanesTookAll(t *testing.T, js jetstream.JetStream) bool {
+	ctx := testutil.Context(t)
+	fan, err := js.Consumer(ctx, streams.Events, fanout.ConsumerName)
+	if err != nil {
+		return false
+	}
+	if fi, err := fan.Info(ctx); err != nil || fi.NumPending != 0 || fi.NumAckPending != 0 {
+		return false
+	}
+	s, err := js.Stream(ctx, streams.Deliveries)
+	if err != nil {
+		return false
+	}
+	consumers := s.ListConsumers(ctx)
+	for ci := range consumers.Info() {
+		if ci.NumPending != 0 {
+			return false
+		}
+	}
+	return consumers.Err() == nil
 }
