@@ -32,6 +32,14 @@ const (
 	TimelinessBucket = "relay_timeliness"
 )
 
+// DuplicateWindow is the Nats-Msg-Id duplicate window of every relay stream
+// (their duplicate_window; Ensure puts it back if it was changed). A copy, a
+// retry or a dead letter written again within it is dropped as a duplicate:
+// that is what makes a crash between a write and its ack harmless, as long
+// as the crashed relay's messages come back, and are written again, before
+// the window closes. `relay run --ack-wait` is bounded by it for that.
+const DuplicateWindow = 2 * time.Minute
+
 // ErrInvalidReplicas is returned when a replica count JetStream cannot honour
 // is asked for.
 var ErrInvalidReplicas = errors.New("streams: replicas must be 1, 3 or 5")

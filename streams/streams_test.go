@@ -126,3 +126,18 @@ func TestEnsureFindsItsOwnDefinitionsTheSame(t *testing.T) {
 		}
 	}
 }
+
+// Every stream drops a message written again within DuplicateWindow, the
+// bound relay run's --ack-wait is checked against.
+func TestEveryStreamHasTheDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{streams.Events, streams.Deliveries, streams.Retries, streams.DLQ} {
+		cfg, err := streams.Config(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Duplicates != streams.DuplicateWindow {
+			t.Errorf("%s: duplicate window %v, want %v", name, cfg.Duplicates, streams.DuplicateWindow)
+		}
+	}
+}

@@ -58,6 +58,7 @@ func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
 		{"run bad replicas", []string{"run", "--nats", n.URL, "--replicas", "2"}, "--replicas"},
 		{"run replicas on the embedded server", []string{"run", "--replicas", "3"}, "--replicas"},
 		{"run zero ack wait", []string{"run", "--nats", n.URL, "--ack-wait", "0s"}, "--ack-wait"},
+		{"run ack wait past the duplicate window", []string{"run", "--nats", n.URL, "--ack-wait", "61s"}, "--ack-wait"},
 		{"run short max pause", []string{"run", "--nats", n.URL, "--max-pause", "10ms"}, "--max-pause"},
 		{"get bad id", []string{"sub", "get", "a b", "--nats", n.URL}, "ID"},
 		{"listen bad status", []string{"listen", "--status", "99"}, "--status"},

@@ -43,6 +43,14 @@ const defaultSharedLanes = 16
 // notice, fix and replay.
 const defaultDLQMaxAge = 30 * 24 * time.Hour
 
+// maxAckWait bounds --ack-wait, and is its default. A relay that crashes
+// right after a write (a copy, a dead letter) and before its ack has the
+// message redelivered an ack wait after it last kept it alive; the write is
+// made again then, after the next relay's own request if need be, and only
+// within the streams' duplicate window is it dropped as a duplicate. Half
+// the window leaves the other half for that request.
+const maxAckWait = streams.DuplicateWindow / 2
+
 // minDLQMaxAge keeps --dlq-max-age above the DLQ's duplicate window, which
 // JetStream requires, with room for an operator to act.
 const minDLQMaxAge = time.Hour
@@ -101,7 +109,7 @@ back to JetStream, nothing is lost.`,
 	fl.BoolVar(&f.allowPrivate, "allow-private-targets", false, "allow subscriber URLs on loopback and private addresses (for local testing)")
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and buckets relay creates: 1, 3 or 5 (default: keep those of existing streams, 1 for new ones)")
 	fl.DurationVar(&f.maxPause, "max-pause", retry.DefaultMaxPause, "longest Retry-After relay obeys")
-	fl.DurationVar(&f.ackWait, "ack-wait", 60*time.Second, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed")
+	fl.DurationVar(&f.ackWait, "ack-wait", maxAckWait, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed (1s to 1m)")
 	fl.IntVar(&f.maxRequests, "max-requests", lanes.DefaultMaxRequests, "most HTTP requests in flight over all subscribers, shared fairly among them (0: unlimited)")
 	fl.DurationVar(&f.dlqMaxAge, "dlq-max-age", defaultDLQMaxAge, "how long dead letters are kept; a DLQ that exists keeps its age (nats stream edit DLQ --max-age) unless this is given")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", lanes.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may finish; those still open then are abandoned and their messages handed back (0: at once)")
@@ -135,8 +143,9 @@ func (f *runFlags) validate() (slog.Level, error) {
 	if f.maxPause < time.Second {
 		return level, usagef("--max-pause: must be at least 1s, got %s", f.maxPause)
 	}
-	if f.ackWait < time.Second {
-		return level, usagef("--ack-wait: must be at least 1s, got %s", f.ackWait)
+	if f.ackWait < time.Second || f.ackWait > maxAckWait {
+		return level, usagef("--ack-wait: must be between 1s and %s (half the streams' %s duplicate window, within which what a crashed relay wrote last is written again), got %s",
+			maxAckWait, streams.DuplicateWindow, f.ackWait)
 	}
 	if f.shutdownTimeout < 0 {
 		return level, usagef("--shutdown-timeout: must be 0 (abandon requests in flight at once) or more, got %s", f.shutdownTimeout)
