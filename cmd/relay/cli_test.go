@@ -50,7 +50,7 @@ func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
 		{"bad lane", add(append([]string{"s", "--lane", "fast"}, ok...)...), "--lane"},
 		{"retry max below base", add(append([]string{"s", "--retry-base", "10s", "--retry-max", "1s"}, ok...)...), "--retry-max"},
 		{"unknown flag", add(append([]string{"s", "--colour", "red"}, ok...)...), "unknown flag"},
-		{"two ids", add(append([]string{"s", "t"}, ok...)...), "expects"},
+		{"two ids", add(append([]string{"s", "t"}, ok...)...), "expects a subscriber ID, got 2 arguments (see relay sub add --help)"},
 		{"unknown command", []string{"frobnicate"}, "unknown command"},
 		{"run lanes zero", []string{"run", "--nats", n.URL, "--lanes", "0"}, "--lanes"},
 		{"run bad listen", []string{"run", "--listen", "nowhere"}, "--listen"},

@@ -118,7 +118,7 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usagef("%s: expects %s, got %d arguments (see relay %s --help)", cmd.CommandPath(), what, len(args), cmd.Name())
+			return usagef("%s: expects %s, got %d arguments (see %[1]s --help)", cmd.CommandPath(), what, len(args))
 		}
 		return nil
 	}
