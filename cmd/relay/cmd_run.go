@@ -144,7 +144,7 @@ func (f *runFlags) validate() (slog.Level, error) {
 		return level, usagef("--max-pause: must be at least 1s, got %s", f.maxPause)
 	}
 	if f.ackWait < time.Second || f.ackWait > maxAckWait {
-		return level, usagef("--ack-wait: must be between 1s and %s (half the streams' %s duplicate window, within which what a crashed relay wrote last is written again), got %s",
+		return level, usagef("--ack-wait: must be between 1s and %s, half the streams' %s duplicate window, so that a crashed relay's last write, made again, is still dropped as a duplicate; got %s",
 			maxAckWait, streams.DuplicateWindow, f.ackWait)
 	}
 	if f.shutdownTimeout < 0 {
