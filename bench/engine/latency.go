@@ -427,8 +427,9 @@ func latencyTable(runs []latencyRun) string {
 		for _, against := range []string{latencyBaseline, latencyTwoHop} {
 			for j := i - 1; j >= 0; j-- { // the one measured just before it
 				if b := runs[j]; b.contender == against && b.rate == r.rate {
-					fmt.Fprintf(&sb, "- at %s/s, relay − %s: p50 %+.1f ms, p99 **%+.1f** ms\n",
-						rateString(r.rate), against, ms(r.l.p50-b.l.p50), ms(r.l.p99-b.l.p99))
+					fmt.Fprintf(&sb, "- at %s/s, relay − %s: p50 %+.1f ms, p99 **%+.1f** ms; relay ÷ %[2]s: p50 %[5]s, p99 **%[6]s**\n",
+						rateString(r.rate), against, ms(r.l.p50-b.l.p50), ms(r.l.p99-b.l.p99),
+						timesOf(r.l.p50, b.l.p50), timesOf(r.l.p99, b.l.p99))
 					break
 				}
 			}
@@ -448,6 +449,16 @@ func latencyTable(runs []latencyRun) string {
 		}
 	}
 	return sb.String()
+}
+
+// timesOf is a ÷ b with two decimals, or "–" when b is not positive: a
+// latency as a multiple of a loop's measured in the same run, which a
+// machine's noise moves far less than the milliseconds themselves.
+func timesOf(a, b time.Duration) string {
+	if b <= 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(float64(a)/float64(b), 'f', 2, 64)
 }
 
 // rateString writes a rate with thousands separators when it is whole
