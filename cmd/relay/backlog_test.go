@@ -58,12 +58,7 @@ func TestBacklogSkipsTheLane(t *testing.T) {
 	burst("evt", events)
 	lane := "lane_" + subscribers.LaneFor("slow", 4)
 	testutil.Eventually(t, func() bool {
-		f, err := n.JS.Consumer(ctx, streams.Events, fanout.ConsumerName)
-		if err != nil {
-			return false
-		}
-		fi, err := f.Info(ctx)
-		if err != nil || fi.NumPending != 0 || fi.NumAckPending != 0 {
+		if !fannedOut(ctx, n.JS) {
 			return false
 		}
 		c, err := n.JS.Consumer(ctx, streams.Deliveries, lane)

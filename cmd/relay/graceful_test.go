@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
@@ -152,17 +151,10 @@ func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
 
 	// The restarted relay records no stages for what it was handed back:
 	// their waits were the stop's, not relay's. A new event's it records.
-	stages := func(n float64) []expectation {
-		var want []expectation
-		for _, stage := range []string{"fanout", "pickup", "queue", "request"} {
-			want = append(want, series("relay_delivery_stage_seconds", n, "stage", stage))
-		}
-		return want
-	}
-	waitMetrics(t, base, append(stages(0),
+	waitMetrics(t, base, append(stageSeries(0),
 		series("relay_deliveries_total", events, "subscriber", "slow", "outcome", "delivered"))...)
 	publish(t, n.JS, "x", "evt-new", []byte(`{}`))
-	waitMetrics(t, base, append(stages(1),
+	waitMetrics(t, base, append(stageSeries(1),
 		series("relay_deliveries_total", events+1, "subscriber", "slow", "outcome", "delivered"))...)
 }
 
@@ -170,11 +162,7 @@ func TestShutdownTimeoutAbandonsHangingRequests(t *testing.T) {
 // lanes' consumers have handed every copy in DELIVERIES to a relay.
 func lanesTookAll(t *testing.T, js jetstream.JetStream) bool {
 	ctx := testutil.Context(t)
-	fan, err := js.Consumer(ctx, streams.Events, fanout.ConsumerName)
-	if err != nil {
-		return false
-	}
-	if fi, err := fan.Info(ctx); err != nil || fi.NumPending != 0 || fi.NumAckPending != 0 {
+	if !fannedOut(ctx, js) {
 		return false
 	}
 	s, err := js.Stream(ctx, streams.Deliveries)

@@ -233,6 +233,18 @@ func serverUnavailable(err error) bool {
 		errors.Is(err, nats.ErrDisconnected)
 }
 
+// fannedOut reports whether the fan-out has taken every event published so
+// far and settled it: every copy stored (or dead-lettered) and the event
+// acked.
+func fannedOut(ctx context.Context, js jetstream.JetStream) bool {
+	c, err := js.Consumer(ctx, streams.Events, fanout.ConsumerName)
+	if err != nil {
+		return false
+	}
+	ci, err := c.Info(ctx)
+	return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
+}
+
 // waitIdle waits until every event published so far has been fanned out and
 // every delivery has left DELIVERIES and RETRIES (delivered, or dropped), so
 // that a test can assert that something did not happen without sleeping.
@@ -242,12 +254,7 @@ func waitIdle(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx := testutil.Context(t)
 	idle := func() bool {
-		c, err := js.Consumer(ctx, streams.Events, fanout.ConsumerName)
-		if err != nil {
-			return false
-		}
-		ci, err := c.Info(ctx)
-		if err != nil || ci.NumPending != 0 || ci.NumAckPending != 0 {
+		if !fannedOut(ctx, js) {
 			return false
 		}
 		for _, name := range []string{streams.Deliveries, streams.Retries} {

@@ -81,6 +81,17 @@ func series(name string, value float64, pairs ...string) expectation {
 	return expectation{name: name, value: value, pairs: pairs}
 }
 
+// stageSeries expects n samples in each stage of
+// relay_delivery_stage_seconds: the deliveries whose way from EVENTS to
+// the answer was measured.
+func stageSeries(n float64) []expectation {
+	var want []expectation
+	for _, stage := range []string{"fanout", "pickup", "queue", "request"} {
+		want = append(want, series("relay_delivery_stage_seconds", n, "stage", stage))
+	}
+	return want
+}
+
 // pathReceiver answers each request by its path's first segment, and
 // counts the requests by webhook-id.
 type pathReceiver struct {
@@ -142,7 +153,9 @@ func TestMetricsFollowDeliveriesRetriesAndDeadLetters(t *testing.T) {
 		publish(t, n.JS, "rated.a", fmt.Sprintf("evt_rated%d", i), []byte(`{}`))
 	}
 
-	fams := waitMetrics(t, base,
+	// The stages count the five accepted at their first attempt: ok's two,
+	// rated's three; not flaky's retry.
+	fams := waitMetrics(t, base, append(stageSeries(5),
 		series("relay_events_ingested_total", 8),
 		series("relay_fanout_deliveries_total", 3, "subscriber", "ok"),
 		series("relay_fanout_deliveries_total", 1, "subscriber", "flaky"),
@@ -163,13 +176,7 @@ func TestMetricsFollowDeliveriesRetriesAndDeadLetters(t *testing.T) {
 		series("relay_event_delivery_latency_seconds", 2, "subscriber", "ok"),
 		series("relay_event_delivery_latency_seconds", 1, "subscriber", "flaky"),
 		series("relay_delivery_attempt_duration_seconds", 2, "subscriber", "flaky"),
-		// Where the time went, for the five accepted at their first
-		// attempt (ok's two, rated's three; not flaky's retry).
-		series("relay_delivery_stage_seconds", 5, "stage", "fanout"),
-		series("relay_delivery_stage_seconds", 5, "stage", "pickup"),
-		series("relay_delivery_stage_seconds", 5, "stage", "queue"),
-		series("relay_delivery_stage_seconds", 5, "stage", "request"),
-	)
+	)...)
 	if _, ok := testutil.SeriesValue(fams, "relay_dlq_messages_total", "reason", "max_attempts"); ok {
 		t.Error("a reason nothing died of has a series")
 	}
