@@ -1,11 +1,13 @@
 package streams
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -70,61 +72,52 @@ type Options struct {
 	// it with `nats stream edit` is not overruled by a restart) and creates
 	// a new one with DLQ.json's 30 days.
 	DLQMaxAge time.Duration
+	// Logger gets the one line that says how the streams are sized, and a
+	// warning for each limit tighter than relay advises, so that an
+	// operator sees at start what the account allowed. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
 }
 
-// Ensure creates the relay streams and KV buckets, or updates them to the
-// embedded definitions, so that every `relay run` starts on the same layout.
-// It is idempotent and safe to run from several relays at once.
+// Ensure creates the relay streams and KV buckets, or brings those that
+// exist back to what relay's correctness depends on, so that every
+// `relay run` starts on the same layout. It is idempotent and safe to run
+// from several relays at once.
+//
+// A stream relay creates gets its definition from streams/*.json, with
+// DELIVERIES sized within what the JetStream account (and the server) has
+// left (see [fit]). A stream that exists keeps its limits (max_bytes,
+// max_msgs, max_age), replicas and the rest as an operator set them; relay
+// puts back only the settings it relies on ([enforce]), and warns about a
+// limit tighter than it advises. It logs one line at Info with the sizes.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if r := opts.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, r)
 	}
 	// existingConfig is the definition of a stream that exists, nil when
-	// it does not or when nothing asks (unless is set): one look gives both
-	// the replicas to keep and the DLQ's max age.
-	existingConfig := func(name string, unless bool) *jetstream.StreamConfig {
-		if unless {
-			return nil
-		}
+	// it does not (or cannot be read: the create that follows says why).
+	existingConfig := func(name string) *jetstream.StreamConfig {
 		if s, err := look(ctx, js, name); err == nil {
 			return &s.CachedInfo().Config
 		}
 		return nil
 	}
-	replicas := func(have *jetstream.StreamConfig) int {
-		if opts.Replicas != 0 {
-			return opts.Replicas
-		}
-		if have != nil {
-			return have.Replicas
-		}
-		return 1
-	}
+	e := &ensurer{js: js, opts: opts, log: cmp.Or(opts.Logger, slog.Default())}
 	// ensured lists every stream made sure of, buckets' included, for the
 	// look at the end.
 	var ensured []string
+	sizes := map[string]int64{}
 	for _, name := range []string{Events, Deliveries, DLQ, Retries} {
 		ensured = append(ensured, name)
-		cfg, err := Config(name)
+		def, err := Config(name)
 		if err != nil {
 			return err
 		}
-		have := existingConfig(name, opts.Replicas != 0 && (name != DLQ || opts.DLQMaxAge > 0))
-		cfg.Replicas = replicas(have)
-		if name == DLQ {
-			cfg.MaxAge = dlqMaxAge(have, cfg.MaxAge, opts.DLQMaxAge)
-		}
-		if err := AskAgain(ctx, func(ctx context.Context) error {
-			// Create first, update only what exists with another
-			// definition: see AskAgain.
-			_, err := js.CreateStream(ctx, cfg)
-			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				err = updateStream(ctx, js, cfg)
-			}
-			return err
-		}); err != nil {
+		cfg, err := e.stream(ctx, def, existingConfig(name))
+		if err != nil {
 			return fmt.Errorf("streams: creating or updating %s: %w", name, err)
 		}
+		sizes[name] = cfg.MaxBytes
 	}
 	for _, kv := range []jetstream.KeyValueConfig{
 		{
@@ -150,7 +143,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		},
 	} {
 		ensured = append(ensured, "KV_"+kv.Bucket)
-		kv.Replicas = replicas(existingConfig("KV_"+kv.Bucket, opts.Replicas != 0))
+		kv.Replicas = opts.Replicas
+		if kv.Replicas == 0 {
+			kv.Replicas = 1
+			if have := existingConfig("KV_" + kv.Bucket); have != nil {
+				kv.Replicas = have.Replicas
+			}
+		}
 		if err := AskAgain(ctx, func(ctx context.Context) error {
 			_, err := js.CreateKeyValue(ctx, kv)
 			if errors.Is(err, jetstream.ErrBucketExists) {
@@ -175,40 +174,221 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			return fmt.Errorf("streams: looking up %s: %w", name, err)
 		}
 	}
+	e.logSizes(ctx, sizes)
 	return nil
 }
 
-// updateStream updates a stream that exists to cfg, unless it has cfg's
-// definition already. A create refused because the stream exists is often
-// another relay's creation, of the same definition, still in flight: an
-// update then goes unanswered (see AskAgain), while a look at the stream
-// answers, and says that there is nothing to update.
-func updateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	s, err := existing(ctx, js, cfg.Name)
-	if err != nil {
+// ensurer creates or updates the relay streams of one [Ensure], and reads
+// the account's quota once, when a size must be chosen or logged.
+type ensurer struct {
+	js   jetstream.JetStream
+	opts Options
+	log  *slog.Logger
+	// quota is the account's, once read; quotaRead reports whether it was
+	// asked for (an account info that could not be read leaves it
+	// unknown).
+	quota     quota
+	quotaRead bool
+	// probed reports whether the server refused a size for lack of
+	// storage, which the account info did not foresee.
+	probed bool
+}
+
+// stream creates the stream of definition def when have is nil (it does
+// not exist), or brings have back to what relay enforces, and returns the
+// stream's settings.
+func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+	askedAge := def.Name == DLQ && e.opts.DLQMaxAge > 0
+	if have == nil {
+		cfg := def
+		cfg.Replicas = max(e.opts.Replicas, 1)
+		if askedAge {
+			cfg.MaxAge = e.opts.DLQMaxAge
+		}
+		created, err := e.create(ctx, cfg)
+		if err == nil {
+			warnLimits(e.log, def, created, askedAge)
+			return created, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return cfg, err
+		}
+		// Another relay created it first, or it exists with another
+		// definition: keep what it has, as for any stream that exists.
+		s, err := existing(ctx, e.js, def.Name)
+		if err != nil {
+			return cfg, err
+		}
+		have = &s.CachedInfo().Config
+	}
+	cfg := enforce(def, *have, e.opts)
+	if cfg.MaxAge > 0 && cfg.MaxAge < cfg.Duplicates {
+		// JetStream refuses a duplicate window longer than the max age,
+		// and relay needs the window (see DuplicateWindow).
+		e.log.Warn(fmt.Sprintf("streams: %s max_age %s is under its %s duplicate window, which relay needs: raised to it",
+			def.Name, cfg.MaxAge, cfg.Duplicates))
+		cfg.MaxAge = cfg.Duplicates
+	}
+	warnLimits(e.log, def, cfg, askedAge)
+	if def.Name == Deliveries && cfg.MaxBytes <= 0 {
+		// Unbounded, DELIVERIES would never refuse a copy, and the
+		// fan-out would fill the account instead of waiting.
+		return e.bound(ctx, cfg, def.MaxBytes)
+	}
+	if sameStream(cfg, *have) {
+		return cfg, nil
+	}
+	return cfg, e.update(ctx, cfg)
+}
+
+// create creates the stream cfg; DELIVERIES sized by [fit] within what the
+// account and the server have left.
+func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+	createWith := func(ctx context.Context, maxBytes int64) error {
+		c := cfg
+		c.MaxBytes = maxBytes
+		return AskAgain(ctx, func(ctx context.Context) error {
+			_, err := e.js.CreateStream(ctx, c)
+			return err
+		})
+	}
+	if cfg.Name != Deliveries {
+		return cfg, createWith(ctx, cfg.MaxBytes)
+	}
+	return e.size(ctx, cfg, createWith)
+}
+
+// bound gives a DELIVERIES that exists unbounded a size, as [create] would
+// give a new one, at most def.
+func (e *ensurer) bound(ctx context.Context, cfg jetstream.StreamConfig, def int64) (jetstream.StreamConfig, error) {
+	cfg.MaxBytes = def
+	sized, err := e.size(ctx, cfg, func(ctx context.Context, maxBytes int64) error {
+		c := cfg
+		c.MaxBytes = maxBytes
+		return e.update(ctx, c)
+	})
+	if err == nil {
+		e.log.Warn(fmt.Sprintf("streams: %s had no max_bytes: bounded to %s, since relay relies on a full %s refusing new copies",
+			Deliveries, FormatBytes(sized.MaxBytes), Deliveries))
+	}
+	return sized, err
+}
+
+// size gives cfg (DELIVERIES) its max_bytes by [fit], try creating or
+// updating it with a size, then lowers it to the size fit chose when the
+// size fit tried was larger.
+func (e *ensurer) size(ctx context.Context, cfg jetstream.StreamConfig, try func(context.Context, int64) error) (jetstream.StreamConfig, error) {
+	probe, size, err := fit(ctx, e.accountQuota(ctx, cfg.Replicas), cfg.MaxBytes, func(ctx context.Context, maxBytes int64) error {
+		err := try(ctx, maxBytes)
+		if storageExceeded(err) {
+			e.probed = true
+		}
 		return err
+	})
+	if err != nil {
+		return cfg, err
 	}
-	if sameStream(cfg, s.CachedInfo().Config) {
-		return nil
+	cfg.MaxBytes = size
+	if probe == size {
+		return cfg, nil
 	}
-	_, err = js.UpdateStream(ctx, cfg)
-	return err
+	return cfg, e.update(ctx, cfg)
 }
 
-// sameStream reports whether have has every setting of want that the
-// definitions in streams/*.json give.
+// update updates the stream to cfg.
+func (e *ensurer) update(ctx context.Context, cfg jetstream.StreamConfig) error {
+	return AskAgain(ctx, func(ctx context.Context) error {
+		_, err := e.js.UpdateStream(ctx, cfg)
+		return err
+	})
+}
+
+// accountQuota is the package's [accountQuota], read once per Ensure; an account info that
+// cannot be read is logged at Debug and leaves the quota unknown, so that
+// the server's answers decide.
+func (e *ensurer) accountQuota(ctx context.Context, replicas int) quota {
+	if !e.quotaRead {
+		e.quotaRead = true
+		r, err := accountQuota(ctx, e.js, replicas)
+		if err != nil {
+			e.log.Debug("streams: the account's JetStream limits are unknown; the server's answers decide the sizes", "err", err)
+		}
+		e.quota = r
+	}
+	return e.quota
+}
+
+// logSizes logs the one line that says how the streams are sized: each
+// stream's max_bytes (-1: unlimited, reserving nothing) and what the
+// account allows (-1: no limit, or unknown).
+func (e *ensurer) logSizes(ctx context.Context, sizes map[string]int64) {
+	r := e.accountQuota(ctx, max(e.opts.Replicas, 1))
+	limit, reserved := int64(-1), int64(-1)
+	if r.known {
+		limit, reserved = r.limit, r.reserved
+	}
+	e.log.Info("streams sized",
+		"events_max_bytes", sizes[Events], "deliveries_max_bytes", sizes[Deliveries],
+		"retries_max_bytes", sizes[Retries], "dlq_max_bytes", sizes[DLQ],
+		"deliveries", FormatBytes(sizes[Deliveries]),
+		"account_max_store", limit, "account_reserved", reserved,
+		"server_limited", e.probed)
+}
+
+// enforce returns the settings a relay stream that exists must have: have's
+// (its limits, replicas, description and the rest, as an operator may have
+// set them), with what relay's correctness depends on taken from the
+// definition def: subjects, retention, discard, the duplicate window
+// (DuplicateWindow), direct get and message schedules, purges and deletes
+// allowed (the lanes, `relay sub rm` and `relay dlq` make them), no limit
+// per subject (it would drop one subscriber's or one event type's messages
+// silently), and a max message size no larger than the definition's where
+// it has one (EVENTS: room for relay's headers on a copy) and unlimited on
+// the streams copies go to. The replicas are opts.Replicas when given, and
+// the DLQ's max age opts.DLQMaxAge when given.
+func enforce(def, have jetstream.StreamConfig, opts Options) jetstream.StreamConfig {
+	cfg := have
+	cfg.Subjects = def.Subjects
+	cfg.Retention = def.Retention
+	cfg.Discard = def.Discard
+	cfg.Duplicates = def.Duplicates
+	cfg.AllowDirect = def.AllowDirect
+	cfg.AllowMsgSchedules = def.AllowMsgSchedules
+	cfg.DenyPurge = def.DenyPurge
+	cfg.DenyDelete = def.DenyDelete
+	cfg.MaxMsgsPerSubject = def.MaxMsgsPerSubject
+	if def.MaxMsgSize <= 0 || have.MaxMsgSize <= 0 || have.MaxMsgSize > def.MaxMsgSize {
+		cfg.MaxMsgSize = def.MaxMsgSize
+	}
+	if opts.Replicas != 0 {
+		cfg.Replicas = opts.Replicas
+	}
+	if def.Name == DLQ && opts.DLQMaxAge > 0 {
+		cfg.MaxAge = opts.DLQMaxAge
+	}
+	return cfg
+}
+
+// sameStream reports whether have has every setting of want that Ensure
+// sets on a stream that exists: those [enforce] takes from the definition,
+// and the replicas, limits and max age it keeps or is asked for. A stream
+// created from want reads back the same, with the defaults the server
+// fills in, so a relay that finds a stream another relay is creating sends
+// no update (see AskAgain).
 func sameStream(want, have jetstream.StreamConfig) bool {
-	return want.Description == have.Description && slices.Equal(want.Subjects, have.Subjects) &&
-		want.Retention == have.Retention && want.MaxConsumers == have.MaxConsumers &&
-		want.MaxMsgs == have.MaxMsgs && want.MaxBytes == have.MaxBytes && want.MaxAge == have.MaxAge &&
+	return slices.Equal(want.Subjects, have.Subjects) && want.Retention == have.Retention &&
+		want.Discard == have.Discard && want.Duplicates == have.Duplicates &&
+		want.AllowDirect == have.AllowDirect && want.AllowMsgSchedules == have.AllowMsgSchedules &&
+		want.DenyPurge == have.DenyPurge && want.DenyDelete == have.DenyDelete &&
 		want.MaxMsgsPerSubject == have.MaxMsgsPerSubject && want.MaxMsgSize == have.MaxMsgSize &&
-		want.Discard == have.Discard && want.Storage == have.Storage && want.Replicas == have.Replicas &&
-		want.Duplicates == have.Duplicates && want.AllowRollup == have.AllowRollup &&
-		want.DenyPurge == have.DenyPurge && want.AllowDirect == have.AllowDirect &&
-		want.AllowMsgSchedules == have.AllowMsgSchedules
+		want.Replicas == have.Replicas && want.MaxBytes == have.MaxBytes && want.MaxMsgs == have.MaxMsgs &&
+		want.MaxAge == have.MaxAge
 }
 
-// updateBucket is [updateStream] for a KV bucket.
+// updateBucket updates a KV bucket that exists to kv, unless it has kv's
+// settings already: a create refused because the bucket exists is often
+// another relay's creation, still in flight, which an update would leave
+// unanswered (see AskAgain).
 func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValueConfig) error {
 	s, err := existing(ctx, js, "KV_"+kv.Bucket)
 	if err != nil {
@@ -290,18 +470,6 @@ func Transient(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, nats.ErrConnectionReconnecting)
-}
-
-// dlqMaxAge is the max age the DLQ stream gets: the one asked for, else the
-// existing stream's (have, nil when there is none), else the definition's.
-func dlqMaxAge(have *jetstream.StreamConfig, def, asked time.Duration) time.Duration {
-	if asked > 0 {
-		return asked
-	}
-	if have != nil {
-		return have.MaxAge
-	}
-	return def
 }
 
 // look reads a stream's info, asking again while the request goes

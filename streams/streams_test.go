@@ -97,7 +97,8 @@ func TestEnsureCreatesTheBuckets(t *testing.T) {
 // A stream created from its definition reads back, with the defaults the
 // server fills in, as the same definition: a relay that finds the streams
 // another relay is creating leaves them alone instead of sending an update
-// that a cluster may leave unanswered. A changed setting is not the same.
+// that a cluster may leave unanswered. A changed setting relay enforces is
+// not the same.
 func TestEnsureFindsItsOwnDefinitionsTheSame(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartNATS(t)
@@ -120,9 +121,9 @@ func TestEnsureFindsItsOwnDefinitionsTheSame(t *testing.T) {
 			t.Errorf("%s: its definition and the stream created from it differ:\nwant %+v\nhave %+v", name, want, have)
 		}
 		changed := want
-		changed.MaxAge++
+		changed.Duplicates++
 		if streams.SameStream(changed, have) {
-			t.Errorf("%s: a changed max age is taken for the same definition", name)
+			t.Errorf("%s: a changed duplicate window is taken for the same definition", name)
 		}
 	}
 }

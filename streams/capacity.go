@@ -1,0 +1,288 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoStorage is returned when the JetStream account, or the server under it,
+// cannot reserve even [minDeliveriesBytes] for DELIVERIES: relay cannot
+// start without a bounded DELIVERIES (a full one is what makes the fan-out
+// wait instead of losing copies), and the error says what the account
+// allows, so that an operator knows what to raise.
+var ErrNoStorage = errors.New("streams: no storage left in the JetStream account for DELIVERIES")
+
+// Sizing of DELIVERIES (docs/streams.md, "Capacity"). A stream's max_bytes
+// is reserved against the account's JetStream storage (and the server's
+// max_file_store) when it is created; a stream with max_bytes -1 reserves
+// nothing. DELIVERIES is the one relay stream that must be bounded, so it is
+// the one that reserves.
+const (
+	// minDeliveriesBytes is the least DELIVERIES is created with: one copy
+	// of the largest event EVENTS takes (960 KiB) and its headers must fit.
+	minDeliveriesBytes = 1 << 20
+	// advisedDeliveriesBytes is the least DELIVERIES should hold: room for
+	// 16 copies of the largest event. Below it a few big events fill it,
+	// and the fan-out waits on every burst. A smaller size, kept or
+	// sized, is warned about.
+	advisedDeliveriesBytes = 16 << 20
+	// sizeUnit rounds the sizes relay chooses, so that they read well in
+	// `nats stream info` and in the log.
+	sizeUnit = 1 << 20
+)
+
+// quota is what the JetStream account lets relay reserve, as its account
+// info says.
+type quota struct {
+	// known reports whether the account info was read; the other fields
+	// are zero when it was not.
+	known bool
+	// limit is the account's file storage limit (the tier's, for an
+	// account with limits per replica count), -1 when it sets none.
+	limit int64
+	// reserved is what the account's streams of that tier reserve now.
+	reserved int64
+	// perStream is the largest max_bytes the account allows one stream,
+	// 0 or less when it sets none.
+	perStream int64
+	// replicas is what one byte of a stream's max_bytes counts for against
+	// limit: the replica count for an account without tiers, else 1.
+	replicas int64
+}
+
+// available is what one more stream can reserve, in bytes of max_bytes,
+// and false when the account sets no limit (the server's own max_file_store
+// may still refuse: see [fit]).
+func (r quota) available() (int64, bool) {
+	if !r.known || r.limit < 0 {
+		return 0, false
+	}
+	return max(0, r.limit-r.reserved) / max(1, r.replicas), true
+}
+
+// accountQuota reads what the account allows streams of the given replicas.
+// An account info that cannot be read leaves quota unknown, which [fit]
+// treats as an account without limits: the server's answer to the create
+// decides then.
+func accountQuota(ctx context.Context, js jetstream.JetStream, replicas int) (quota, error) {
+	var info *jetstream.AccountInfo
+	err := AskAgain(ctx, func(ctx context.Context) error {
+		var err error
+		info, err = js.AccountInfo(ctx)
+		return err
+	})
+	if err != nil {
+		return quota{}, fmt.Errorf("streams: reading the JetStream account's limits: %w", err)
+	}
+	tier, weight := info.Tier, int64(max(replicas, 1))
+	// An account with limits per replica count reports them in tiers
+	// named R1, R3…; its bytes are counted once whatever the replicas.
+	// Without a tier for these replicas it says nothing of them: the
+	// server's answer decides.
+	if len(info.Tiers) > 0 {
+		t, ok := info.Tiers["R"+strconv.Itoa(max(replicas, 1))]
+		if !ok {
+			return quota{}, nil
+		}
+		tier, weight = t, 1
+	}
+	return quota{
+		known:     true,
+		limit:     tier.Limits.MaxStore,
+		reserved:  int64(tier.ReservedStore),
+		perStream: tier.Limits.StoreMaxStreamBytes,
+		replicas:  weight,
+	}, nil
+}
+
+// target is the max_bytes DELIVERIES is given when relay creates it: def
+// (DELIVERIES.json's 4 GiB) at most, half of what the account has left at
+// most, so that EVENTS, RETRIES, DLQ and the buckets, which reserve nothing
+// but store in the same account, keep the other half; and no more than the
+// account allows one stream.
+func (r quota) target(def int64) int64 {
+	size := def
+	if avail, ok := r.available(); ok {
+		size = min(size, avail/2)
+	}
+	if r.perStream > 0 {
+		size = min(size, r.perStream)
+	}
+	return roundDown(size)
+}
+
+// roundDown rounds a size down to [sizeUnit], leaving sizes under it alone.
+func roundDown(n int64) int64 {
+	if n < sizeUnit {
+		return n
+	}
+	return n - n%sizeUnit
+}
+
+// fit finds the max_bytes of DELIVERIES by asking the server: try creates
+// (or updates) it with a size, and fit returns the size tried that the
+// server took (probe) and the size DELIVERIES must end with (size). An
+// account without limits on a server with a small max_file_store says
+// nothing of it (its account info shows no limit), and the server refuses a
+// stream that would reserve more than it has left with error 10047; so fit
+// first tries twice the target, halving while the server refuses for lack
+// of storage, and keeps half of the first size that fits: DELIVERIES never
+// takes more than half of what the server had left. Below
+// [minDeliveriesBytes] it gives up with [ErrNoStorage].
+func fit(ctx context.Context, r quota, def int64, try func(ctx context.Context, maxBytes int64) error) (probe, size int64, err error) {
+	target := r.target(def)
+	if target < minDeliveriesBytes {
+		return 0, 0, noStorage(r, nil)
+	}
+	probe = 2 * target
+	if avail, ok := r.available(); ok {
+		probe = min(probe, avail)
+	}
+	if r.perStream > 0 {
+		probe = min(probe, r.perStream)
+	}
+	for {
+		err := try(ctx, probe)
+		if err == nil {
+			return probe, max(minDeliveriesBytes, roundDown(min(target, probe/2))), nil
+		}
+		if !storageExceeded(err) {
+			return 0, 0, err
+		}
+		probe /= 2
+		if probe < 2*minDeliveriesBytes {
+			return 0, 0, noStorage(r, err)
+		}
+	}
+}
+
+// noStorage is [ErrNoStorage] with what the account says, and the server's
+// refusal when there was one.
+func noStorage(r quota, refusal error) error {
+	what := "the server's JetStream storage (max_file_store) is used up"
+	if avail, ok := r.available(); ok {
+		what = fmt.Sprintf("the account allows %s of JetStream file storage and its streams reserve %s",
+			FormatBytes(r.limit), FormatBytes(r.reserved))
+		if refusal == nil {
+			what += fmt.Sprintf(", leaving %s", FormatBytes(avail))
+		}
+	}
+	if refusal != nil {
+		return fmt.Errorf("%w: relay gives it half of what is left, at least %s; %s: %w", ErrNoStorage, FormatBytes(minDeliveriesBytes), what, refusal)
+	}
+	return fmt.Errorf("%w: relay gives it half of what is left, at least %s; %s", ErrNoStorage, FormatBytes(minDeliveriesBytes), what)
+}
+
+// storageExceeded reports whether the server refused a stream for lack of
+// storage to reserve its max_bytes: 10047 on a server or account that has
+// too little left, 10023 when a cluster finds no peers with room.
+func storageExceeded(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jsErrStorageExceeded || apiErr.ErrorCode == jsErrInsufficientResources
+}
+
+// The nats-server error codes of a refusal for lack of storage, which
+// nats.go does not name.
+const (
+	jsErrStorageExceeded       jetstream.ErrorCode = 10047
+	jsErrInsufficientResources jetstream.ErrorCode = 10023
+)
+
+// FormatBytes writes a stream size as relay's log and `relay status` show
+// it: "unlimited" for -1 (or 0), else in the largest binary unit that keeps
+// it above one, "4 GiB", "32 MiB", "1.5 KiB".
+func FormatBytes(n int64) string {
+	if n <= 0 {
+		return "unlimited"
+	}
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	v := float64(n) / float64(div)
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	if v == float64(int64(v)) {
+		s = strconv.FormatInt(int64(v), 10)
+	}
+	return s + " " + string("KMGTP"[exp]) + "iB"
+}
+
+// advice is a limit a relay stream should not go under, and what happens
+// when it does.
+type advice struct {
+	field string
+	have  int64
+	least int64
+	// text writes a value of the limit.
+	text func(int64) string
+	why  string
+}
+
+// warnLimits logs a warning for each limit of cfg (max_bytes, max_msgs,
+// max_age) tighter than relay advises: the definition's, and for
+// DELIVERIES' bytes [advisedDeliveriesBytes] (relay sizes it down itself on
+// a small account). The limits are kept all the same: they are the
+// operator's to set. askedAge leaves the DLQ's max age alone, which
+// --dlq-max-age set on purpose.
+func warnLimits(log *slog.Logger, def, cfg jetstream.StreamConfig, askedAge bool) {
+	why := map[string]string{
+		Events:     "events the fan-out has not copied yet go when they pass it",
+		Deliveries: "a backlog past it makes the fan-out wait",
+		Retries:    "parked retries and scheduled deliveries past it are dropped without a dead letter",
+		DLQ:        "dead letters go sooner",
+	}[cfg.Name]
+	advisedBytes := def.MaxBytes
+	if cfg.Name == Deliveries {
+		advisedBytes = advisedDeliveriesBytes
+	}
+	ageWhy := why
+	if cfg.Name == Deliveries {
+		ageWhy = "deliveries older than it are dropped without a dead letter"
+	}
+	checks := []advice{
+		{"max_bytes", cfg.MaxBytes, advisedBytes, FormatBytes, why},
+		{"max_msgs", cfg.MaxMsgs, def.MaxMsgs, countText, why},
+	}
+	if !askedAge {
+		checks = append(checks, advice{"max_age", int64(cfg.MaxAge), int64(def.MaxAge), ageText, ageWhy})
+	}
+	for _, a := range checks {
+		if a.have <= 0 || (a.least > 0 && a.have >= a.least) {
+			continue
+		}
+		// The message names the stream and the limit: the logger holds
+		// back a repeated message, and each must be seen.
+		log.Warn(fmt.Sprintf("streams: %s has %s %s, under the %s relay advises: %s (nats stream edit %s to change it)",
+			cfg.Name, a.field, a.text(a.have), a.text(a.least), a.why, cfg.Name))
+	}
+}
+
+// countText writes a message count limit.
+func countText(n int64) string {
+	if n <= 0 {
+		return "unlimited"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// ageText writes a max age.
+func ageText(n int64) string {
+	if n <= 0 {
+		return "unlimited"
+	}
+	return time.Duration(n).String()
+}
