@@ -259,7 +259,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas, DLQMaxAge: f.dlqMaxAge}); err != nil {
+	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas, DLQMaxAge: f.dlqMaxAge, Logger: log}); err != nil {
 		return refused.explain(err)
 	}
 	store, err := subscribers.Open(setupCtx, js)

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// startSmallStore starts a JetStream server whose max_file_store is store,
+// as an operator's `jetstream { max_file_store: 64MB }` makes it, and
+// returns its URL; it goes when the test ends.
+func startSmallStore(t *testing.T, store int64) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, JetStreamMaxStore: store,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return srv.ClientURL()
+}
+
+// TestRunOnASmallJetStreamStore: relay run --nats against a server with a
+// 64 MiB max_file_store starts (a 4 GiB DELIVERIES used to be refused with
+// "insufficient storage resources"), says how it sized the streams, and
+// delivers.
+func TestRunOnASmallJetStreamStore(t *testing.T) {
+	t.Parallel()
+	url := startSmallStore(t, 64<<20)
+	r := startRelay(t, url, "--allow-private-targets")
+	waitRunning(t, r)
+	if log := r.stderr.String(); !strings.Contains(log, `msg="streams sized"`) || !strings.Contains(log, "deliveries_max_bytes=33554432 ") {
+		t.Fatalf("relay run did not log DELIVERIES sized to 32 MiB:\n%s", log)
+	}
+	rcv := newReceiver(t)
+	mustRelay(t, "sub", "add", "demo", "--nats", url, "--url", rcv.URL, "--secret", testSecret)
+	js, err := jetstream.New(testutil.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay picks the subscriber up within a second: publish until an
+	// event is copied to it.
+	probes := 0
+	testutil.Eventually(t, func() bool {
+		probes++
+		publish(t, js, "video.trending", fmt.Sprintf("probe-%d", probes), []byte(`{}`))
+		waitIdle(t, js)
+		return rcv.count() > 0
+	}, "no delivery on a 64 MiB store")
+	verify(t, rcv.deliveries()[0])
+}
