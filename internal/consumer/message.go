@@ -111,6 +111,13 @@ func (m *message) TermWithReason(reason string) error {
 	return m.reply(context.Background(), "+TERM "+reason, false)
 }
 
+// settled reports whether the message's final answer has been sent.
+func (m *message) settled() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.acked
+}
+
 // reply sends one final answer about the message; a second is refused, as
 // the server would ignore it.
 func (m *message) reply(ctx context.Context, body string, sync bool) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,10 @@ type lane struct {
 
 	mu     sync.Mutex
 	scheds map[string]*scheduler
+	// returning holds what the last pull request brings once the lane
+	// stops, kept alive with the held messages until handBackAll returns
+	// them all at once.
+	returning []jetstream.Msg
 	// work owns every scheduler loop and every request goroutine.
 	work conc.WaitGroup
 }
@@ -134,11 +139,33 @@ func (l *lane) run(ctx context.Context) {
 	l.flight.Close()
 }
 
+// handBackWait bounds the wait for the server to confirm a stopping lane's
+// hand-backs.
+const handBackWait = 5 * time.Second
+
+// handBack returns msgs, all of this lane, to JetStream for another relay
+// (or this one's next start) to deliver at once, and waits for the server to
+// have taken them: when relay stops its embedded server right after, they
+// must be in the consumer's stored state (see [consumer.HandBack]). The
+// server answers within a round trip: even a stop told to hurry waits for it.
+func (l *lane) handBack(msgs ...jetstream.Msg) {
+	if len(msgs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handBackWait)
+	defer cancel()
+	if err := consumer.HandBack(ctx, msgs...); err != nil {
+		l.log.Warn("lanes: handing deliveries back", "err", err)
+	}
+}
+
 // dispatch places one message with its subscriber's scheduler. It never
 // blocks on a subscriber.
 func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	if l.stopping.Load() {
-		_ = msg.Nak()
+		l.mu.Lock()
+		l.returning = append(l.returning, msg)
+		l.mu.Unlock()
 		return
 	}
 	d := newDelivery(msg)
@@ -282,13 +309,22 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		}
 		start := time.Now()
 		var last jetstream.Msg
+		keep := func(msg jetstream.Msg) {
+			if last != nil {
+				_ = last.InProgress()
+			}
+			last = msg
+		}
 		for _, s := range l.schedulers() {
 			for _, msg := range s.outstanding() {
-				if last != nil {
-					_ = last.InProgress()
-				}
-				last = msg
+				keep(msg)
 			}
+		}
+		l.mu.Lock()
+		returning := slices.Clone(l.returning)
+		l.mu.Unlock()
+		for _, msg := range returning {
+			keep(msg)
 		}
 		var err error
 		if last != nil {
@@ -321,14 +357,17 @@ func (l *lane) letGo(d delivery, id string) {
 		"subscriber", id, "seq", d.seq)
 }
 
-// handBackAll returns every held message to JetStream for another relay (or
-// the next start) to deliver.
+// handBackAll returns every held message, and what the last pull request
+// brought, to JetStream for another relay (or the next start) to deliver.
 func (l *lane) handBackAll() {
+	l.mu.Lock()
+	msgs := l.returning
+	l.returning = nil
+	l.mu.Unlock()
 	for _, s := range l.schedulers() {
-		for _, msg := range s.drain() {
-			_ = msg.Nak()
-		}
+		msgs = append(msgs, s.drain()...)
 	}
+	l.handBack(msgs...)
 }
 
 // subscriberOf returns the subscriber token of deliveries.<lane>.<subscriber>.

@@ -189,7 +189,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		_ = d.msg.Nak()
+		s.lane.handBack(d.msg)
 		return
 	}
 	now := s.lane.cfg.Clock.Now()

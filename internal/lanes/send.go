@@ -211,7 +211,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.log.Warn("lanes: request not made", "subscriber", sub.ID, "err", out.Err)
 		l.cfg.Metrics.Attempt(sub.ID, out.Class.String(), out.Duration)
 		if l.stopping.Load() {
-			_ = d.msg.Nak()
+			l.handBack(d.msg)
 		} else {
 			_ = d.msg.NakWithDelay(time.Second)
 		}
