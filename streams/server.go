@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// ErrServerNotReady is returned when the embedded server does not accept
-// connections in time, most often because its port is taken.
+// ErrServerNotReady is returned when the embedded server cannot start: its
+// address is taken, JetStream cannot use its directory, or it does not
+// accept connections in time. It wraps the server's own reason when there
+// is one.
 var ErrServerNotReady = errors.New("streams: embedded NATS server not ready")
 
 // ServerConfig says where the embedded server listens and stores.
@@ -56,15 +60,94 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streams: embedded server: %w", err)
 	}
+	log := &startupLog{}
 	if cfg.Logs {
 		srv.ConfigureLogger()
+		log.Logger = srv.Logger()
 	}
+	srv.SetLoggerV2(log, false, false, false)
+	// Start sets up JetStream and the client listener before it returns,
+	// and says why either failed only in a fatal log line.
 	srv.Start()
+	if err := log.failure(); err != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("%w: %w", ErrServerNotReady, err)
+	}
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("%w: is %s already in use?", ErrServerNotReady, listen)
+		return nil, fmt.Errorf("%w: not accepting connections on %s", ErrServerNotReady, listen)
 	}
 	return srv, nil
+}
+
+// startupLog is the embedded server's logger: it keeps the first fatal
+// line (the server cannot listen, or cannot start JetStream in its
+// directory), for StartServer to return at once instead of waiting for a
+// server that will never be ready, and passes every line to Logger when the
+// server's own logs are on. A fatal line goes there as an error: the
+// server's own logger would end the process.
+type startupLog struct {
+	server.Logger
+
+	mu    sync.Mutex
+	fatal error
+}
+
+// failure is the first fatal line, as an error that wraps the error it
+// names, if any.
+func (l *startupLog) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatal
+}
+
+func (l *startupLog) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	if l.fatal == nil {
+		l.fatal = errors.New(strings.TrimSpace(fmt.Sprintf(format, v...)))
+		for _, arg := range v {
+			// The listener's or JetStream's own error says it best.
+			if err, ok := arg.(error); ok {
+				l.fatal = err
+				break
+			}
+		}
+	}
+	l.mu.Unlock()
+	if l.Logger != nil {
+		l.Logger.Errorf(format, v...)
+	}
+}
+
+func (l *startupLog) Noticef(format string, v ...any) {
+	if l.Logger != nil {
+		l.Logger.Noticef(format, v...)
+	}
+}
+
+func (l *startupLog) Warnf(format string, v ...any) {
+	if l.Logger != nil {
+		l.Logger.Warnf(format, v...)
+	}
+}
+
+func (l *startupLog) Errorf(format string, v ...any) {
+	if l.Logger != nil {
+		l.Logger.Errorf(format, v...)
+	}
+}
+
+func (l *startupLog) Debugf(format string, v ...any) {
+	if l.Logger != nil {
+		l.Logger.Debugf(format, v...)
+	}
+}
+
+func (l *startupLog) Tracef(format string, v ...any) {
+	if l.Logger != nil {
+		l.Logger.Tracef(format, v...)
+	}
 }
 
 // LocalURL is the URL on which a process reaches the server it embeds: its

@@ -89,7 +89,11 @@ JetStream, storing in --data and listening on --listen, so that nats pub works
 against it. Several relay run against one cluster share the work.
 
 Stops cleanly on SIGINT or SIGTERM: deliveries in flight finish or are handed
-back to JetStream, nothing is lost.`,
+back to JetStream, nothing is lost.
+
+On its embedded server it locks --data (the file relay.lock in it): a second
+relay run on the same directory exits 1 at once, naming the process that
+holds it.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -102,7 +106,7 @@ back to JetStream, nothing is lost.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.data, "data", "./relay-data", "directory of the embedded NATS server's JetStream files")
+	fl.StringVar(&f.data, "data", "./relay-data", "directory of the embedded NATS server's JetStream files, locked while relay run uses it")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "HOST:PORT the embedded NATS server listens on")
 	fl.StringVar(&f.metricsAddr, "metrics", "127.0.0.1:9469", "HOST:PORT serving /metrics, /healthz and /readyz (empty to turn off)")
 	fl.IntVar(&f.lanes, "lanes", defaultSharedLanes, fmt.Sprintf("number of shared lanes (1-%d); every relay on one cluster must use the same", maxSharedLanes))
@@ -215,9 +219,17 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return usagef("--replicas: the embedded server is one node and holds 1 replica; give --nats for a cluster")
 	}
 	if !named {
+		// One embedded server per directory: a second would overwrite the
+		// first's JetStream files. Taken first, so an unusable --data is
+		// named at once.
+		lock, err := streams.LockData(f.data)
+		if err != nil {
+			return fmt.Errorf("--data %s: %w", f.data, err)
+		}
+		defer func() { _ = lock.Unlock() }()
 		srv, err = streams.StartServer(streams.ServerConfig{Listen: f.listen, DataDir: f.data})
 		if err != nil {
-			return err
+			return fmt.Errorf("--data %s, --listen %s: %w", f.data, f.listen, err)
 		}
 		defer func() {
 			srv.Shutdown()
