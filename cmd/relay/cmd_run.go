@@ -89,7 +89,9 @@ JetStream, storing in --data and listening on --listen, so that nats pub works
 against it. Several relay run against one cluster share the work.
 
 Stops cleanly on SIGINT or SIGTERM: deliveries in flight finish or are handed
-back to JetStream, nothing is lost.
+back to JetStream, nothing is lost. A second SIGINT or SIGTERM ends it at once
+(exit 130 or 143): what it holds is handed back, requests in flight are
+abandoned and their messages handed back too.
 
 On its embedded server it locks --data (the file relay.lock in it): a second
 relay run on the same directory exits 1 at once, naming the process that
@@ -251,6 +253,10 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
 	}
 	// Drain, not Close: acks and PubAcks still on their way are flushed.
+	// Before the embedded server stops (deferred earlier, so run later):
+	// what the server has not read when it stops is lost. A second signal
+	// does not wait.
+	hurry := hurryOf(ctx)
 	defer func() {
 		if nc.Drain() != nil {
 			nc.Close()
@@ -258,6 +264,8 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		}
 		select {
 		case <-closed:
+		case <-hurry.Done():
+			nc.Close()
 		case <-time.After(10 * time.Second):
 			nc.Close()
 		}
@@ -345,7 +353,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		errs <- lanes.Run(runCtx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
 			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests), Backlogs: backlogs,
-			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout), Timeliness: timely,
+			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout), Timeliness: timely, Hurry: hurry,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/status"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
 )
 
 // Defaults and bounds of relay status --watch.
@@ -44,6 +46,7 @@ type statusFlags struct {
 	watch       bool
 	interval    time.Duration
 	subscriber  string
+	streams     bool
 }
 
 // validate checks the flags before anything connects, so that a bad one
@@ -63,6 +66,9 @@ func (f statusFlags) validate(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("subscriber") {
 		if err := subscribers.ValidateID(f.subscriber); err != nil {
 			return usagef("--subscriber: %w", err)
+		}
+		if f.streams {
+			return usagef("--streams: not with --subscriber; each shows a report of its own")
 		}
 	}
 	return nil
@@ -97,6 +103,12 @@ oldest queue):
   CIRCUIT         closed, open (cooling down after failures) or half-open (one probe)
   OLDEST          age of its oldest pending delivery
 
+Under the table, each relay stream (EVENTS, DELIVERIES, RETRIES, DLQ): the
+messages and bytes it holds against its max_msgs and max_bytes (relay keeps
+the limits an operator set), the share of max_bytes used, and its max age. A
+DELIVERIES near its max_bytes makes the fan-out wait. --streams shows them
+alone (with --json, a JSON array of them).
+
 Deliveries parked in RETRIES for a retry, and those scheduled there until
 their Relay-Deliver-At, are counted in all in the summary, apart; each waits
 on a subject of its own, which the server can count for one subscriber at a
@@ -119,6 +131,7 @@ to move to a dedicated lane. --lanes is relay run's --lanes, which decides each 
 shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 		Example: `  relay status
   relay status --json | jq '.[] | select(.pending > 0)'
+  relay status --streams --json | jq '.[] | select(.used > 0.8)'
   relay status --subscriber demo
   relay status --watch --interval 5s`,
 		Args: exactArgs(0, "no arguments"),
@@ -138,6 +151,9 @@ shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 					if f.subscriber != "" {
 						return statusDetail(ctx, out, js, s, f)
 					}
+					if f.streams {
+						return statusStreams(ctx, out, js, f.asJSON)
+					}
 					return statusReport(ctx, out, js, s, f)
 				}
 				if !f.watch {
@@ -153,6 +169,7 @@ shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 	fl.BoolVar(&f.watch, "watch", false, "redraw the report every --interval until Ctrl-C")
 	fl.DurationVar(&f.interval, "interval", defaultWatchInterval, fmt.Sprintf("time between two reports of --watch (at least %s)", minWatchInterval))
 	fl.StringVar(&f.subscriber, "subscriber", "", "show this subscriber alone, in detail, with its last dead letters")
+	fl.BoolVar(&f.streams, "streams", false, "show the relay streams alone: messages and bytes against their limits (with --json, a JSON array)")
 	return cmd
 }
 
@@ -180,10 +197,62 @@ func statusReport(ctx context.Context, out io.Writer, js jetstream.JetStream, s 
 	if err := printStatus(out, report, f.asJSON); err != nil {
 		return err
 	}
+	if !f.asJSON {
+		if _, err := fmt.Fprintln(out); err != nil {
+			return err
+		}
+		if err := printStreams(out, report.Streams); err != nil {
+			return err
+		}
+	}
 	// Subscribers whose stored value is unreadable are left out of the
 	// report; the error names them, and the exit code says the report is
 	// incomplete.
 	return listErr
+}
+
+// statusStreams prints the streams' use of --streams.
+func statusStreams(ctx context.Context, out io.Writer, js jetstream.JetStream, asJSON bool) error {
+	use, err := status.Streams(ctx, js)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(out, use)
+	}
+	return printStreams(out, use)
+}
+
+// printStreams prints the streams' use as a table: what each holds
+// against its limits, the share of max_bytes used, its max age.
+func printStreams(out io.Writer, use []status.Stream) error {
+	return printList(out, use, false, "no relay streams",
+		"STREAM\tMESSAGES\tMAX_MSGS\tBYTES\tMAX_BYTES\tUSED\tMAX_AGE\tWHEN_FULL",
+		func(s status.Stream) string {
+			used := "-"
+			if s.Used != nil {
+				used = strconv.FormatFloat(*s.Used*100, 'f', 1, 64) + "%"
+			}
+			maxMsgs := "unlimited"
+			if s.MaxMessages > 0 {
+				maxMsgs = strconv.FormatInt(s.MaxMessages, 10)
+			}
+			full := "drops oldest"
+			if s.Discard == "new" {
+				full = "refuses new"
+			}
+			return fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, s.Messages, maxMsgs,
+				storedBytes(s.Bytes), streams.FormatBytes(s.MaxBytes), used, cell(s.MaxAge, 0), full)
+		})
+}
+
+// storedBytes writes what a stream stores, "0 B" when empty (FormatBytes
+// writes a limit, where 0 is unlimited).
+func storedBytes(n uint64) string {
+	if n == 0 {
+		return "0 B"
+	}
+	return streams.FormatBytes(int64(min(n, math.MaxInt64)))
 }
 
 // statusDetail prints the detail of --subscriber.

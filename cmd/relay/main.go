@@ -6,13 +6,13 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM stops cleanly; a second ends the process
+	// at once (see stopSignals).
+	ctx, signals := watchStopSignals(context.Background(), os.Exit)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	signals.close()
+	os.Exit(signals.code(code))
 }

@@ -72,6 +72,11 @@ type Config struct {
 	// JetStream for the next relay. Defaults to 30s; negative abandons them
 	// at once.
 	ShutdownTimeout time.Duration
+	// Hurry, once done, ends the stop at once (relay run's second signal):
+	// the requests in flight are abandoned whatever ShutdownTimeout says,
+	// and their messages handed back with the others. Defaults to a context
+	// that is never done.
+	Hurry context.Context
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.
@@ -111,6 +116,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Hurry == nil {
+		c.Hurry = context.Background()
 	}
 	return nil
 }
@@ -164,6 +172,9 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-t.C:
 			cfg.Logger.Warn("lanes: shutdown timeout passed; abandoning the requests still in flight and handing their messages back",
 				"shutdown_timeout", max(cfg.ShutdownTimeout, 0))
+			abandon()
+		case <-cfg.Hurry.Done():
+			cfg.Logger.Warn("lanes: told to stop at once; abandoning the requests still in flight and handing their messages back")
 			abandon()
 		case <-stopped:
 		}

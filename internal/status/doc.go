@@ -5,10 +5,12 @@
 // outstanding messages, its shared flow-control state in the
 // relay_ratelimit bucket (tokens, pause, adaptive rate, breaker), and how
 // many of its deliveries met their deadline and how many missed it, from
-// the relay_timeliness bucket, with a summary over all of them; and, for
-// one subscriber, its last dead letters. All of it is read from NATS, so
-// that an operator sees the same numbers whichever relay instance is
-// running and whether any is running at all.
+// the relay_timeliness bucket, with a summary over all of them; each relay
+// stream's use against its limits (max_bytes, max_msgs), which relay keeps
+// as an operator set them; and, for one subscriber, its last dead
+// letters. All of it is read from NATS, so that an operator sees the same
+// numbers whichever relay instance is running and whether any is running
+// at all.
 //
 // # Cost
 //
@@ -17,9 +19,11 @@
 // answer lists one subject per message, and nothing creates a consumer or
 // writes. [Collect], whatever the number of subscribers, makes:
 //
-//   - five stream lookups (DELIVERIES, RETRIES, DLQ, the two buckets'
-//     streams); RETRIES' message count comes with its lookup, and so does
-//     whether relay_timeliness exists and holds anything;
+//   - six stream lookups (DELIVERIES, RETRIES, DLQ, the two buckets'
+//     streams, EVENTS); RETRIES' message count comes with its lookup, and
+//     so does whether relay_timeliness exists and holds anything; and
+//     each relay stream's messages and bytes against its limits
+//     ([Report.Streams]), with or without subscribers;
 //   - RETRIES, while it holds any message: one stream info filtered on
 //     retries.at.> with an offset past the end (see below), whose answer
 //     counts the scheduled deliveries of every subscriber, for

@@ -175,18 +175,22 @@ type Subscriber struct {
 	Hint string `json:"hint,omitempty"`
 }
 
-// Report is what `relay status` prints: the summary line and a row per
-// subscriber.
+// Report is what `relay status` prints: the summary line, a row per
+// subscriber, and the streams' use against their limits.
 type Report struct {
 	// Summary adds the rows up.
 	Summary Summary
 	// Subscribers are the rows, sorted by id.
 	Subscribers []Subscriber
+	// Streams are EVENTS, DELIVERIES, RETRIES and DLQ, in that order,
+	// from the stream infos the report reads anyway (see [Streams]).
+	Streams []Stream
 }
 
 // Collect reads the status of each of subs from NATS, as `relay status`
 // prints it, with the rows sorted by id; an empty slice, not nil, when subs
-// is empty, so that the JSON form is []. sharedLanes is relay run's --lanes,
+// is empty, so that the JSON form is []; and the relay streams' use
+// against their limits, with or without subscribers. sharedLanes is relay run's --lanes,
 // which decides the lane of every subscriber without a dedicated one; below
 // 1 Collect returns [ErrInvalidLanes].
 //
@@ -201,12 +205,16 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 		return Report{}, fmt.Errorf("%w, got %d", ErrInvalidLanes, sharedLanes)
 	}
 	out := make([]Subscriber, len(subs))
-	if len(subs) == 0 {
-		return Report{Subscribers: out}, nil
-	}
 	r, err := open(ctx, js)
 	if err != nil {
 		return Report{}, err
+	}
+	use := make([]Stream, 0, len(streamNames))
+	for _, s := range []jetstream.Stream{r.events, r.deliveries, r.retries, r.dlq} {
+		use = append(use, streamUse(s.CachedInfo()))
+	}
+	if len(subs) == 0 {
+		return Report{Subscribers: out, Streams: use}, nil
 	}
 	c, err := r.counts(ctx, everyone)
 	if err != nil {
@@ -229,21 +237,25 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 	// fires in between must not make the parked count wrap around.
 	s.Scheduled = c.scheduled
 	s.Parked = c.retries - min(c.scheduled, c.retries)
-	return Report{Summary: s, Subscribers: out}, nil
+	return Report{Summary: s, Subscribers: out, Streams: use}, nil
 }
 
 // reader holds what the reads of one report go through.
 type reader struct {
 	nc                       *nats.Conn
 	deliveries, retries, dlq jetstream.Stream
+	// events is read for the streams' use alone.
+	events jetstream.Stream
 	// timeliness is the relay_timeliness bucket's stream, nil when the
 	// bucket does not exist: relays older than it never created it, and
 	// their cluster's report shows no deadline counts rather than fail.
 	timeliness jetstream.Stream
 }
 
-// open looks up the streams and the buckets a report reads: five stream
-// infos without subjects, each a small request.
+// open looks up the streams and the buckets a report reads: six stream
+// infos without subjects, each a small request. EVENTS comes last: a user
+// who may not read the buckets is told so first, as before the report
+// showed the streams' use.
 func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
 	r := &reader{nc: js.Conn()}
 	for _, s := range []struct {
@@ -266,6 +278,9 @@ func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
 		return nil, fmt.Errorf("status: opening KV bucket %s: %w", streams.TimelinessBucket, err)
 	default:
 		r.timeliness = stream
+	}
+	if r.events, err = js.Stream(ctx, streams.Events); err != nil {
+		return nil, streamErr(streams.Events, err)
 	}
 	return r, nil
 }
