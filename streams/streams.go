@@ -436,9 +436,10 @@ const (
 // caller logs it and decides. On a cluster, two relays that start at once
 // must not both update a replicated stream one of them is creating:
 // nats-server v2.15.2 leaves such an update without a reply (nats.go's
-// CreateOrUpdate calls update first), so the relay creates first and
-// updates only what exists with another definition. A request left
-// unanswered all the same is asked again: the resource exists by then.
+// CreateOrUpdate calls update first), so Ensure looks first, creates only
+// what is missing, and updates a stream only when a setting it enforces
+// differs (a bucket: when it is not as defined). A request left unanswered
+// all the same is asked again: the resource exists by then.
 func AskAgain(ctx context.Context, request func(context.Context) error) error {
 	var err error
 	for range askAttempts {
