@@ -134,8 +134,36 @@ func isOwnHeader(name string) bool {
 // An invalid d returns an error wrapping [ErrInvalidDeath] and publishes
 // nothing.
 func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header nats.Header, d Death) error {
-	if err := d.validate(); err != nil {
+	msg, id, err := copyOf(body, header, d)
+	if err != nil {
 		return err
+	}
+	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("deadletter: storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
+	}
+	return nil
+}
+
+// PublishAsync is [Publish] without the wait, for the fan-out, which sheds
+// copies by the thousand when a subscriber passes its backlog bound and
+// waits for their PubAcks together with its copies' ones. The DLQ copy is
+// stored once the future says so.
+func PublishAsync(js jetstream.JetStream, body []byte, header nats.Header, d Death) (jetstream.PubAckFuture, error) {
+	msg, id, err := copyOf(body, header, d)
+	if err != nil {
+		return nil, err
+	}
+	f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: storing a DLQ copy on %s: %w", msg.Subject, err)
+	}
+	return f, nil
+}
+
+// copyOf builds the DLQ copy [Publish] stores, and its Nats-Msg-Id.
+func copyOf(body []byte, header nats.Header, d Death) (*nats.Msg, string, error) {
+	if err := d.validate(); err != nil {
+		return nil, "", err
 	}
 	h := make(nats.Header, len(header)+len(ownHeaders))
 	for k, v := range header {
@@ -166,8 +194,6 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	if d.OriginSubject != "" {
 		h.Set(streams.HeaderOriginSubject, d.OriginSubject)
 	}
-
-	msg := &nats.Msg{Subject: Subject(d.Subscriber, d.Reason), Header: h, Data: body}
 	// No Nats-Expected-Stream: JetStream would store it on the copy, and
 	// docs/headers.md allows a copy no Nats-* header but its Nats-Msg-Id. Only the
 	// DLQ stream can hold dlq.> (stream subjects cannot overlap).
@@ -175,11 +201,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	if id == "" {
 		id = msgID(d.OriginSeq)
 	}
-	_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
-	if err != nil {
-		return fmt.Errorf("deadletter: storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
-	}
-	return nil
+	return &nats.Msg{Subject: Subject(d.Subscriber, d.Reason), Header: h, Data: body}, id, nil
 }
 
 // CleanError makes an error text fit for a header and a terminal: valid

@@ -36,11 +36,17 @@ const (
 	// rm`, or was published on DELIVERIES for an id that never existed.
 	// Nothing leaves the lanes without a trace, so it is kept here.
 	Unroutable Reason = "unroutable"
+	// Backlog means the fan-out did not queue the copy: its subscriber
+	// already had --max-backlog deliveries waiting, or held more than its
+	// fair share of a nearly full DELIVERIES. Shedding it keeps one
+	// subscriber's outage from taking the stream's room, and with it every
+	// other subscriber's fan-out; `relay dlq replay` queues it again.
+	Backlog Reason = "backlog"
 )
 
 // reasons lists every valid reason in the order of docs/dead-letters.md, for messages
 // and help texts.
-var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable}
+var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable, Backlog}
 
 // Reasons returns every valid reason, in the order docs/dead-letters.md lists them, so
 // that a command can list them in its help and in its errors. The slice is a
