@@ -313,6 +313,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("timeout", sub.Timeout)
 				row("retry", fmt.Sprintf("base %s, max %s", sub.RetryBase, sub.RetryMax))
 				row("max in flight", sub.MaxInFlight)
+				row("max backlog", sub.Backlog())
 				if sub.DeadlineAfter > 0 {
 					row("deadline after", sub.DeadlineAfter)
 				}

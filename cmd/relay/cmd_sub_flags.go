@@ -28,6 +28,7 @@ type subFlags struct {
 	retryBase   time.Duration
 	retryMax    time.Duration
 	maxInFlight int
+	maxBacklog  int
 	deadline    time.Duration
 	headers     []string
 	lane        string
@@ -47,6 +48,7 @@ func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.DurationVar(&f.retryBase, "retry-base", shown(defaults, subscribers.DefaultRetryBase), "delay before the first retry; doubles on each one")
 	fs.DurationVar(&f.retryMax, "retry-max", shown(defaults, subscribers.DefaultRetryMax), "longest delay between retries")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", shown(defaults, subscribers.DefaultMaxInFlight), "requests in flight at once, per relay")
+	fs.IntVar(&f.maxBacklog, "max-backlog", shown(defaults, subscribers.DefaultMaxBacklog), "deliveries that may wait for this subscriber; past it new copies are dead-lettered as backlog")
 	fs.DurationVar(&f.deadline, "deadline-after", 0, "default deadline of an event without its own Relay-Deadline, from its due time (0: none)")
 	fs.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
 	fs.StringVar(&f.lane, "lane", shown(defaults, "shared"), "shared or dedicated")
@@ -106,6 +108,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if given("max-in-flight") && f.maxInFlight <= 0 {
 		return nil, "", usagef("--max-in-flight: must be at least 1, got %d", f.maxInFlight)
 	}
+	if given("max-backlog") && f.maxBacklog <= 0 {
+		return nil, "", usagef("--max-backlog: must be at least 1, got %d", f.maxBacklog)
+	}
 	if given("deadline-after") && f.deadline < 0 {
 		return nil, "", usagef("--deadline-after: must be 0 (none) or a positive duration such as 1h, got %s", f.deadline)
 	}
@@ -146,6 +151,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		}
 		if given("max-in-flight") {
 			sub.MaxInFlight = f.maxInFlight
+		}
+		if given("max-backlog") {
+			sub.MaxBacklog = f.maxBacklog
 		}
 		if given("deadline-after") {
 			sub.DeadlineAfter = subscribers.Duration(f.deadline)

@@ -34,6 +34,12 @@ const (
 	// a subscriber by default, enough for a fast receiver at a high rate
 	// without opening hundreds of connections to a slow one.
 	DefaultMaxInFlight = 16
+	// DefaultMaxBacklog is how many deliveries may wait for one subscriber
+	// (on its lane, in its overflow, parked in RETRIES) before the fan-out
+	// dead-letters its new copies as backlog: a day of one event a second,
+	// and at 4 KB a body about 400 MB, so that ten subscribers down at once
+	// fit in the default 4 GiB DELIVERIES.
+	DefaultMaxBacklog = 100_000
 )
 
 // Limits that [Subscriber.Validate] enforces. They keep a single subscriber
@@ -48,6 +54,7 @@ const (
 	maxMaxAttempts = 1000
 	maxTimeout     = 5 * time.Minute
 	maxMaxInFlight = 1024
+	maxMaxBacklog  = 1_000_000_000
 )
 
 // Subscriber is one webhook endpoint and how to deliver to it, as stored in
@@ -95,6 +102,13 @@ type Subscriber struct {
 	// MaxInFlight is the most requests to the subscriber on the wire at once
 	// from one relay instance.
 	MaxInFlight int `json:"max_in_flight"`
+	// MaxBacklog bounds the deliveries waiting for the subscriber, summed
+	// over its lane, its overflow and RETRIES: past it, the fan-out
+	// dead-letters its new copies with reason backlog instead of queueing
+	// them, so that an outage of one subscriber cannot take the room of
+	// the others. Zero (a subscriber stored before the field existed)
+	// means [DefaultMaxBacklog]; see [Subscriber.Backlog].
+	MaxBacklog int `json:"max_backlog,omitempty"`
 	// DeadlineAfter, when set, gives every event without a Relay-Deadline
 	// of its own a deadline this long after its due time (its
 	// Relay-Deliver-At, else its publication): a reminder that is useless
@@ -185,6 +199,18 @@ func (s *Subscriber) SetDefaults() {
 	if s.MaxInFlight == 0 {
 		s.MaxInFlight = DefaultMaxInFlight
 	}
+	if s.MaxBacklog == 0 {
+		s.MaxBacklog = DefaultMaxBacklog
+	}
+}
+
+// Backlog is the subscriber's bound on waiting deliveries: MaxBacklog, or
+// [DefaultMaxBacklog] for a subscriber stored without one.
+func (s Subscriber) Backlog() int {
+	if s.MaxBacklog <= 0 {
+		return DefaultMaxBacklog
+	}
+	return s.MaxBacklog
 }
 
 // ValidateID reports whether id can name a subscriber: 1 to 64 characters
@@ -256,6 +282,9 @@ func (s Subscriber) Validate() error {
 	}
 	if s.MaxInFlight < 1 || s.MaxInFlight > maxMaxInFlight {
 		return invalid("--max-in-flight", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxInFlight, s.MaxInFlight))
+	}
+	if s.MaxBacklog < 0 || s.MaxBacklog > maxMaxBacklog {
+		return invalid("--max-backlog", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxBacklog, s.MaxBacklog))
 	}
 	if s.DeadlineAfter < 0 || (s.DeadlineAfter > 0 && s.DeadlineAfter.Std() < time.Second) {
 		return invalid("--deadline-after", fmt.Sprintf("must be 0 (no default deadline) or at least 1s, such as 1h, got %v", s.DeadlineAfter))

@@ -201,6 +201,7 @@ func TestSetDefaults(t *testing.T) {
 		RetryBase:   Duration(5 * time.Second),
 		RetryMax:    Duration(time.Hour),
 		MaxInFlight: 16,
+		MaxBacklog:  DefaultMaxBacklog,
 	}, s, "rate 0 is unlimited and needs no burst")
 
 	tests := []struct {
