@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/relay-dev/relay/internal/backlog"
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
@@ -48,6 +49,9 @@ type Config struct {
 	// behind the backlog, rather than through a lane that would move them
 	// there after every message ahead of them. May be nil.
 	Backlogs *overflow.Backlogged
+	// Backlog decides which copies are dead-lettered as backlog instead of
+	// queued (see package backlog). Run makes and runs one when it is nil.
+	Backlog *backlog.Gauge
 	// Horizon is how far past its publication an event may be due
 	// (Relay-Deliver-At): EVENTS' max age, which Run reads when it is zero.
 	// A copy due later would outlive the event it came from, so it is
@@ -77,6 +81,9 @@ type pending struct {
 	futures []jetstream.PubAckFuture
 	// subs[i] is the subscriber of futures[i], for the metrics.
 	subs []*subscribers.Subscriber
+	// shed[i] says that futures[i] is a DLQ copy (reason backlog) rather
+	// than a queued one; nil when the event shed none.
+	shed []bool
 	err  error
 }
 
@@ -125,6 +132,18 @@ func Run(ctx context.Context, cfg Config) error {
 	acks := make(chan pending, 2048)
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
+	if cfg.Backlog == nil {
+		gauge, err := backlog.New(backlog.Config{JS: cfg.JS, Subscribers: cfg.Subscribers, Logger: log, Metrics: cfg.Metrics})
+		if err != nil {
+			return fmt.Errorf("fanout: %w", err)
+		}
+		cfg.Backlog = gauge
+		gaugeCtx, stopGauge := context.WithCancel(ctx)
+		var gaugeWG conc.WaitGroup
+		gaugeWG.Go(func() { _ = gauge.Run(gaugeCtx) })
+		defer gaugeWG.Wait()
+		defer stopGauge()
+	}
 	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics) })
 	wg.Go(func() {
 		defer close(acks)
@@ -295,15 +314,31 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 				h.Set(streams.HeaderDeadline, d.UTC().Format(time.RFC3339Nano))
 			}
 		}
-		var m *nats.Msg
-		switch {
-		case t.tooLate != "":
+		if t.tooLate != "" {
 			if err := deadLetterLate(ctx, cfg, sub.ID, id, msg.Data(), h, t.tooLate); err != nil {
 				p.err = err
 				return p
 			}
 			p.futures = append(p.futures, nil)
 			continue
+		}
+		if md.NumDelivered > 1 {
+			cfg.Backlog.Count(sub.ID, len(msg.Data()))
+		} else if v, why := cfg.Backlog.Admit(sub, len(msg.Data())); v == backlog.Shed {
+			f, err := shedCopy(ctx, js, cfg, sub.ID, id, msg.Data(), h, why)
+			if err != nil {
+				p.err = err
+				return p
+			}
+			if p.shed == nil {
+				p.shed = make([]bool, len(subs))
+			}
+			p.shed[len(p.futures)] = true
+			p.futures = append(p.futures, f)
+			continue
+		}
+		var m *nats.Msg
+		switch {
 		case held:
 			m = retry.Scheduled(sub.ID, msg.Data(), h, t.deliverAt)
 		default:
@@ -343,6 +378,29 @@ func deadLetterLate(ctx context.Context, cfg Config, sub, id string, body []byte
 	return nil
 }
 
+// shedCopy starts the async publish of the DLQ copy of a copy the backlog
+// gauge shed. Its Nats-Msg-Id is the copy's own, prefixed, so that fanning
+// the event out again makes no second entry.
+func shedCopy(ctx context.Context, js jetstream.JetStream, cfg Config, sub, id string, body []byte, h nats.Header, why string) (jetstream.PubAckFuture, error) {
+	for {
+		f, err := deadletter.PublishAsync(js, body, h, deadletter.Death{
+			Subscriber: sub,
+			Reason:     deadletter.Backlog,
+			LastError:  why,
+			DeadAt:     cfg.Clock.Now(),
+			ID:         "dlq.backlog." + id + "." + sub,
+		})
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // PublishCopy starts the async publish of one copy with its Nats-Msg-Id.
 // When the async window is full
 // for longer than nats.go's stall wait (an event with thousands of
@@ -378,7 +436,11 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics) {
 			}
 			select {
 			case ack := <-f.Ok():
-				if !ack.Duplicate {
+				switch {
+				case ack.Duplicate:
+				case p.shed != nil && p.shed[i]:
+					m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
+				default:
 					m.Copied(p.subs[i].ID)
 				}
 			case e := <-f.Err():

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relay-dev/relay/internal/backlog"
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
@@ -465,7 +466,12 @@ func TestRunBackPressure(t *testing.T) {
 	for i := range events {
 		last = publish(t, js, "bulk.item", fmt.Appendf(nil, `{"id":"bp-%d","pad":"%064d"}`, i, i), msgID(fmt.Sprintf("bp-%d", i)))
 	}
-	e.start(t)
+	// A gauge that never reads the stream sheds nothing: this test is of
+	// the back-pressure alone (TestRunShedsPastTheBacklogBound is of the
+	// shedding).
+	idle, err := backlog.New(backlog.Config{JS: js, Subscribers: e.live})
+	require.NoError(t, err)
+	e.start(t, func(c *fanout.Config) { c.Backlog = idle })
 
 	// Every event has been handed to the fan-out, and some were handed back
 	// and redelivered because their copies did not fit.

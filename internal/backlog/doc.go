@@ -1,0 +1,26 @@
+// Package backlog owns docs/delivery-rules.md "A bound per subscriber": no
+// subscriber's waiting deliveries may take the room every other
+// subscriber's fan-out needs.
+//
+// A [Gauge] answers, for each copy the fan-out is about to queue, whether it
+// goes on ([Queue]) or is dead-lettered at once with reason backlog
+// ([Shed]). A copy is shed when
+//
+//   - its subscriber already has its --max-backlog deliveries waiting (on its
+//     lane, in its overflow, parked or scheduled in RETRIES), or
+//   - DELIVERIES is fuller than [ShareFrom] of its max_bytes and the
+//     subscriber holds more than its fair share of it: the stream's room in
+//     messages divided by the subscribers that have deliveries waiting (the
+//     asker counted too).
+//
+// Shedding keeps one subscriber's outage from filling DELIVERIES, whose
+// discard-new bound would then stop the fan-out for everyone; the shed copy
+// keeps its body in the DLQ and `relay dlq replay` queues it again.
+//
+// The cost per copy is a map lookup: the gauge reads the streams' state once
+// a [RefreshEvery] (one stream info each, and the per-subject counts only
+// when some subscriber could be near its bound or DELIVERIES is half full),
+// and adds the copies this relay queued since. The bound is thus kept to
+// within what the relays queue in one refresh: several relays each add their
+// own copies until the next read shows the others'.
+package backlog

@@ -1,0 +1,368 @@
+package backlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/overflow"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// Tuning of the gauge. Each is a trade between how closely the bound is
+// kept and what reading the streams costs.
+const (
+	// RefreshEvery is how often the gauge reads the streams: a subscriber
+	// may pass its bound by what the relays queue for it in that time.
+	RefreshEvery = time.Second
+	// ShareFrom is how full DELIVERIES (in bytes, of its max_bytes) must
+	// be before a subscriber over its fair share is shed: early enough that
+	// the room left keeps the others' fan-out and relay's own moves (refill,
+	// overflow, the retry mover) going.
+	ShareFrom = 0.8
+	// EvictFrom is how full DELIVERIES must be before the held backlog of
+	// the subscriber furthest over its fair share is dead-lettered, oldest
+	// first, down to its share: at that point the others' copies no longer
+	// fit, and nothing else would make room while that subscriber stays
+	// down (a burst faster than a refresh, or an operator who shrank the
+	// stream below what it holds).
+	EvictFrom = 0.95
+	// countFrom is how full DELIVERIES must be before its per-subject
+	// counts are read whatever the bounds: the fair share needs them from
+	// ShareFrom on, and a read ahead of it sees the backlogs grow.
+	countFrom = 0.5
+	// retriesReadMax is the most messages RETRIES may hold for its
+	// per-subject counts to be read: its subjects are one per parked
+	// message, so the answer grows with them. Above it, parked and
+	// scheduled deliveries are left out of the counts (logged once).
+	retriesReadMax = 100_000
+)
+
+// Verdict is what the fan-out does with one copy.
+type Verdict uint8
+
+const (
+	// Queue stores the copy as usual.
+	Queue Verdict = iota
+	// Shed dead-letters the copy with reason backlog instead.
+	Shed
+)
+
+// ErrConfig is returned by [New] for a config missing a required field.
+var ErrConfig = errors.New("backlog: invalid config")
+
+// Subscribers is the view the gauge reads the bounds from.
+type Subscribers interface {
+	// All returns every subscriber.
+	All() []subscribers.Subscriber
+}
+
+// Config wires a [Gauge].
+type Config struct {
+	// JS reads the streams' state; required.
+	JS jetstream.JetStream
+	// Subscribers gives every subscriber's --max-backlog; required.
+	Subscribers Subscribers
+	// Every is how often the streams are read. Defaults to RefreshEvery.
+	Every time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics counts the dead letters of [Gauge.Evict]; may be nil.
+	Metrics Metrics
+}
+
+// Metrics is what the gauge reports to: *metrics.Metrics.
+type Metrics interface {
+	DeadLettered(subscriber string, reason deadletter.Reason)
+}
+
+// noMetrics reports nowhere.
+type noMetrics struct{}
+
+func (noMetrics) DeadLettered(string, deadletter.Reason) {}
+
+// Gauge keeps, for one relay's fan-out, how many deliveries wait for each
+// subscriber and how full DELIVERIES is. Safe for concurrent use; a nil
+// Gauge queues everything.
+type Gauge struct {
+	cfg Config
+	log *slog.Logger
+
+	mu sync.Mutex
+	// counts is each subscriber's waiting deliveries at the last read; nil
+	// when the last read found no subscriber that could be near its bound,
+	// and skipped them.
+	counts map[string]uint64
+	// held is each subscriber's deliveries in its overflow at the last
+	// read: a subscriber with none is keeping up (its copies leave as
+	// fast as its lane takes them), and is never shed for its share.
+	held map[string]uint64
+	// since counts the copies this relay queued for each subscriber since
+	// the read began, and before those of the read before: a subscriber
+	// found in neither nor in counts has no claim on the stream's room.
+	since, before map[string]uint64
+	// bytes and maxBytes are DELIVERIES' at the last read (maxBytes <= 0:
+	// unbounded, no fair share), msgs its messages; sinceBytes what this
+	// relay queued since.
+	bytes, maxBytes, sinceBytes int64
+	msgs, sinceMsgs             uint64
+	// claimants is how many subscribers had deliveries waiting at the
+	// last read or were queued copies since the read before it: those
+	// among whom the stream's room is shared.
+	claimants int
+	// retriesSkipped is set once RETRIES was too large to count, for the
+	// log to say so once.
+	retriesSkipped bool
+}
+
+// New returns a gauge; run it with [Gauge.Run].
+func New(cfg Config) (*Gauge, error) {
+	if cfg.JS == nil || cfg.Subscribers == nil {
+		return nil, ErrConfig
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = RefreshEvery
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	return &Gauge{cfg: cfg, log: log, since: map[string]uint64{}}, nil
+}
+
+// Run reads the streams every cfg.Every until ctx ends. A read that fails
+// leaves the last figures in force (the bound is kept less closely, no copy
+// is lost) and is logged.
+func (g *Gauge) Run(ctx context.Context) error {
+	t := time.NewTicker(g.cfg.Every)
+	defer t.Stop()
+	for {
+		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("backlog: reading the queues' lengths", "err", err)
+		} else if _, err := g.Evict(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("backlog: making room in DELIVERIES", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh reads the streams once. [Gauge.Run] calls it; tests call it to
+// see a state at once.
+func (g *Gauge) Refresh(ctx context.Context) error {
+	g.mu.Lock()
+	sinceBefore := g.since
+	g.since = map[string]uint64{}
+	bytesBefore, msgsBefore := g.sinceBytes, g.sinceMsgs
+	g.sinceBytes, g.sinceMsgs = 0, 0
+	g.mu.Unlock()
+	r, err := g.read(ctx)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		// Keep what was queued in the counts until a read succeeds.
+		for id, n := range sinceBefore {
+			g.since[id] += n
+		}
+		g.sinceBytes += bytesBefore
+		g.sinceMsgs += msgsBefore
+		return err
+	}
+	g.counts, g.held, g.bytes, g.maxBytes, g.msgs = r.counts, r.held, r.bytes, r.maxBytes, r.msgs
+	g.before = sinceBefore
+	g.claimants = len(r.counts)
+	for id := range sinceBefore {
+		if r.counts[id] == 0 {
+			g.claimants++
+		}
+	}
+	for id := range g.since {
+		if r.counts[id] == 0 && sinceBefore[id] == 0 {
+			g.claimants++
+		}
+	}
+	if r.retriesSkipped && !g.retriesSkipped {
+		g.log.Warn("backlog: RETRIES holds too many messages to count per subscriber; the bound counts DELIVERIES only",
+			"messages", r.retriesMsgs, "limit", retriesReadMax)
+	}
+	g.retriesSkipped = r.retriesSkipped
+	return nil
+}
+
+// reading is what one read of the streams found.
+type reading struct {
+	counts, held      map[string]uint64
+	bytes, maxBytes   int64
+	msgs, retriesMsgs uint64
+	retriesSkipped    bool
+}
+
+// read takes the streams' state: their infos, and their per-subject counts
+// when some subscriber may be near its bound or DELIVERIES is filling.
+func (g *Gauge) read(ctx context.Context) (reading, error) {
+	var r reading
+	deliveries, err := g.cfg.JS.Stream(ctx, streams.Deliveries)
+	if err != nil {
+		return r, fmt.Errorf("backlog: %s: %w", streams.Deliveries, err)
+	}
+	info := deliveries.CachedInfo()
+	r.bytes, r.maxBytes, r.msgs = int64(info.State.Bytes), info.Config.MaxBytes, info.State.Msgs
+	retries, err := g.cfg.JS.Stream(ctx, streams.Retries)
+	if err != nil {
+		return r, fmt.Errorf("backlog: %s: %w", streams.Retries, err)
+	}
+	r.retriesMsgs = retries.CachedInfo().State.Msgs
+	smallest := uint64(subscribers.DefaultMaxBacklog)
+	for _, s := range g.cfg.Subscribers.All() {
+		smallest = min(smallest, uint64(s.Backlog()))
+	}
+	filling := r.maxBytes > 0 && float64(r.bytes) >= countFrom*float64(r.maxBytes)
+	if r.msgs+r.retriesMsgs < smallest && !filling {
+		// No subscriber can be near its bound: nothing to count.
+		return r, nil
+	}
+	r.counts, r.held = map[string]uint64{}, map[string]uint64{}
+	if err := countSubjects(ctx, deliveries, "deliveries.>", r.counts, r.held); err != nil {
+		return r, err
+	}
+	if r.retriesMsgs > retriesReadMax {
+		r.retriesSkipped = true
+		return r, nil
+	}
+	if r.retriesMsgs > 0 {
+		if err := countSubjects(ctx, retries, "retries.>", r.counts, nil); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// countSubjects adds the per-subject counts of a stream to counts, by
+// subscriber: the third token of deliveries.<lane>.<id>,
+// retries.wait.<id>.<unique>, retries.at.<id>.<unique> and
+// retries.due.<id>; and those of deliveries.overflow.<id> to held too.
+func countSubjects(ctx context.Context, s jetstream.Stream, filter string, counts, held map[string]uint64) error {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return fmt.Errorf("backlog: counting %s: %w", filter, err)
+	}
+	for subject, n := range info.State.Subjects {
+		id, ok := subscriberOf(subject)
+		if !ok || n == 0 {
+			continue
+		}
+		counts[id] += n
+		if held != nil && strings.HasPrefix(subject, overflow.Prefix) {
+			held[id] += n
+		}
+	}
+	return nil
+}
+
+// subscriberOf returns the third token of a subject of DELIVERIES or
+// RETRIES, the subscriber's id.
+func subscriberOf(subject string) (string, bool) {
+	_, rest, ok := strings.Cut(subject, ".")
+	if !ok {
+		return "", false
+	}
+	_, rest, ok = strings.Cut(rest, ".")
+	if !ok || rest == "" {
+		return "", false
+	}
+	id, _, _ := strings.Cut(rest, ".")
+	return id, id != ""
+}
+
+// Admit decides what becomes of one copy of size bytes for sub, and counts
+// it as waiting when it is queued. why says, for a shed copy, what its
+// dead letter's Relay-Last-Error says.
+func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why string) {
+	if g == nil {
+		return Queue, ""
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	waiting := g.counts[sub.ID] + g.since[sub.ID]
+	if bound := uint64(sub.Backlog()); waiting >= bound {
+		return Shed, fmt.Sprintf("%d deliveries wait for subscriber %s, its --max-backlog is %d", waiting, sub.ID, bound)
+	}
+	if full, share := g.shareLocked(sub.ID); full >= ShareFrom && g.held[sub.ID] > 0 && float64(waiting) >= share {
+		return Shed, fmt.Sprintf("DELIVERIES is %.0f%% full and %d deliveries wait for subscriber %s, its fair share is %.0f",
+			100*full, waiting, sub.ID, share)
+	}
+	g.countLocked(sub.ID, size)
+	return Queue, ""
+}
+
+// Count counts a copy queued without judging it: one of an event fanned out
+// again, some of whose copies were stored the first time. Shedding such a
+// copy could dead-letter a delivery that is queued already, so an event
+// handed back is never shed; the bound may be passed by the copies of the
+// events that are.
+func (g *Gauge) Count(id string, size int) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.countLocked(id, size)
+}
+
+func (g *Gauge) countLocked(id string, size int) {
+	if !g.claims(id) {
+		g.claimants++
+	}
+	g.since[id]++
+	g.sinceBytes += int64(size)
+	g.sinceMsgs++
+}
+
+// shareLocked returns how full DELIVERIES is (0 when it is unbounded) and
+// a subscriber's fair share of it, in messages: ShareFrom of the stream's
+// room, in messages of the size it holds on average, split among the
+// claimants (the subscriber counted among them).
+func (g *Gauge) shareLocked(id string) (full, share float64) {
+	used := g.bytes + g.sinceBytes
+	if g.maxBytes <= 0 || used <= 0 {
+		return 0, math.Inf(1)
+	}
+	claimants := g.claimants
+	if !g.claims(id) {
+		claimants++
+	}
+	room := float64(g.msgs+g.sinceMsgs+1) * float64(g.maxBytes) / float64(used)
+	return float64(used) / float64(g.maxBytes), ShareFrom * room / float64(max(claimants, 1))
+}
+
+// claims reports whether a subscriber is among the claimants already.
+func (g *Gauge) claims(id string) bool {
+	return g.counts[id] > 0 || g.before[id] > 0 || g.since[id] > 0
+}
+
+// Waiting returns how many deliveries wait for a subscriber as this gauge
+// knows it: the last read's count and what this relay queued since. Zero
+// when the last read did not count (no subscriber near its bound).
+func (g *Gauge) Waiting(id string) uint64 {
+	if g == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.counts[id] + g.since[id]
+}

@@ -1,0 +1,213 @@
+package backlog_test
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/backlog"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// view is a fixed subscriber set.
+type view []subscribers.Subscriber
+
+func (v view) All() []subscribers.Subscriber { return v }
+
+// put stores count messages of size bytes on subject.
+func put(t *testing.T, js jetstream.JetStream, subject string, count, size int) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	body := bytes.Repeat([]byte("x"), size)
+	for range count {
+		_, err := js.Publish(ctx, subject, body)
+		require.NoError(t, err)
+	}
+}
+
+func newGauge(t *testing.T, js jetstream.JetStream, subs ...subscribers.Subscriber) *backlog.Gauge {
+	t.Helper()
+	g, err := backlog.New(backlog.Config{JS: js, Subscribers: view(subs)})
+	require.NoError(t, err)
+	require.NoError(t, g.Refresh(testutil.Context(t)))
+	return g
+}
+
+func TestShedsPastMaxBacklogCountingLaneOverflowAndRetries(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 6}
+	b := subscribers.Subscriber{ID: "b", MaxBacklog: 6}
+	put(t, n.JS, "deliveries.s03.a", 2, 10)
+	put(t, n.JS, "deliveries.overflow.a", 2, 10)
+	put(t, n.JS, "retries.wait.a.x1", 1, 10)
+	put(t, n.JS, "retries.due.a", 1, 10)
+	put(t, n.JS, "deliveries.s01.b", 1, 10)
+	g := newGauge(t, n.JS, a, b)
+	require.EqualValues(t, 6, g.Waiting("a"))
+	v, why := g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v)
+	require.Contains(t, why, "6 deliveries wait for subscriber a, its --max-backlog is 6")
+	for range 5 {
+		v, _ := g.Admit(&b, 10)
+		require.Equal(t, backlog.Queue, v)
+	}
+	// b had 1 and was given 5: the next is its seventh.
+	v, _ = g.Admit(&b, 10)
+	require.Equal(t, backlog.Shed, v)
+}
+
+func TestCountsWhatItQueuedUntilTheStreamShowsIt(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 3}
+	g := newGauge(t, n.JS, a)
+	for range 3 {
+		v, _ := g.Admit(&a, 10)
+		require.Equal(t, backlog.Queue, v)
+	}
+	v, _ := g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v, "queued since the read, not yet read back")
+	// The three are stored now; a read counts them once, not twice.
+	put(t, n.JS, "deliveries.s00.a", 3, 10)
+	require.NoError(t, g.Refresh(testutil.Context(t)))
+	require.EqualValues(t, 3, g.Waiting("a"))
+	v, _ = g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v)
+}
+
+func TestFairShareOfANearlyFullDeliveries(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	// The operator's bound: 100 KB.
+	s, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxBytes = 100_000
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	stuck := subscribers.Subscriber{ID: "stuck"}
+	healthy := subscribers.Subscriber{ID: "healthy"}
+	// Half full: nobody is shed for a share.
+	put(t, n.JS, "deliveries.overflow.stuck", 50, 1000)
+	g := newGauge(t, n.JS, stuck, healthy)
+	v, _ := g.Admit(&stuck, 1000)
+	require.Equal(t, backlog.Queue, v)
+	// 85 % full, all of it stuck's: stuck is over its share once healthy
+	// claims room, healthy is not.
+	put(t, n.JS, "deliveries.overflow.stuck", 35, 1000)
+	require.NoError(t, g.Refresh(ctx))
+	v, _ = g.Admit(&healthy, 1000)
+	require.Equal(t, backlog.Queue, v)
+	v, why := g.Admit(&stuck, 1000)
+	require.Equal(t, backlog.Shed, v)
+	require.Contains(t, why, "full")
+	require.Contains(t, why, "fair share")
+	v, _ = g.Admit(&healthy, 1000)
+	require.Equal(t, backlog.Queue, v)
+}
+
+func TestNilGaugeQueuesEverything(t *testing.T) {
+	t.Parallel()
+	var g *backlog.Gauge
+	v, _ := g.Admit(&subscribers.Subscriber{ID: "a", MaxBacklog: 1}, 1)
+	require.Equal(t, backlog.Queue, v)
+	require.Zero(t, g.Waiting("a"))
+}
+
+func TestRunReadsUntilCancelled(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 2}
+	g, err := backlog.New(backlog.Config{JS: n.JS, Subscribers: view{a}, Every: 10 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := contextWithCancel(t)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	for i := range 2 {
+		_, err := n.JS.PublishMsg(ctx, &nats.Msg{Subject: "deliveries.s00.a", Data: []byte(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	testutil.Eventually(t, func() bool { return g.Waiting("a") == 2 }, "the run never read the two deliveries")
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestNewRefusesAnIncompleteConfig(t *testing.T) {
+	t.Parallel()
+	_, err := backlog.New(backlog.Config{})
+	require.ErrorIs(t, err, backlog.ErrConfig)
+}
+
+func contextWithCancel(t *testing.T) (ctx context.Context, cancel context.CancelFunc) {
+	return context.WithCancel(testutil.Context(t))
+}
+
+// TestEvictMakesRoomInAFullDeliveries: a DELIVERIES 96 % full of one
+// subscriber's held backlog, beside another's copies, loses the oldest of
+// that backlog to the DLQ (reason backlog, body kept, one entry a message
+// however many relays evict), down to its fair share.
+func TestEvictMakesRoomInAFullDeliveries(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	s, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	for i := range 90 {
+		_, err := n.JS.PublishMsg(ctx, &nats.Msg{Subject: "deliveries.overflow.stuck", Data: bytes.Repeat([]byte{'a' + byte(i%26)}, 1000)})
+		require.NoError(t, err)
+	}
+	put(t, n.JS, "deliveries.s01.healthy", 5, 1000)
+	// The operator's bound: what it holds is 97 % of it.
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	cfg := info.Config
+	cfg.MaxBytes = int64(info.State.Bytes) * 100 / 97
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	stuck, healthy := subscribers.Subscriber{ID: "stuck"}, subscribers.Subscriber{ID: "healthy"}
+	g1 := newGauge(t, n.JS, stuck, healthy)
+	g2 := newGauge(t, n.JS, stuck, healthy)
+	evicted, err := g1.Evict(ctx)
+	require.NoError(t, err)
+	require.Positive(t, evicted)
+	// A second relay that read the same figures looks again first, and
+	// finds the room made.
+	again, err := g2.Evict(ctx)
+	require.NoError(t, err)
+	require.Zero(t, again)
+
+	info, err = s.Info(ctx, jetstream.WithSubjectFilter("deliveries.>"))
+	require.NoError(t, err)
+	left := int(info.State.Subjects["deliveries.overflow.stuck"])
+	require.EqualValues(t, 5, info.State.Subjects["deliveries.s01.healthy"], "only the held backlog is evicted")
+	dlq, err := n.JS.Stream(ctx, streams.DLQ)
+	require.NoError(t, err)
+	dinfo, err := dlq.Info(ctx)
+	require.NoError(t, err)
+	t.Logf("%d of 90 left in overflow, %d dead letters", left, dinfo.State.Msgs)
+	require.Equal(t, 90, left+int(dinfo.State.Msgs), "every message is in overflow or in the DLQ, once")
+	require.Less(t, left, 90)
+	require.Positive(t, left, "evicted past the fair share")
+	first, err := dlq.GetMsg(ctx, dinfo.State.FirstSeq)
+	require.NoError(t, err)
+	require.Equal(t, "dlq.stuck.backlog", first.Subject)
+	require.Equal(t, bytes.Repeat([]byte{'a'}, 1000), first.Data, "the oldest goes first, with its body")
+	require.Contains(t, first.Header.Get(streams.HeaderLastError), "fair share")
+
+	// Below EvictFrom, nothing more is evicted.
+	require.NoError(t, g1.Refresh(ctx))
+	more, err := g1.Evict(ctx)
+	require.NoError(t, err)
+	require.Zero(t, more)
+}

@@ -1,0 +1,74 @@
+package fanout_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/backlog"
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/streams"
+)
+
+// TestRunShedsPastTheBacklogBound: a subscriber with --max-backlog 3 gets
+// three copies queued and the rest dead-lettered as backlog, with their
+// bodies and why, while its neighbour gets every copy; fanning an event out
+// again makes no second dead letter.
+func TestRunShedsPastTheBacklogBound(t *testing.T) {
+	t.Parallel()
+	small := sub("small")
+	small.MaxBacklog = 3
+	e := newEnv(t, small, sub("other"))
+	js := e.n.JS
+	gauge, err := backlog.New(backlog.Config{JS: js, Subscribers: e.live})
+	require.NoError(t, err)
+	require.NoError(t, gauge.Refresh(t.Context()))
+	e.start(t, func(c *fanout.Config) { c.Backlog = gauge })
+	const events = 10
+	var last uint64
+	for i := range events {
+		last = publish(t, js, "x.y", fmt.Appendf(nil, `{"n":%d}`, i), msgID(fmt.Sprintf("ev-%d", i)))
+	}
+	waitFannedOut(t, js, last)
+
+	queued := map[string]int{}
+	for _, m := range copies(t, js) {
+		queued[m.Subject]++
+	}
+	require.Equal(t, 3, queued[fanout.DeliverySubject(small.Lane(sharedLanes), "small")])
+	other := sub("other")
+	require.Equal(t, events, queued[fanout.DeliverySubject(other.Lane(sharedLanes), "other")])
+
+	dead := streamMsgs(t, js, streams.DLQ)
+	require.Len(t, dead, events-3)
+	ids := byMsgID(t, dead)
+	for i := 3; i < events; i++ {
+		m := ids[fmt.Sprintf("dlq.backlog.ev-%d.small", i)]
+		require.NotNil(t, m, "no dead letter for ev-%d", i)
+		require.Equal(t, deadletter.Subject("small", deadletter.Backlog), m.Subject)
+		require.Equal(t, fmt.Sprintf(`{"n":%d}`, i), string(m.Data))
+		require.Contains(t, m.Header.Get(streams.HeaderLastError), "--max-backlog is 3")
+		require.Equal(t, fmt.Sprintf("ev-%d", i), m.Header.Get(streams.HeaderEventID))
+		require.Equal(t, "0", m.Header.Get(streams.HeaderAttempts))
+	}
+
+	// Fanned out again (a redelivery), an event's dead letter is the same
+	// Nats-Msg-Id: the DLQ drops it as a duplicate.
+	ctx := t.Context()
+	dlq, err := js.Stream(ctx, streams.DLQ)
+	require.NoError(t, err)
+	for i := 3; i < events; i++ {
+		m := dead[i-3]
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data},
+			jetstream.WithMsgID(m.Header.Get(jetstream.MsgIDHeader)))
+		require.NoError(t, err)
+		require.True(t, ack.Duplicate)
+	}
+	info, err := dlq.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, events-3, info.State.Msgs)
+}
