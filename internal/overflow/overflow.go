@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -31,6 +32,12 @@ var ErrDirectGet = errors.New("overflow: direct get")
 // readBatch is how many messages one direct get asks for. The server caps
 // a batch by its own limits too; the reader follows whatever it sends.
 const readBatch = 256
+
+// readBytes bounds the bodies one [Read] returns (the server sends at least
+// one message, whatever its size): a refill's copies need that much room in
+// DELIVERIES until its purge, so a small stream, or one nearly full, is
+// refilled in small steps rather than not at all.
+const readBytes = 1 << 20
 
 // Put stores a copy of a DELIVERIES message on its subscriber's overflow
 // subject and returns once it is stored, so the caller may then ack the
@@ -73,12 +80,16 @@ type Msg struct {
 func Read(ctx context.Context, nc *nats.Conn, subscriber string, from uint64, n int) ([]Msg, error) {
 	var out []Msg
 	next := max(from, 1)
-	for len(out) < n {
-		batch, done, err := readOnce(ctx, nc, Subject(subscriber), next, min(readBatch, n-len(out)))
+	budget := readBytes
+	for len(out) < n && budget > 0 {
+		batch, done, err := readOnce(ctx, nc, Subject(subscriber), next, min(readBatch, n-len(out)), budget)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, batch...)
+		for _, m := range batch {
+			budget -= len(m.Data)
+		}
 		if done || len(batch) == 0 {
 			break
 		}
@@ -92,12 +103,13 @@ type directGet struct {
 	Seq        uint64 `json:"seq"`
 	NextBySubj string `json:"next_by_subj"`
 	Batch      int    `json:"batch"`
+	MaxBytes   int    `json:"max_bytes,omitempty"`
 }
 
 // readOnce sends one batched direct get; done reports that the subject has
 // nothing after what it returned.
-func readOnce(ctx context.Context, nc *nats.Conn, subject string, from uint64, n int) (msgs []Msg, done bool, err error) {
-	req, _ := json.Marshal(directGet{Seq: from, NextBySubj: subject, Batch: n})
+func readOnce(ctx context.Context, nc *nats.Conn, subject string, from uint64, n, maxBytes int) (msgs []Msg, done bool, err error) {
+	req, _ := json.Marshal(directGet{Seq: from, NextBySubj: subject, Batch: n, MaxBytes: maxBytes})
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
@@ -201,36 +213,55 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		}
 		futures = append(futures, f)
 	}
+	failed := err
 	settled := settleAll(ctx, settles[:min(len(settles), len(futures))])
-	// Only a prefix whose copies are all stored may be purged.
-	stored := 0
+	// ok[i]: msgs[i] is safe elsewhere (its copy stored, settled, or
+	// spilled), so it may be purged. The wait stops at the first failure:
+	// what follows it is left for the next refill.
+	ok := make([]bool, len(futures))
+	var spill []int
 	timeout := time.NewTimer(pubAckWait)
 	defer timeout.Stop()
+wait:
 	for i, f := range futures {
 		if f == nil {
-			if err = settled[i]; err != nil {
+			if failed = settled[i]; failed != nil {
 				break
 			}
-			stored++
+			ok[i] = true
 			continue
 		}
 		select {
 		case ack := <-f.Ok():
+			ok[i] = true
 			if !ack.Duplicate {
 				moved++
 			}
 		case e := <-f.Err():
-			err = e
+			if !streams.NoRoom(e) {
+				failed = e
+				break wait
+			}
+			spill = append(spill, i)
 		case <-timeout.C:
-			err = fmt.Errorf("no PubAck within %v", pubAckWait)
+			failed = fmt.Errorf("no PubAck within %v", pubAckWait)
+			break wait
 		case <-ctx.Done():
-			err = ctx.Err()
+			failed = ctx.Err()
+			break wait
 		}
-		if err != nil {
-			break
+	}
+	if len(spill) > 0 {
+		if e := r.spill(ctx, subscriber, msgs, spill, ok); e != nil && failed == nil {
+			failed = e
 		}
+	}
+	// Only a prefix whose messages are all safe may be purged.
+	stored := 0
+	for stored < len(ok) && ok[stored] {
 		stored++
 	}
+	err = failed
 	if stored == 0 {
 		return 0, next, true, fmt.Errorf("overflow: bringing back %s: %w", subscriber, err)
 	}
@@ -241,6 +272,42 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		err = fmt.Errorf("overflow: purging %s: %w", subscriber, perr)
 	}
 	return moved, next, true, err
+}
+
+// spill stores the messages of msgs at the indices given, whose copies
+// DELIVERIES refused for want of room, in RETRIES instead, due at once on
+// retries.due.<subscriber>: the retry mover puts them on the subscriber's
+// lane as soon as DELIVERIES takes them, and the purge that follows frees
+// their room in overflow. So the way out of a full DELIVERIES needs no room
+// in it. Each is marked in ok once stored; the Nats-Msg-Id
+// spill-<overflow sequence> makes two relays spilling one message store
+// one copy.
+func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx []int, ok []bool) error {
+	futures := make([]jetstream.PubAckFuture, len(idx))
+	for j, i := range idx {
+		m := msgs[i]
+		f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: retry.DuePrefix + subscriber, Header: m.Header, Data: m.Data},
+			jetstream.WithMsgID(spillID(m.Seq)))
+		if err != nil {
+			return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, err)
+		}
+		futures[j] = f
+	}
+	timeout := time.NewTimer(pubAckWait)
+	defer timeout.Stop()
+	for j, f := range futures {
+		select {
+		case <-f.Ok():
+			ok[idx[j]] = true
+		case err := <-f.Err():
+			return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, err)
+		case <-timeout.C:
+			return fmt.Errorf("overflow: spilling %s to %s: no PubAck within %v", subscriber, streams.Retries, pubAckWait)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // settleAll runs the non-nil settles, at most settleWorkers at once, and
@@ -329,6 +396,8 @@ func PutAsync(js jetstream.JetStream, subscriber string, body []byte, header nat
 func putID(seq uint64) string { return "overflow-" + strconv.FormatUint(seq, 10) }
 
 func refillID(seq uint64) string { return "refill-" + strconv.FormatUint(seq, 10) }
+
+func spillID(seq uint64) string { return "spill-" + strconv.FormatUint(seq, 10) }
 
 // pubAckWait bounds the wait for one batch's PubAcks, whatever the
 // JetStream context's own timeout.

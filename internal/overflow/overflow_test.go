@@ -1,6 +1,7 @@
 package overflow_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -162,4 +163,62 @@ func TestRefillSettlesLateMessagesTogether(t *testing.T) {
 	backlogs, err := overflow.Backlogs(ctx, stream)
 	require.NoError(t, err)
 	require.Equal(t, map[string]uint64{"a": 6}, backlogs, "only the prefix before the failed settle is purged")
+}
+
+// TestRefillOfAFullDeliveriesSpillsToRetries: when DELIVERIES has no room
+// for the copies a refill brings back (the stream full of the very backlog
+// being brought back), the refused ones go to RETRIES, due at once, and
+// the overflow is purged all the same: the way out needs no room in the
+// full stream, and nothing is lost.
+func TestRefillOfAFullDeliveriesSpillsToRetries(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	const count, size = 40, 1000
+	body := bytes.Repeat([]byte("x"), size)
+	for i := range count {
+		h := nats.Header{streams.HeaderEventID: []string{fmt.Sprintf("a-%d", i)}}
+		require.NoError(t, overflow.Put(ctx, n.JS, "a", body, h, uint64(i+1)))
+	}
+	// The operator shrinks DELIVERIES to what it holds, and a bit.
+	s, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxBytes = int64(s.CachedInfo().State.Bytes) + 3*size
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	_, err = n.JS.Publish(ctx, "deliveries.s01.other", bytes.Repeat([]byte("y"), 10*size))
+	require.True(t, streams.NoRoom(err), "a publish past max_bytes: %v", err)
+
+	r, err := overflow.NewRefiller(ctx, n.JS, nil)
+	require.NoError(t, err)
+	moved, next, _, err := r.Refill(ctx, "a", "deliveries.s01.a", 0, count)
+	require.NoError(t, err)
+	require.Greater(t, next, uint64(count), "everything read is safe and purged")
+
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("deliveries.>"))
+	require.NoError(t, err)
+	require.Zero(t, info.State.Subjects["deliveries.overflow.a"], "overflow purged")
+	onLane := int(info.State.Subjects["deliveries.s01.a"])
+	require.Equal(t, moved, onLane)
+	retries, err := n.JS.Stream(ctx, streams.Retries)
+	require.NoError(t, err)
+	rinfo, err := retries.Info(ctx, jetstream.WithSubjectFilter("retries.due.a"))
+	require.NoError(t, err)
+	spilled := int(rinfo.State.Subjects["retries.due.a"])
+	t.Logf("%d brought back to the lane, %d spilled to RETRIES", onLane, spilled)
+	require.Positive(t, spilled, "nothing spilled: the stream was not full")
+	require.Equal(t, count, onLane+spilled, "every message is on the lane or in RETRIES")
+	m, err := retries.GetLastMsgForSubject(ctx, "retries.due.a")
+	require.NoError(t, err)
+	require.NotEmpty(t, m.Header.Get(streams.HeaderOverflowSeq), "a spilled delivery is known as brought back")
+}
+
+func TestNoRoomIsOnlyAFullStream(t *testing.T) {
+	t.Parallel()
+	require.False(t, streams.NoRoom(nil))
+	require.False(t, streams.NoRoom(errors.New("maximum bytes exceeded")))
+	require.False(t, streams.NoRoom(&jetstream.APIError{ErrorCode: 10077, Description: "some I/O error"}))
+	require.True(t, streams.NoRoom(&jetstream.APIError{ErrorCode: 10077, Description: "maximum bytes exceeded"}))
+	require.True(t, streams.NoRoom(fmt.Errorf("wrapped: %w", &jetstream.APIError{ErrorCode: 10047})))
 }
