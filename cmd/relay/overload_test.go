@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// burstOf publishes count events of size bytes with ids <prefix>-<i>,
+// with PubAcks, as `nats pub -J` does, a window at a time.
+func burstOf(t *testing.T, n *testutil.NATS, prefix string, count, size int) {
+	t.Helper()
+	body := bytes.Repeat([]byte("x"), size)
+	for i := range count {
+		m := &nats.Msg{Subject: fanout.SubjectPrefix + "x", Data: body, Header: nats.Header{}}
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s-%04d", prefix, i))
+		_, err := n.JS.PublishMsgAsync(m)
+		require.NoError(t, err)
+		if i%200 == 199 {
+			<-n.JS.PublishAsyncComplete()
+		}
+	}
+	<-n.JS.PublishAsyncComplete()
+}
+
+// waitingFor counts what waits for a subscriber in DELIVERIES (its lane and
+// its overflow) and RETRIES.
+func waitingFor(t *testing.T, n *testutil.NATS, id string) int {
+	t.Helper()
+	ctx := testutil.Context(t)
+	total := 0
+	for name, filter := range map[string]string{streams.Deliveries: "deliveries.*." + id, streams.Retries: "retries.*." + id + ".>"} {
+		s, err := n.JS.Stream(ctx, name)
+		require.NoError(t, err)
+		total += int(subjectTotal(t, s, filter))
+	}
+	s, err := n.JS.Stream(ctx, streams.Retries)
+	require.NoError(t, err)
+	return total + int(subjectTotal(t, s, "retries.due."+id))
+}
+
+// deadFor counts a subscriber's dead letters of one reason.
+func deadFor(t *testing.T, n *testutil.NATS, id string, reason deadletter.Reason) int {
+	t.Helper()
+	s, err := n.JS.Stream(testutil.Context(t), streams.DLQ)
+	require.NoError(t, err)
+	return int(subjectTotal(t, s, deadletter.Subject(id, reason)))
+}
+
+// distinctIDs counts the distinct webhook-ids a receiver got.
+func distinctIDs(r *webhookSink) int {
+	n, _ := uniqueIDs(r)
+	return n
+}
+
+// TestPausedSubscriberPastItsBoundNeverHoldsTheOthers: a subscriber paused
+// while 400 events of 2 KB arrive keeps at most about its --max-backlog
+// waiting; the rest are dead-lettered as backlog, its healthy neighbour
+// gets every event meanwhile, and after resume and a replay the paused one
+// has every event too: nothing lost.
+func TestPausedSubscriberPastItsBoundNeverHoldsTheOthers(t *testing.T) {
+	t.Parallel()
+	const events, bound = 400, 100
+	n := testutil.StartRelayNATS(t)
+	healthy, paused := newReceiver(t), newReceiver(t)
+	mustRelay(t, "sub", "add", "healthy", "--nats", n.URL, "--url", healthy.URL, "--secret", testSecret, "--events", "x")
+	mustRelay(t, "sub", "add", "paused", "--nats", n.URL, "--url", paused.URL, "--secret", testSecret, "--events", "x",
+		"--max-backlog", fmt.Sprint(bound))
+	mustRelay(t, "sub", "pause", "paused", "--nats", n.URL)
+	startRelay(t, n.URL, "--allow-private-targets")
+
+	burstOf(t, n, "ev", events, 2048)
+	testutil.Eventually(t, func() bool { return healthy.count() >= events && fannedOut(testutil.Context(t), n.JS) },
+		"the healthy subscriber got %d of %d beside a paused one", healthy.count(), events)
+	waiting, shed := waitingFor(t, n, "paused"), deadFor(t, n, "paused", deadletter.Backlog)
+	t.Logf("paused subscriber, --max-backlog %d: %d waiting, %d dead-lettered as backlog", bound, waiting, shed)
+	require.Equal(t, events, waiting+shed, "a copy is neither waiting nor dead-lettered")
+	require.LessOrEqual(t, waiting, 2*bound, "the bound was not kept")
+	require.Zero(t, paused.count())
+
+	mustRelay(t, "sub", "resume", "paused", "--nats", n.URL)
+	testutil.Eventually(t, func() bool { return paused.count() >= waiting }, "resumed: %d of %d delivered", paused.count(), waiting)
+	mustRelay(t, "dlq", "replay", "--nats", n.URL, "--subscriber", "paused", "--reason", "backlog")
+	testutil.Eventually(t, func() bool { return distinctIDs(paused) == events }, "after the replay: %d of %d", distinctIDs(paused), events)
+	require.Equal(t, events, distinctIDs(healthy))
+}
+
+// TestFullDeliveriesRecoversByItself is the wedge of a DELIVERIES shrunk
+// below what it holds (`nats stream edit DELIVERIES --max-bytes`) while one
+// subscriber is paused: the healthy one gets every event, the paused one's
+// copies past its fair share are dead-lettered as backlog, and once it is
+// resumed, everything queued for it is delivered with no operator step,
+// though the stream had no room for the way back from overflow.
+func TestFullDeliveriesRecoversByItself(t *testing.T) {
+	t.Parallel()
+	const events, size = 1500, 2048
+	n := testutil.StartRelayNATS(t)
+	healthy, paused := newReceiver(t), newReceiver(t)
+	mustRelay(t, "sub", "add", "healthy", "--nats", n.URL, "--url", healthy.URL, "--secret", testSecret, "--events", "x")
+	mustRelay(t, "sub", "add", "paused", "--nats", n.URL, "--url", paused.URL, "--secret", testSecret, "--events", "x")
+	mustRelay(t, "sub", "pause", "paused", "--nats", n.URL)
+	r := startRelay(t, n.URL, "--allow-private-targets")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(r.stderr.String())
+		}
+	})
+	ctx := testutil.Context(t)
+	s, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxBytes = 1 << 20 // a third of one subscriber's copies
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	burstOf(t, n, "ev", events, size)
+	testutil.Eventually(t, func() bool { return healthy.count() >= events && fannedOut(ctx, n.JS) },
+		"the healthy subscriber got %d of %d beside a paused one in a full DELIVERIES", healthy.count(), events)
+	waiting, shed := waitingFor(t, n, "paused"), deadFor(t, n, "paused", deadletter.Backlog)
+	t.Logf("DELIVERIES of 1 MiB: %d waiting for the paused subscriber, %d dead-lettered as backlog", waiting, shed)
+	require.Equal(t, events, waiting+shed, "a copy is neither waiting nor dead-lettered")
+	require.Positive(t, shed)
+
+	// Shrunk again below what it holds: nothing can be copied into it.
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	cfg.MaxBytes = max(int64(info.State.Bytes)/2, 64<<10)
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	mustRelay(t, "sub", "resume", "paused", "--nats", n.URL)
+	testutil.Eventually(t, func() bool { return distinctIDs(paused) >= waiting }, "resumed: %d of %d delivered", distinctIDs(paused), waiting)
+	require.Equal(t, events, distinctIDs(healthy))
+	require.Equal(t, waiting, distinctIDs(paused))
+}
+
+// subjectTotal sums a stream's messages on the subjects filter matches.
+func subjectTotal(t *testing.T, s jetstream.Stream, filter string) uint64 {
+	t.Helper()
+	info, err := s.Info(testutil.Context(t), jetstream.WithSubjectFilter(filter))
+	require.NoError(t, err)
+	var total uint64
+	for _, n := range info.State.Subjects {
+		total += n
+	}
+	return total
+}
