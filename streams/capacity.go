@@ -187,15 +187,8 @@ func storageExceeded(err error) bool {
 	if !errors.As(err, &apiErr) {
 		return false
 	}
-	return apiErr.ErrorCode == jsErrStorageExceeded || apiErr.ErrorCode == jsErrInsufficientResources
+	return apiErr.ErrorCode == codeStorageResourcesExceeded || apiErr.ErrorCode == codeInsufficientResources
 }
-
-// The nats-server error codes of a refusal for lack of storage, which
-// nats.go does not name.
-const (
-	jsErrStorageExceeded       jetstream.ErrorCode = 10047
-	jsErrInsufficientResources jetstream.ErrorCode = 10023
-)
 
 // FormatBytes writes a stream size as relay's log and `relay status` show
 // it: "unlimited" for -1 (or 0), else in the largest binary unit that keeps

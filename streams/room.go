@@ -8,13 +8,14 @@ import (
 )
 
 // JetStream error codes that say a stream or the account has no room for a
-// message (nats-server's jetstream_errors_generated.go).
+// message or a stream (nats-server's jetstream_errors_generated.go), which
+// nats.go does not name.
 const (
-	codeAccountResourcesExceeded = 10002
-	codeInsufficientResources    = 10023
-	codeMemoryResourcesExceeded  = 10028
-	codeStorageResourcesExceeded = 10047
-	codeStoreFailed              = 10077
+	codeAccountResourcesExceeded jetstream.ErrorCode = 10002
+	codeInsufficientResources    jetstream.ErrorCode = 10023
+	codeMemoryResourcesExceeded  jetstream.ErrorCode = 10028
+	codeStorageResourcesExceeded jetstream.ErrorCode = 10047
+	codeStoreFailed              jetstream.ErrorCode = 10077
 )
 
 // NoRoom reports whether a publish was refused for want of room: the
