@@ -125,9 +125,10 @@ report every --interval (default ` + defaultWatchInterval.String() + `) until Ct
 a terminal it prints one report after another (with --json, one JSON value
 each).
 
-A subscriber on a shared lane whose pending deliveries (and, in the detail,
-parked ones) would take more than ` + fmt.Sprintf("%.0f s", status.HintBacklog.Seconds()) + ` to send at its rate gets a hint
-to move to a dedicated lane. --lanes is relay run's --lanes, which decides each subscriber's
+A subscriber whose pending deliveries (and, in the detail, parked ones) reach
+its --max-backlog gets a hint: its new copies are being dead-lettered as
+backlog. One on a shared lane whose pending deliveries would take more than
+` + fmt.Sprintf("%.0f s", status.HintBacklog.Seconds()) + ` to send at its rate gets a hint to move to a dedicated lane. --lanes is relay run's --lanes, which decides each subscriber's
 shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 		Example: `  relay status
   relay status --json | jq '.[] | select(.pending > 0)'
@@ -385,6 +386,7 @@ func printDetail(out io.Writer, d status.Detail) error {
 		{"in flight", inFlight},
 		{"parked", statusCount(r.Parked)},
 		{"scheduled", statusCount(r.Scheduled)},
+		{"max backlog", strconv.Itoa(r.MaxBacklog)},
 		{"dead", statusDeadDetail(r)},
 		{"in time", statusInTime(r)},
 		{"rate", statusRate(r)},

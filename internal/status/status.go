@@ -120,6 +120,9 @@ type Subscriber struct {
 	// with a delay). JetStream keeps it per consumer, not per subject, so on
 	// a shared lane it is the sum over every subscriber of that lane.
 	LaneInFlight int `json:"lane_in_flight"`
+	// MaxBacklog is the subscriber's --max-backlog: past it the fan-out
+	// dead-letters its new copies as backlog (see the hint).
+	MaxBacklog int `json:"max_backlog"`
 	// Dead counts the subscriber's dead letters in DLQ.
 	Dead uint64 `json:"dead"`
 	// DeadByReason splits Dead by reason (the last token of
@@ -335,15 +338,16 @@ func (r *reader) rows(ctx context.Context, c counts, entries map[string]kvEntry,
 // the per-subscriber reads.
 func baseRow(sub subscribers.Subscriber, sharedLanes int, c counts) Subscriber {
 	row := Subscriber{
-		ID:        sub.ID,
-		State:     Enabled,
-		Lane:      sub.Lane(sharedLanes),
-		Dedicated: sub.Dedicated,
-		Queued:    c.queued[sub.ID],
-		Overflow:  c.overflow[sub.ID],
-		Rate:      sub.Rate,
-		Burst:     sub.Burst,
-		Circuit:   ratelimit.Closed,
+		ID:         sub.ID,
+		State:      Enabled,
+		Lane:       sub.Lane(sharedLanes),
+		Dedicated:  sub.Dedicated,
+		Queued:     c.queued[sub.ID],
+		Overflow:   c.overflow[sub.ID],
+		Rate:       sub.Rate,
+		Burst:      sub.Burst,
+		Circuit:    ratelimit.Closed,
+		MaxBacklog: sub.Backlog(),
 	}
 	row.Pending = row.Queued + row.Overflow
 	if dead := c.dead[sub.ID]; len(dead) > 0 {
@@ -430,14 +434,19 @@ func formatAge(d time.Duration) string {
 }
 
 // hint is the advice of [Subscriber.Hint] for row: its pending deliveries,
-// and its parked ones where they were counted, against its rate.
+// and its parked ones where they were counted, against its --max-backlog
+// (the fan-out is shedding its copies) and against its rate.
 func hint(row Subscriber) string {
-	if row.Dedicated || row.Rate <= 0 {
-		return ""
-	}
 	backlog := float64(row.Pending)
 	if row.Parked != nil {
 		backlog += float64(*row.Parked)
+	}
+	if row.MaxBacklog > 0 && backlog >= float64(row.MaxBacklog) {
+		return fmt.Sprintf("%.0f deliveries wait, its --max-backlog is %d: new copies are dead-lettered as backlog (relay dlq replay --subscriber %s --reason backlog once it recovers)",
+			backlog, row.MaxBacklog, row.ID)
+	}
+	if row.Dedicated || row.Rate <= 0 {
+		return ""
 	}
 	if backlog <= row.Rate*HintBacklog.Seconds() {
 		return ""

@@ -391,3 +391,23 @@ func TestCollectShowsAnOperatorsPause(t *testing.T) {
 		t.Errorf("JSON %s", raw)
 	}
 }
+
+func TestCollectHintsAtABacklogAtItsBound(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	full, under := limited("full", 0), limited("under", 0)
+	full.MaxBacklog, under.MaxBacklog = 30, 31
+	queue(t, n.JS, full, 30)
+	queue(t, n.JS, under, 30)
+	rows := collect(t, n.JS, full, under)
+	want := "30 deliveries wait, its --max-backlog is 30: new copies are dead-lettered as backlog (relay dlq replay --subscriber full --reason backlog once it recovers)"
+	if got := rows["full"].Hint; got != want {
+		t.Errorf("full: hint %q, want %q", got, want)
+	}
+	if h := rows["under"].Hint; h != "" {
+		t.Errorf("under: hint %q, want none", h)
+	}
+	if rows["full"].MaxBacklog != 30 || rows["under"].MaxBacklog != 31 {
+		t.Errorf("max backlog %d and %d, want 30 and 31", rows["full"].MaxBacklog, rows["under"].MaxBacklog)
+	}
+}
