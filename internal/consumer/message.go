@@ -17,6 +17,9 @@ import (
 type message struct {
 	msg *nats.Msg
 	nc  *nats.Conn
+	// received is when the client read it from the connection (see
+	// [ReceivedAt]).
+	received time.Time
 
 	mu    sync.Mutex
 	acked bool
@@ -30,6 +33,20 @@ type message struct {
 }
 
 var _ jetstream.Msg = (*message)(nil)
+
+// ReceivedAt returns when this process read msg from its connection, for a
+// message of a pull loop ([Pull], [Run]); ok is false for any other. The
+// ack wait JetStream gives a message starts as the server sends it, a
+// network's transit before this time: a caller that counts the message's
+// time in its hands counts from here, not from when its handler got it,
+// which may be much later behind a burst.
+func ReceivedAt(msg jetstream.Msg) (at time.Time, ok bool) {
+	m, ok := msg.(*message)
+	if !ok || m.received.IsZero() {
+		return time.Time{}, false
+	}
+	return m.received, true
+}
 
 // Metadata parses the message's reply subject, once. The metadata returned
 // is the message's own: the caller reads it and does not change it.

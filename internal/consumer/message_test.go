@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,4 +63,55 @@ func TestMessageMetadata(t *testing.T) {
 	require.Error(t, err)
 	_, again := m.Metadata()
 	require.Equal(t, err, again, "the same error each time")
+}
+
+// A message is stamped as the client reads it, not as the loop's handler
+// gets it: the messages of a burst that wait behind a slow handler carry
+// the time they came, which the ack wait JetStream gave them counts from.
+func TestReceivedAtIsWhenTheClientReadIt(t *testing.T) {
+	t.Parallel()
+	js, _ := startStream(t)
+	publish(t, js, 0, 3)
+
+	p, err := newPuller(js.Conn(), "S", "c", 64)
+	require.NoError(t, err)
+	defer p.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		got      []jetstream.Msg
+		firstEnd time.Time
+	)
+	var wg conc.WaitGroup
+	wg.Go(func() {
+		_ = p.run(ctx, discard, func(msg jetstream.Msg) {
+			got = append(got, msg)
+			if len(got) == 1 {
+				// Slow on the first until the others have come (or the
+				// check below fails).
+				for range 3000 {
+					p.queue.mu.Lock()
+					n := len(p.queue.msgs)
+					p.queue.mu.Unlock()
+					if n == 2 {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				firstEnd = time.Now()
+			}
+			_ = msg.Ack()
+			if len(got) == 3 {
+				cancel()
+			}
+		})
+	})
+	wg.Wait()
+	require.Len(t, got, 3)
+	for _, msg := range got[1:] {
+		at, ok := ReceivedAt(msg)
+		require.True(t, ok)
+		require.True(t, at.Before(firstEnd), "stamped when it came, before the handler was free for it")
+	}
+	_, ok := ReceivedAt(&message{msg: &nats.Msg{}})
+	require.False(t, ok, "a message built elsewhere has no time of its own")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +36,7 @@ type pullRequest struct {
 type puller struct {
 	nc    *nats.Conn
 	sub   *nats.Subscription
+	queue *arrivals
 	inbox string
 	// next numbers the requests' reply subjects.
 	next    uint64
@@ -72,7 +74,11 @@ type request struct {
 
 func newPuller(nc *nats.Conn, stream, name string, batch int) (*puller, error) {
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox + ".*")
+	queue := newArrivals()
+	// A handler of its own, not a synchronous subscription: it stamps each
+	// message as the client reads it, before it waits its turn behind the
+	// loop's handler (see [arrivals]).
+	sub, err := nc.Subscribe(inbox+".*", queue.push)
 	if err != nil {
 		return nil, fmt.Errorf("pulling from %s: %w", name, err)
 	}
@@ -88,7 +94,7 @@ func newPuller(nc *nats.Conn, stream, name string, batch int) (*puller, error) {
 		return nil, fmt.Errorf("pulling from %s: %w", name, err)
 	}
 	return &puller{
-		nc: nc, sub: sub, inbox: inbox, body: body, name: name, batch: batch, life: requestLife,
+		nc: nc, sub: sub, queue: queue, inbox: inbox, body: body, name: name, batch: batch, life: requestLife,
 		lost:    make(map[string]time.Time),
 		subject: "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name,
 	}, nil
@@ -109,7 +115,7 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 			p.drain(handle)
 			return nil
 		}
-		msg, err := p.sub.NextMsg(p.untilOldestEnds())
+		msg, at, err := p.queue.next(p.untilOldestEnds())
 		if errors.Is(err, nats.ErrTimeout) {
 			if p.oldestEnded() {
 				// The server neither filled nor ended it in time (the time
@@ -144,7 +150,7 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 		}
 		failures = 0
 		p.received()
-		p.handle(msg, handle)
+		p.handle(msg, at, handle)
 	}
 }
 
@@ -161,9 +167,9 @@ func (p *puller) send(body []byte) error {
 	return nil
 }
 
-func (p *puller) handle(msg *nats.Msg, handle func(jetstream.Msg)) {
+func (p *puller) handle(msg *nats.Msg, at time.Time, handle func(jetstream.Msg)) {
 	start := time.Now()
-	handle(&message{msg: msg, nc: p.nc})
+	handle(&message{msg: msg, nc: p.nc, received: at})
 	p.handling += time.Since(start)
 }
 
@@ -235,7 +241,7 @@ func (p *puller) drain(handle func(jetstream.Msg)) {
 		if unsure || len(p.lost) > 0 {
 			wait = max(0, time.Until(until))
 		}
-		msg, err := p.sub.NextMsg(wait)
+		msg, at, err := p.queue.next(wait)
 		if err != nil {
 			return
 		}
@@ -243,7 +249,7 @@ func (p *puller) drain(handle func(jetstream.Msg)) {
 			delete(p.lost, msg.Subject)
 			continue
 		}
-		p.handle(msg, handle)
+		p.handle(msg, at, handle)
 	}
 }
 
@@ -300,4 +306,73 @@ func (p *puller) ended(msg *nats.Msg) error {
 // empty event published with a Status header of its own.
 func isStatus(msg *nats.Msg) bool {
 	return msg.Reply == "" && msg.Header.Get("Status") != ""
+}
+
+// arrivals is a pull loop's inbox as the client reads it: every message in
+// the order it came, with the time it came. JetStream starts a message's
+// ack wait as it sends it, so the time a message then spends behind others
+// (while the loop's handler is busy with them) is part of its ack wait: a
+// synchronous subscription's queue would hide it, and a lane would count
+// its message's time in relay memory from too late. Unbounded, as the
+// subscription's own pending limits are: what arrives is bounded by the
+// requests out.
+type arrivals struct {
+	mu   sync.Mutex
+	msgs []arrival
+	// ready has a token while msgs may hold something.
+	ready chan struct{}
+}
+
+// arrival is one message of a pull loop's inbox and when the client read it.
+type arrival struct {
+	msg *nats.Msg
+	at  time.Time
+}
+
+func newArrivals() *arrivals { return &arrivals{ready: make(chan struct{}, 1)} }
+
+// push is the subscription's handler: it only stamps and queues, so it
+// keeps up with the connection whatever the loop's handler does.
+func (q *arrivals) push(msg *nats.Msg) {
+	at := time.Now()
+	q.mu.Lock()
+	q.msgs = append(q.msgs, arrival{msg: msg, at: at})
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// next returns the oldest message not returned yet and when it came,
+// waiting at most wait for one; nats.ErrTimeout when none came.
+func (q *arrivals) next(wait time.Duration) (*nats.Msg, time.Time, error) {
+	var timeout <-chan time.Time
+	for {
+		q.mu.Lock()
+		if len(q.msgs) > 0 {
+			a := q.msgs[0]
+			q.msgs[0] = arrival{}
+			q.msgs = q.msgs[1:]
+			if len(q.msgs) == 0 {
+				q.msgs = nil // the array goes with the last of a burst
+			}
+			q.mu.Unlock()
+			return a.msg, a.at, nil
+		}
+		q.mu.Unlock()
+		if wait <= 0 {
+			return nil, time.Time{}, nats.ErrTimeout
+		}
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-q.ready:
+		case <-timeout:
+			return nil, time.Time{}, nats.ErrTimeout
+		}
+	}
 }

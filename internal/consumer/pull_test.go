@@ -292,7 +292,7 @@ func TestPullStopsOnceNoRequestCanBeFilled(t *testing.T) {
 	require.Equal(t, 4, got.count())
 
 	publish(t, js, 4, 1)
-	msg, err := p.sub.NextMsg(300 * time.Millisecond)
+	msg, _, err := p.queue.next(300 * time.Millisecond)
 	if err == nil {
 		t.Fatalf("a request of the stopped loop was still held by the server: it sent %s %q", msg.Subject, msg.Header.Get("Status"))
 	}
