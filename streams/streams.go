@@ -32,7 +32,16 @@ const (
 	// accepted within their deadline and how many missed it, summed over
 	// every relay, for `relay status`.
 	TimelinessBucket = "relay_timeliness"
+	// RefillBucket holds the refill leases: key = subscriber id, value =
+	// the id of the relay bringing that subscriber's overflow back now
+	// (empty: nobody), so that one relay at a time reads and republishes
+	// it. A lease whose holder died goes with the bucket's TTL.
+	RefillBucket = "relay_refill"
 )
+
+// RefillLeaseTTL is relay_refill's TTL: how long a lease outlives a relay
+// that died holding it, before another relay may take it.
+const RefillLeaseTTL = 6 * time.Second
 
 // DuplicateWindow is the Nats-Msg-Id duplicate window of every relay stream
 // (their duplicate_window; Ensure puts it back if it was changed). A copy, a
@@ -140,6 +149,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			// to keep, and no TTL, which would reset a quiet
 			// subscriber's figures.
 			History: 1,
+		},
+		{
+			Bucket:      RefillBucket,
+			Description: "relay refill leases: key = subscriber id, value = the relay bringing its overflow back",
+			History:     1,
+			TTL:         RefillLeaseTTL,
 		},
 	} {
 		ensured = append(ensured, "KV_"+kv.Bucket)

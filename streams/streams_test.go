@@ -61,7 +61,8 @@ func streamConfig(t *testing.T, js jetstream.JetStream) jetstream.StreamConfig {
 }
 
 // TestEnsureCreatesTheBuckets: every relay bucket exists after Ensure with
-// one value a key, the rate-limit state alone expiring, and a second Ensure
+// one value a key, the rate-limit state and the refill leases alone
+// expiring, and a second Ensure
 // (a second relay starting) changes nothing.
 func TestEnsureCreatesTheBuckets(t *testing.T) {
 	t.Parallel()
@@ -79,6 +80,7 @@ func TestEnsureCreatesTheBuckets(t *testing.T) {
 		{streams.SubscribersBucket, 0},
 		{streams.RateLimitBucket, 24 * time.Hour},
 		{streams.TimelinessBucket, 0},
+		{streams.RefillBucket, streams.RefillLeaseTTL},
 	} {
 		kv, err := n.JS.KeyValue(ctx, c.bucket)
 		if err != nil {
