@@ -52,6 +52,8 @@ type Config struct {
 	// Backlog decides which copies are dead-lettered as backlog instead of
 	// queued (see package backlog). Run makes and runs one when it is nil.
 	Backlog *backlog.Gauge
+	// shed remembers the verdicts of events not yet acked; Run makes it.
+	shed *shedMemory
 	// Horizon is how far past its publication an event may be due
 	// (Relay-Deliver-At): EVENTS' max age, which Run reads when it is zero.
 	// A copy due later would outlive the event it came from, so it is
@@ -129,6 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		log.Info("fanout: on a cluster (or without the signal's subscription), the subscriber view is confirmed before each batch")
 	}
+	cfg.shed = &shedMemory{}
 	acks := make(chan pending, 2048)
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
@@ -144,7 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer gaugeWG.Wait()
 		defer stopGauge()
 	}
-	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics) })
+	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.shed) })
 	wg.Go(func() {
 		defer close(acks)
 		copyEvents(ctx, js, cfg, view, in, acks)
@@ -322,9 +325,18 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			p.futures = append(p.futures, nil)
 			continue
 		}
-		if md.NumDelivered > 1 {
+		v, why := backlog.Queue, ""
+		switch {
+		case md.NumDelivered == 1:
+			v, why = cfg.Backlog.Admit(sub, len(msg.Data()))
+		case cfg.shed.shed(md.Sequence.Stream, sub.ID):
+			v, why = backlog.Shed, "shed when first fanned out"
+		default:
+			// Fanned out again: its copy may be stored already.
 			cfg.Backlog.Count(sub.ID, len(msg.Data()))
-		} else if v, why := cfg.Backlog.Admit(sub, len(msg.Data())); v == backlog.Shed {
+		}
+		if v == backlog.Shed {
+			cfg.shed.record(md.Sequence.Stream, sub.ID, cfg.Clock.Now())
 			f, err := shedCopy(ctx, js, cfg, sub.ID, id, msg.Data(), h, why)
 			if err != nil {
 				p.err = err
@@ -427,7 +439,7 @@ func PublishCopy(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id st
 // or hands it back to be fanned out again; duplicates of copies already
 // stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
 // copies again).
-func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics) {
+func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed *shedMemory) {
 	for p := range acks {
 		err := p.err
 		for i, f := range p.futures {
@@ -456,6 +468,11 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics) {
 		}
 		if err := p.msg.Ack(); err != nil {
 			log.Warn("fanout: ack", "err", err)
+		}
+		if p.shed != nil {
+			if md, err := p.msg.Metadata(); err == nil {
+				shed.forget(md.Sequence.Stream)
+			}
 		}
 		m.EventIngested()
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/relay-dev/relay/internal/backlog"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -71,4 +72,45 @@ func TestRunShedsPastTheBacklogBound(t *testing.T) {
 	info, err := dlq.Info(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, events-3, info.State.Msgs)
+}
+
+// TestRunGivesAHandedBackEventTheSameVerdicts: an event whose copy for one
+// subscriber was shed and whose copy for another was refused (DELIVERIES
+// full) is handed back; fanned out again, the shed copy is shed again (one
+// dead letter) and never queued, while the refused one is queued: no
+// delivery is both queued and dead-lettered.
+func TestRunGivesAHandedBackEventTheSameVerdicts(t *testing.T) {
+	t.Parallel()
+	small := sub("small")
+	small.MaxBacklog = 1
+	e := newEnv(t, small, sub("other"))
+	js := e.n.JS
+	gauge, err := backlog.New(backlog.Config{JS: js, Subscribers: e.live})
+	require.NoError(t, err)
+	require.NoError(t, gauge.Refresh(t.Context()))
+	// small already has its one delivery waiting.
+	_, err = js.Publish(t.Context(), fanout.DeliverySubject(small.Lane(sharedLanes), "small"), []byte("old"))
+	require.NoError(t, err)
+	require.NoError(t, gauge.Refresh(t.Context()))
+	// Room for nothing more: the other's copy is refused.
+	setDeliveriesMaxBytes(t, js, 1)
+	e.start(t, func(c *fanout.Config) { c.Backlog = gauge })
+	last := publish(t, js, "x.y", []byte(`{"n":1}`), msgID("ev-1"))
+	testutil.Eventually(t, func() bool {
+		info := maybeConsumerInfo(t, js)
+		return info != nil && info.NumRedelivered > 0
+	}, "the event was never handed back")
+	setDeliveriesMaxBytes(t, js, 0)
+	waitFannedOut(t, js, last)
+
+	other := sub("other")
+	queued := map[string]int{}
+	for _, m := range copies(t, js) {
+		queued[m.Subject]++
+	}
+	require.Equal(t, 1, queued[fanout.DeliverySubject(small.Lane(sharedLanes), "small")], "small's copy was queued on a second fan-out")
+	require.Equal(t, 1, queued[fanout.DeliverySubject(other.Lane(sharedLanes), "other")])
+	dead := streamMsgs(t, js, streams.DLQ)
+	require.Len(t, dead, 1)
+	require.Equal(t, "dlq.backlog.ev-1.small", dead[0].Header.Get(jetstream.MsgIDHeader))
 }
