@@ -9,9 +9,15 @@
 //   - its subscriber already has its --max-backlog deliveries waiting (on its
 //     lane, in its overflow, parked or scheduled in RETRIES), or
 //   - DELIVERIES is fuller than [ShareFrom] of its max_bytes and the
-//     subscriber holds more than its fair share of it: the stream's room in
-//     messages divided by the subscribers that have deliveries waiting (the
-//     asker counted too).
+//     subscriber has a held backlog (deliveries in its overflow) and more
+//     waiting than its fair share: [ShareFrom] of the stream's room, in
+//     messages of its average size, divided among the subscribers that have
+//     deliveries waiting or were queued copies lately (the asker counted
+//     too). A subscriber that keeps up is never shed for its share.
+//
+// When DELIVERIES is [EvictFrom] full all the same (a burst faster than a
+// refresh, an operator who shrank it), [Gauge.Evict] dead-letters the oldest
+// of a paused or disabled subscriber's held backlog, down to its share.
 //
 // Shedding keeps one subscriber's outage from filling DELIVERIES, whose
 // discard-new bound would then stop the fan-out for everyone; the shed copy
@@ -19,7 +25,8 @@
 //
 // The cost per copy is a map lookup: the gauge reads the streams' state once
 // a [RefreshEvery] (one stream info each, and the per-subject counts only
-// when some subscriber could be near its bound or DELIVERIES is half full),
+// when the deliveries waiting could reach the smallest bound or DELIVERIES
+// is half full),
 // and adds the copies this relay queued since. The bound is thus kept to
 // within what the relays queue in one refresh: several relays each add their
 // own copies until the next read shows the others'.

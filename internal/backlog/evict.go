@@ -22,8 +22,10 @@ const evictWait = 10 * time.Second
 
 // Evict makes room in a DELIVERIES at least [EvictFrom] full: it
 // dead-letters, oldest first and with reason backlog, the held backlog
-// (overflow) of the subscriber furthest over its fair share, down to that
-// share, then purges what it stored. Each dead letter's Nats-Msg-Id is
+// (overflow) of the paused or disabled subscriber furthest over its fair
+// share, down to that share, then purges what it stored. Only a paused or
+// disabled subscriber's: nothing brings its overflow back meanwhile, so no
+// delivery is both sent and dead-lettered. Each dead letter's Nats-Msg-Id is
 // dlq.<DELIVERIES sequence>, as a lane's, so relays evicting together, or
 // one that dies before its purge, store one entry a message. It returns how
 // many it dead-lettered. [Gauge.Run] calls it after each read.
@@ -34,6 +36,9 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	full, _ := g.shareLocked("")
 	if full >= EvictFrom {
 		for id, held := range g.held {
+			if !g.idle[id] {
+				continue
+			}
 			_, s := g.shareLocked(id)
 			over := float64(g.counts[id]+g.since[id]) - s
 			if held > 0 && over > excess {
@@ -71,6 +76,7 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	why := fmt.Sprintf("evicted from overflow: DELIVERIES was %.0f%% full and subscriber %s held %.0f more than its fair share of %.0f",
 		100*full, victim, excess, share)
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	var failed error
 	for _, m := range msgs {
 		d := deadletter.Death{Subscriber: victim, Reason: deadletter.Backlog, LastError: why, OriginSeq: m.Seq,
 			OriginSubject: overflow.Subject(victim)}
@@ -78,8 +84,9 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 		if t, err := time.Parse(time.RFC3339Nano, m.Header.Get(streams.HeaderFirstAttemptAt)); err == nil {
 			d.FirstAttemptAt = t
 		}
-		f, err := deadletter.PublishAsync(g.cfg.JS, m.Data, m.Header, d)
-		if err != nil {
+		f, perr := deadletter.PublishAsync(g.cfg.JS, m.Data, m.Header, d)
+		if perr != nil {
+			failed = perr
 			break
 		}
 		futures = append(futures, f)
@@ -92,18 +99,18 @@ wait:
 		select {
 		case <-f.Ok():
 			stored++
-		case err = <-f.Err():
+		case failed = <-f.Err():
 			break wait
 		case <-timeout.C:
-			err = fmt.Errorf("no PubAck within %v", evictWait)
+			failed = fmt.Errorf("no PubAck within %v", evictWait)
 			break wait
 		case <-ctx.Done():
-			err = ctx.Err()
+			failed = ctx.Err()
 			break wait
 		}
 	}
 	if stored == 0 {
-		return 0, fmt.Errorf("backlog: evicting %s: %w", victim, err)
+		return 0, fmt.Errorf("backlog: evicting %s: %w", victim, failed)
 	}
 	if perr := deliveries.Purge(ctx, jetstream.WithPurgeSubject(overflow.Subject(victim)),
 		jetstream.WithPurgeSequence(msgs[stored-1].Seq+1)); perr != nil {
@@ -120,8 +127,8 @@ wait:
 	}
 	g.log.Warn("backlog: DELIVERIES is nearly full; dead-lettered the oldest of a subscriber's held backlog",
 		"subscriber", victim, "dead_lettered", stored, "fair_share", int(share))
-	if err != nil {
-		return stored, fmt.Errorf("backlog: evicting %s: %w", victim, err)
+	if failed != nil {
+		return stored, fmt.Errorf("backlog: evicting %s: %w", victim, failed)
 	}
 	return stored, nil
 }

@@ -106,6 +106,10 @@ type Gauge struct {
 	// read: a subscriber with none is keeping up (its copies leave as
 	// fast as its lane takes them), and is never shed for its share.
 	held map[string]uint64
+	// idle holds the subscribers paused or disabled at the last read: no
+	// relay sends to them or brings their overflow back, so only theirs
+	// may be evicted without racing a refill.
+	idle map[string]bool
 	// since counts the copies this relay queued for each subscriber since
 	// the read began, and before those of the read before: a subscriber
 	// found in neither nor in counts has no claim on the stream's room.
@@ -183,7 +187,7 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 		g.sinceMsgs += msgsBefore
 		return err
 	}
-	g.counts, g.held, g.bytes, g.maxBytes, g.msgs = r.counts, r.held, r.bytes, r.maxBytes, r.msgs
+	g.counts, g.held, g.idle, g.bytes, g.maxBytes, g.msgs = r.counts, r.held, r.idle, r.bytes, r.maxBytes, r.msgs
 	g.before = sinceBefore
 	g.claimants = len(r.counts)
 	for id := range sinceBefore {
@@ -207,6 +211,7 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 // reading is what one read of the streams found.
 type reading struct {
 	counts, held      map[string]uint64
+	idle              map[string]bool
 	bytes, maxBytes   int64
 	msgs, retriesMsgs uint64
 	retriesSkipped    bool
@@ -227,9 +232,15 @@ func (g *Gauge) read(ctx context.Context) (reading, error) {
 		return r, fmt.Errorf("backlog: %s: %w", streams.Retries, err)
 	}
 	r.retriesMsgs = retries.CachedInfo().State.Msgs
+	all := g.cfg.Subscribers.All()
+	now := time.Now()
+	r.idle = map[string]bool{}
 	smallest := uint64(subscribers.DefaultMaxBacklog)
-	for _, s := range g.cfg.Subscribers.All() {
+	for _, s := range all {
 		smallest = min(smallest, uint64(s.Backlog()))
+		if s.Disabled || s.PausedAt(now) {
+			r.idle[s.ID] = true
+		}
 	}
 	filling := r.maxBytes > 0 && float64(r.bytes) >= countFrom*float64(r.maxBytes)
 	if r.msgs+r.retriesMsgs < smallest && !filling {
@@ -239,6 +250,15 @@ func (g *Gauge) read(ctx context.Context) (reading, error) {
 	r.counts, r.held = map[string]uint64{}, map[string]uint64{}
 	if err := countSubjects(ctx, deliveries, "deliveries.>", r.counts, r.held); err != nil {
 		return r, err
+	}
+	// RETRIES' subjects are one per parked message: read them only when
+	// they could take some subscriber to its bound.
+	near := false
+	for _, s := range all {
+		near = near || r.counts[s.ID]+r.retriesMsgs >= uint64(s.Backlog())
+	}
+	if !near {
+		return r, nil
 	}
 	if r.retriesMsgs > retriesReadMax {
 		r.retriesSkipped = true

@@ -153,7 +153,7 @@ func contextWithCancel(t *testing.T) (ctx context.Context, cancel context.Cancel
 	return context.WithCancel(testutil.Context(t))
 }
 
-// TestEvictMakesRoomInAFullDeliveries: a DELIVERIES 96 % full of one
+// TestEvictMakesRoomInAFullDeliveries: a DELIVERIES 97 % full of a paused
 // subscriber's held backlog, beside another's copies, loses the oldest of
 // that backlog to the DLQ (reason backlog, body kept, one entry a message
 // however many relays evict), down to its fair share.
@@ -176,6 +176,11 @@ func TestEvictMakesRoomInAFullDeliveries(t *testing.T) {
 	_, err = n.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 	stuck, healthy := subscribers.Subscriber{ID: "stuck"}, subscribers.Subscriber{ID: "healthy"}
+	// Not paused: its overflow may be being brought back; never evicted.
+	none, err := newGauge(t, n.JS, stuck, healthy).Evict(ctx)
+	require.NoError(t, err)
+	require.Zero(t, none)
+	stuck.Paused = true
 	g1 := newGauge(t, n.JS, stuck, healthy)
 	g2 := newGauge(t, n.JS, stuck, healthy)
 	evicted, err := g1.Evict(ctx)
