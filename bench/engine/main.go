@@ -68,6 +68,13 @@
 //     beside a subscriber whose receiver never answers (it times out after
 //     -isolation-timeout) and one answering 500, all on its lane: its
 //     deliveries/s in each, (b)/(a) and (b)/alone.
+//   - overload: -overload-subscribers − 1 healthy subscribers (--rate 0
+//     --max-in-flight 64) on one relay taking -overload-events each, alone
+//     and then beside a paused subscriber with --max-backlog -overload-bound
+//     that gets the same events: the healthy ones' deliveries/s beside ÷
+//     alone, what the paused one kept waiting and what it shed as backlog;
+//     then DELIVERIES' max_bytes set to what it holds and the paused one
+//     resumed: the time until its backlog is delivered.
 //   - scheduled: -scheduled-events to one subscriber (--rate 0
 //     --max-in-flight 64), each with a Relay-Deliver-At, the due times
 //     evenly spaced over -scheduled-span from 10 s after the first publish,
@@ -117,7 +124,7 @@ import (
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale", "latency", "fanout", "isolation", "scheduled", "rate"}
+var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale", "latency", "fanout", "isolation", "overload", "scheduled", "rate"}
 
 type config struct {
 	scenarios map[string]bool
@@ -148,6 +155,10 @@ type config struct {
 
 	fanoutSubscribers int
 	fanoutEvents      int
+
+	overloadSubscribers int // the healthy ones and the paused one
+	overloadEvents      int
+	overloadBound       int // the paused one's --max-backlog
 
 	isolationEvents  int
 	isolationRuns    int
@@ -211,6 +222,9 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.latencyFor, "latency-for", 30*time.Second, "latency: how long each rate's events are published")
 	fs.IntVar(&cfg.fanoutSubscribers, "fanout-subscribers", 100, "fanout: subscribers on the one event type")
 	fs.IntVar(&cfg.fanoutEvents, "fanout-events", 2_000, "fanout: events, each to every subscriber")
+	fs.IntVar(&cfg.overloadSubscribers, "overload-subscribers", 100, "overload: subscribers, all healthy but one, which is paused")
+	fs.IntVar(&cfg.overloadEvents, "overload-events", 1_000, "overload: events to every subscriber, alone and beside the paused one")
+	fs.IntVar(&cfg.overloadBound, "overload-bound", 200, "overload: the paused subscriber's --max-backlog")
 	fs.IntVar(&cfg.isolationEvents, "isolation-events", 20_000, "isolation: events to the healthy subscriber, beside healthy peers and beside misbehaving ones")
 	fs.IntVar(&cfg.isolationRuns, "isolation-runs", 3, "isolation: runs, each on a fresh server and relay")
 	fs.DurationVar(&cfg.isolationTimeout, "isolation-timeout", time.Second, "isolation: the hanging subscriber's --timeout")
@@ -276,6 +290,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-latency-for must be a positive duration, such as 30s")
 	case cfg.fanoutSubscribers < 1 || cfg.fanoutEvents < 1:
 		return cfg, errors.New("-fanout-subscribers and -fanout-events must be at least 1")
+	case cfg.overloadSubscribers < 2 || cfg.overloadEvents < 1 || cfg.overloadBound < 1:
+		return cfg, errors.New("-overload-subscribers must be at least 2, -overload-events and -overload-bound at least 1")
 	case cfg.isolationEvents < 1 || cfg.isolationRuns < 1:
 		return cfg, errors.New("-isolation-events and -isolation-runs must be at least 1")
 	case cfg.isolationTimeout <= 0 || cfg.isolationTimeout > 5*time.Minute:
@@ -388,6 +404,14 @@ func run(ctx context.Context, cfg config) error {
 			report.WriteString(isolationTable(cfg, res) + "\n")
 		}
 		rs.add("isolation", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["overload"] && ctx.Err() == nil {
+		res, err := e.overload(ctx)
+		if err == nil { // a partial result is on stderr
+			report.WriteString(overloadTable(res) + "\n")
+		}
+		rs.add("overload", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["scheduled"] && ctx.Err() == nil {

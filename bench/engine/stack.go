@@ -357,18 +357,24 @@ func (e *env) subAdd(ctx context.Context, s *stack, id string, rate float64, inF
 // subAddAt runs `relay sub add` for a subscriber whose webhook is url, with
 // extra flags.
 func (e *env) subAddAt(ctx context.Context, s *stack, id, url string, rate float64, inFlight int, events string, extra ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	args := append([]string{"sub", "add", id, "--url", url, "--secret", e.secret,
 		"--rate", strconv.FormatFloat(rate, 'g', -1, 64), "--max-in-flight", strconv.Itoa(inFlight),
-		"--events", events, "--nats", s.url}, extra...)
-	cmd := exec.CommandContext(ctx, e.bin, args...)
+		"--events", events}, extra...)
+	return e.relayCommand(ctx, s, args...)
+}
+
+// relayCommand runs one relay command (sub add, sub pause, …) against the
+// stack's server, at most 30 s.
+func (e *env) relayCommand(ctx context.Context, s *stack, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, append(args, "--nats", s.url)...)
 	cmd.Dir = s.dir
 	cmd.Env = withoutNATSEnv(os.Environ())
 	ownProcess(cmd)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("relay sub add %s: %w: %s", id, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("relay %s: %w: %s", strings.Join(args[:min(3, len(args))], " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
