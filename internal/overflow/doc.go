@@ -17,10 +17,26 @@
 // discard-new) still pushes back on the fan-out, and `relay sub rm` drops it
 // with the rest of the subscriber's queue (deliveries.*.<subscriber>).
 //
-// Bringing back is safe from several relays at once and across crashes: the
-// republished copy's Nats-Msg-Id is refill-<overflow sequence>, so two
-// relays reading the same messages within the stream's duplicate window
-// store one copy, and a relay that dies between its republish and its purge
-// leaves messages that the next reader brings back again (at-least-once,
+// # One relay at a time
+//
+// Every relay pulls from every lane, so every relay's scheduler of a
+// subscriber with a backlog wants to bring it back. One relay at a time
+// does: a refill holds the subscriber's lease in the KV bucket relay_refill
+// (key = subscriber id, value = the relay's id, empty when free), taken and
+// given back by compare-and-set around each refill, one or two writes for a
+// refill of up to a thousand messages. A relay that finds the lease taken
+// reads nothing, and does not ask again for half a second; the copies the
+// holder brings back reach its lanes like any others. So the reads and
+// writes a backlog costs do not grow with the number of relays, and a copy
+// that one relay stored on the lane is never spilled to RETRIES by another.
+// A relay that dies holding a lease leaves it to the bucket's TTL (6 s):
+// then the next relay whose sweep or queue asks takes it.
+//
+// The lease saves work; safety does not rest on it. The republished copy's
+// Nats-Msg-Id is refill-<overflow sequence>, so two relays reading the same
+// messages within the stream's duplicate window (a refill that outlasted
+// its lease) store one copy; a refill spills to RETRIES only while its lease
+// surely holds; and a relay that dies between its republish and its purge
+// leaves messages that the next holder brings back again (at-least-once,
 // with the same webhook-id).
 package overflow

@@ -154,6 +154,9 @@ type Refiller struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	late   Late
+	// leases make one relay at a time refill a subscriber (nil: this relay
+	// refills as if alone).
+	leases *leases
 }
 
 // Late decides, as a refill reads it, whether a message of a subscriber's
@@ -175,8 +178,17 @@ func NewRefiller(ctx context.Context, js jetstream.JetStream, late Late) (*Refil
 	if err != nil {
 		return nil, fmt.Errorf("overflow: %w", err)
 	}
-	return &Refiller{js: js, stream: stream, late: late}, nil
+	leases, err := openLeases(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Refiller{js: js, stream: stream, late: late, leases: leases}, nil
 }
+
+// Busy reports, without asking NATS, whether another relay was bringing the
+// subscriber's overflow back when this one last tried: a [Refiller.Refill]
+// now would return [ErrLeased] at once. A lane asks before it starts one.
+func (r *Refiller) Busy(subscriber string) bool { return r.leases.busy(subscriber) }
 
 // Refill brings back up to n of the subscriber's oldest overflowed
 // deliveries, from sequence from on, to subject (its lane's): each is
@@ -185,7 +197,28 @@ func NewRefiller(ctx context.Context, js jetstream.JetStream, late Late) (*Refil
 // purged. It returns how many new copies it stored (a copy another
 // relay had brought back already is not counted), the sequence to read from
 // next time, and whether the overflow may hold more.
+//
+// It holds the subscriber's refill lease while it works (see doc.go): when
+// another relay holds it, it reads nothing and returns [ErrLeased] with more
+// set.
 func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from uint64, n int) (moved int, next uint64, more bool, err error) {
+	if r.leases == nil {
+		return r.refill(ctx, subscriber, subject, from, n, func() bool { return true })
+	}
+	ls, ok, err := r.leases.take(ctx, subscriber)
+	if err != nil {
+		return 0, from, true, err
+	}
+	if !ok {
+		return 0, from, true, ErrLeased
+	}
+	defer func() { r.leases.release(ctx, ls, err == nil && !more) }()
+	return r.refill(ctx, subscriber, subject, from, n, func() bool { return r.leases.valid(ls) })
+}
+
+// refill is [Refiller.Refill] once the lease is held; held reports whether it
+// still surely is.
+func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from uint64, n int, held func() bool) (moved int, next uint64, more bool, err error) {
 	msgs, err := Read(ctx, r.js.Conn(), subscriber, from, n)
 	next = from
 	if len(msgs) == 0 {
@@ -252,7 +285,15 @@ wait:
 		}
 	}
 	if len(spill) > 0 {
-		if e := r.spill(ctx, subscriber, msgs, spill, ok); e != nil && failed == nil {
+		// A copy the lane refused goes to RETRIES only under a lease that
+		// surely holds: a relay that took it over since may have stored the
+		// same copy on the lane, and the two would both be delivered. Left
+		// in overflow, the next holder brings it back.
+		e := errLeaseLost
+		if held() {
+			e = r.spill(ctx, subscriber, msgs, spill, ok)
+		}
+		if e != nil && failed == nil {
 			failed = e
 		}
 	}
