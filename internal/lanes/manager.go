@@ -245,14 +245,29 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // sweep finds the subscribers with a backlog in overflow and makes their
-// schedulers bring it back.
+// schedulers bring it back (one relay at a time refills each, see
+// [scheduler.refillLocked]), and tells the schedulers that take their
+// subscriber for one with a backlog when it has none left.
 func (m *manager) sweep(ctx context.Context) {
+	marked := make(map[*scheduler]uint64)
+	for _, l := range m.running() {
+		for _, s := range l.schedulers() {
+			if backlog, puts := s.marks(); backlog {
+				marked[s] = puts
+			}
+		}
+	}
 	backlogs, err := overflow.Backlogs(ctx, m.env.deliveries)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.cfg.Logger.Warn("lanes: looking for backlogs", "err", err)
 		}
 		return
+	}
+	for s, puts := range marked {
+		if _, ok := backlogs[s.id]; !ok {
+			s.noBacklog(puts)
+		}
 	}
 	var gone []string
 	for id := range backlogs {
@@ -279,7 +294,8 @@ func (m *manager) sweep(ctx context.Context) {
 			defer m.settling.Store(false)
 			for _, id := range gone {
 				lane := deliverySubject(subscribers.LaneFor(id, m.cfg.SharedLanes), id)
-				if _, _, _, err := m.env.refiller.Refill(ctx, id, lane, 0, maxRefill); err != nil && ctx.Err() == nil {
+				_, _, _, err := m.env.refiller.Refill(ctx, id, lane, 0, maxRefill)
+				if err != nil && ctx.Err() == nil && !errors.Is(err, overflow.ErrLeased) {
 					m.cfg.Logger.Warn("lanes: settling the backlog of a removed subscriber", "subscriber", id, "err", err)
 				}
 			}

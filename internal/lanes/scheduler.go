@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
@@ -285,6 +287,30 @@ func (s *scheduler) stored() {
 	s.syncLocked()
 	s.mu.Unlock()
 	s.signal()
+}
+
+// marks returns whether the scheduler takes its subscriber for one with a
+// backlog, and how many of its deliveries it has stored in overflow so far.
+func (s *scheduler) marks() (backlog bool, puts uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.backlog, s.puts
+}
+
+// noBacklog is told that a look at the stream, begun when the scheduler had
+// stored puts deliveries in overflow, found none of its subscriber's there:
+// unless one was stored since or a refill is on its way, it has no backlog.
+// A relay whose refills another relay made (see [scheduler.refillLocked])
+// learns so here, within a sweep, and its fan-out and lane stop sending
+// new copies to overflow.
+func (s *scheduler) noBacklog(puts uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.backlog || s.refilling || s.puts != puts {
+		return
+	}
+	s.backlog, s.next = false, 0
+	s.syncLocked()
 }
 
 // kick makes sure a scheduler with a backlog runs: after a subscriber is
@@ -704,8 +730,12 @@ func (s *scheduler) pop() (delivery, bool) {
 
 // refillLocked starts bringing the backlog back when the queue has run down
 // to half its hold limit, one refill at a time.
+//
+// One relay at a time refills a subscriber (see [overflow.Refiller.Refill]):
+// while another does, this one starts none, and the copies that relay brings
+// back reach this one's queue as well.
 func (s *scheduler) refillLocked(ctx context.Context, sub *subscribers.Subscriber, hold int, now time.Time) {
-	if !s.backlog || s.refilling {
+	if !s.backlog || s.refilling || s.lane.env.refiller.Busy(s.id) {
 		return
 	}
 	if s.expect > 0 && !now.Before(s.expectUntil) {
@@ -730,7 +760,11 @@ func (s *scheduler) refillLocked(ctx context.Context, sub *subscribers.Subscribe
 	from, subject, puts := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
 	s.lane.work.Go(func() {
 		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
-		if err != nil {
+		switch {
+		case errors.Is(err, overflow.ErrLeased):
+			// Another relay is at it; Busy keeps this one from asking
+			// again for a while.
+		case err != nil:
 			s.lane.log.Warn("lanes: bringing back a backlog", "subscriber", s.id, "err", err)
 			s.sleep(ctx, time.Second, false)
 		}
