@@ -16,7 +16,10 @@
 // --max-requests shared round-robin among subscribers (package requests), and
 // a decision of the rate limiter (a token, or a pause or an open breaker to
 // wait out) before each request. The lane's pull loop never waits on a
-// subscriber.
+// subscriber, nor on the server: what a message needs written (a move to
+// overflow, a park, a dead letter) is queued or handed to a goroutine, and
+// each kind of write has a JetStream context and a bounded window of its
+// own (writes.go), so a server slow to answer costs each its own window.
 //
 // The lane's MaxAckPending is a pool its busy subscribers share: each may
 // hold a few seconds of its own work (an unlimited one alone on its lane,
@@ -30,9 +33,12 @@
 // delays its lane-mates, and waiting costs no slot.
 //
 // Held and in-flight messages are kept alive with InProgress every quarter
-// of the ack wait; a message whose keep-alive the server could not confirm
-// for most of its ack wait (a NATS outage) is let go unsent, since JetStream
-// may have given it to another relay. On shutdown a lane stops pulling,
+// of the ack wait. A message's time in the relay counts from when the
+// client read it off the connection, not from when its lane got to it; a
+// message whose ack wait was not renewed within most of it (it waited in
+// the client, or the server could not confirm a keep-alive through an
+// outage) is let go unsent, since JetStream may have given it to another
+// relay. On shutdown a lane stops pulling,
 // hands back what the last pull brings and what it holds, and lets its
 // requests finish: nothing waits out its ack wait.
 //

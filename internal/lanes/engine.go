@@ -22,6 +22,9 @@ type engine struct {
 	refiller   *overflow.Refiller
 	deliveries jetstream.Stream
 	store      *subscribers.Store
+	// writes are the contexts and windows of the lanes' writes (see
+	// writes.go).
+	writes *writers
 	// finishing is the context of the requests in flight: not cancelled by
 	// the relay's stop, but once Config.ShutdownTimeout has passed after it,
 	// so that a request that hangs cannot hold the exit. Settling what a
@@ -54,7 +57,11 @@ const logEvery = time.Minute
 func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 	e := &engine{cfg: cfg, finishing: finishing, gate: requests.NewGate(cfg.MaxRequests),
 		known: make(map[string]*lookup), logged: make(map[string]time.Time)}
-	refiller, err := overflow.NewRefiller(ctx, cfg.JS, e.lateInOverflow)
+	writes, err := newWriters(cfg.JS)
+	if err != nil {
+		return nil, err
+	}
+	refiller, err := overflow.NewRefiller(ctx, writes.refill, e.lateInOverflow)
 	if err != nil {
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
@@ -66,7 +73,7 @@ func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
-	e.refiller, e.deliveries, e.store = refiller, deliveries, store
+	e.refiller, e.deliveries, e.store, e.writes = refiller, deliveries, store, writes
 	return e, nil
 }
 

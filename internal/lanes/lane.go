@@ -16,13 +16,14 @@ import (
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/metrics"
-	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/streams"
 )
 
 // pullBatch is how many messages a lane asks for at once. Every message is
-// dispatched at once (held, sent to overflow or sent), so the client buffer
-// never holds a message long enough for its ack wait to matter.
+// dispatched at once (held, queued for overflow or sent) and no dispatch
+// waits on the server, so the client buffer never holds a message long
+// enough for its ack wait to matter; its time there counts all the same
+// (see [consumer.ReceivedAt]).
 const pullBatch = 256
 
 // lane is one durable pull consumer and the schedulers of the subscribers
@@ -47,6 +48,9 @@ type lane struct {
 	// confirmed is when the last keep-alive round that the server is known
 	// to have received began (unix nanoseconds, real time).
 	confirmed atomic.Int64
+	// gapAt is when the last confirmed round began that came three quarters
+	// of an ack wait or more after the one before (see [lane.renewedAt]).
+	gapAt atomic.Int64
 	// flight counts its requests in flight, for relay_lane_in_flight.
 	flight *metrics.Lane
 
@@ -58,6 +62,13 @@ type lane struct {
 	returning []jetstream.Msg
 	// work owns every scheduler loop and every request goroutine.
 	work conc.WaitGroup
+	// puts makes the lane's moves to overflow; it stops after work.
+	puts *putter
+	// dispatching is held by the pull loop while it stamps a message as
+	// held and hands it to its scheduler, and taken by a keep-alive round
+	// as it begins: a message stamped before a round began is among those
+	// the round renews (see [lane.renewedAt]).
+	dispatching sync.Mutex
 }
 
 func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, error) {
@@ -78,6 +89,7 @@ func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, 
 	if _, err := l.consumer(createCtx); err != nil {
 		return nil, err
 	}
+	l.puts = newPutter(env.writes.put, l.log)
 	return l, nil
 }
 
@@ -136,6 +148,7 @@ func (l *lane) run(ctx context.Context) {
 	l.starting.Unlock()
 	l.handBackAll()
 	l.work.Wait()
+	l.puts.stop()
 	l.flight.Close()
 }
 
@@ -160,7 +173,9 @@ func (l *lane) handBack(msgs ...jetstream.Msg) {
 }
 
 // dispatch places one message with its subscriber's scheduler. It never
-// blocks on a subscriber.
+// blocks on a subscriber, nor on a write: what must be stored elsewhere
+// (overflow, RETRIES, the DLQ) is queued or handed to a goroutine of the
+// lane (see writes.go).
 func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	if l.stopping.Load() {
 		l.mu.Lock()
@@ -170,6 +185,12 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	}
 	d := newDelivery(msg)
 	id := subscriberOf(msg.Subject())
+	if !l.alive(d) {
+		// It waited in this client past most of its ack wait (a process
+		// starved of CPU): JetStream may have given it to another relay.
+		l.letGo(d, id)
+		return
+	}
 	sub, ok := l.cfg.Subscribers.Get(id)
 	if !ok {
 		l.work.Go(func() { l.unknownSubscriber(context.WithoutCancel(ctx), d, id) })
@@ -184,7 +205,10 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	case d.early(now):
 		l.work.Go(func() { l.hold(context.WithoutCancel(ctx), d, id) })
 	default:
+		l.dispatching.Lock()
+		d.kept = time.Now().UnixNano()
 		l.scheduler(id).offer(ctx, d, sub)
+		l.dispatching.Unlock()
 	}
 }
 
@@ -215,42 +239,24 @@ func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
 
 // toOverflow moves a held delivery to its subscriber's overflow: the copy is
 // stored, then the original acked; stored tells the scheduler (nil: none).
-// A stale message (see [lane.alive]) is let go instead: JetStream has given
-// it, or will give it, to another relay.
+// It only queues the put (see [putter]), and hands the delivery back for a
+// moment when the puts are too far behind to queue it: a lane's pull loop
+// calls it, and must not wait. A stale message (see [lane.alive]) is let go
+// instead: JetStream has given it, or will give it, to another relay.
 func (l *lane) toOverflow(d delivery, id string, stored func()) {
+	// No longer held: the keep-alive rounds to come leave it out.
+	d.received, d.kept = l.renewedAt(d), 0
 	if !l.alive(d) {
 		l.letGo(d, id)
 		return
 	}
-	l.cfg.Metrics.Overflow()
-	f, err := overflow.PutAsync(l.cfg.JS, id, d.msg.Data(), d.msg.Headers(), d.seq)
-	if err != nil {
-		l.log.Warn("lanes: moving a delivery to overflow", "subscriber", id, "err", err)
-		_ = d.msg.NakWithDelay(settleRetry)
+	if !l.puts.offer(put{l: l, d: d, id: id, stored: stored}) {
+		l.env.logOnce("puts.full", "lanes: moves to overflow are behind (NATS slow to answer); handing deliveries back for a moment",
+			"subscriber", id, "delay", putFullDelay)
+		_ = d.msg.NakWithDelay(putFullDelay)
 		return
 	}
-	l.work.Go(func() {
-		timeout := time.NewTimer(settleRetry)
-		defer timeout.Stop()
-		select {
-		case <-f.Ok():
-			if stored != nil {
-				stored()
-			}
-			if err := d.msg.Ack(); err != nil {
-				l.log.Warn("lanes: ack", "subscriber", id, "err", err)
-			}
-		case err := <-f.Err():
-			l.log.Warn("lanes: moving a delivery to overflow", "subscriber", id, "err", err)
-			_ = d.msg.NakWithDelay(settleRetry)
-		case <-timeout.C:
-			// No PubAck: whether the copy is stored is unknown. Handed
-			// back, the original comes again, and its put is deduplicated
-			// if the copy was stored after all.
-			l.log.Warn("lanes: moving a delivery to overflow: no PubAck", "subscriber", id)
-			_ = d.msg.NakWithDelay(settleRetry)
-		}
-	})
+	l.cfg.Metrics.Overflow()
 }
 
 func (l *lane) ctx() context.Context { return l.runCtx }
@@ -307,7 +313,9 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		l.dispatching.Lock()
 		start := time.Now()
+		l.dispatching.Unlock()
 		var last jetstream.Msg
 		keep := func(msg jetstream.Msg) {
 			if last != nil {
@@ -336,17 +344,42 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
 			continue
 		}
+		if start.UnixNano()-l.confirmed.Load() >= int64(l.cfg.AckWait*3/4) {
+			// Stored before confirmed: whoever reads the new confirmed
+			// sees the gap before it.
+			l.gapAt.Store(start.UnixNano())
+		}
 		l.confirmed.Store(start.UnixNano())
 	}
 }
 
 // alive reports whether JetStream still counts d as this relay's: its ack
-// wait was last reset (on delivery, or by a confirmed keep-alive) less than
-// three quarters of it ago. Past that, after a NATS outage, the server may
-// have given it to another relay, and sending it would POST it twice at once.
+// wait was last reset (on delivery, or by a confirmed keep-alive round that
+// renewed it) less than three quarters of it ago. Past that, after a NATS
+// outage or a wait in this client, the server may have given it to another
+// relay, and sending it would POST it twice at once. The quarter left
+// covers the server's send to this client (see [consumer.ReceivedAt]).
 func (l *lane) alive(d delivery) bool {
-	from := max(d.received, l.confirmed.Load())
-	return time.Since(time.Unix(0, from)) < l.cfg.AckWait*3/4
+	return time.Since(time.Unix(0, l.renewedAt(d))) < l.cfg.AckWait*3/4
+}
+
+// renewedAt is when d's ack wait was last reset, as far as this relay can
+// tell (unix nanoseconds): when the client read it, or the start of the
+// last confirmed keep-alive round that renewed it. A round renews only the
+// messages held when it began (d.kept before its start), and only those
+// whose ack wait had not run out by then: after a round that came more than
+// three quarters of an ack wait after the one before (an outage), a message
+// held since before it counts from its own renewals alone.
+func (l *lane) renewedAt(d delivery) int64 {
+	from := d.received
+	confirmed := l.confirmed.Load()
+	if d.kept == 0 || d.kept >= confirmed {
+		return from
+	}
+	if gap := l.gapAt.Load(); d.kept < gap && gap-from >= int64(l.cfg.AckWait*3/4) {
+		return from
+	}
+	return max(from, confirmed)
 }
 
 // letGo drops a stale message from this relay without sending it, acking

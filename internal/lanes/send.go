@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/fanout"
@@ -42,9 +43,15 @@ type delivery struct {
 	moved bool
 	// attempted: this lane sent a request for it just now.
 	attempted bool
-	// received is when this relay got it (unix nanoseconds, real time):
-	// JetStream's ack wait for it started about then.
+	// received is when this relay's client read it from the connection
+	// (unix nanoseconds, real time; see [consumer.ReceivedAt]): JetStream's
+	// ack wait for it started a transit before. Once it leaves the held
+	// messages, the last renewal of that ack wait (see [lane.renewedAt]).
 	received int64
+	// kept is when it joined its scheduler's held messages, which the
+	// keep-alive rounds renew (unix nanoseconds); zero while it is not
+	// among them.
+	kept int64
 	// broughtBack: it came back from its subscriber's overflow
 	// (Relay-Overflow-Seq).
 	broughtBack bool
@@ -55,7 +62,12 @@ type delivery struct {
 }
 
 func newDelivery(msg jetstream.Msg) delivery {
-	d := delivery{msg: msg, received: time.Now().UnixNano()}
+	d := delivery{msg: msg}
+	if at, ok := consumer.ReceivedAt(msg); ok {
+		d.received = at.UnixNano()
+	} else {
+		d.received = time.Now().UnixNano()
+	}
 	if md, err := msg.Metadata(); err == nil {
 		d.seq = md.Sequence.Stream
 		d.stored = md.Timestamp
@@ -333,7 +345,12 @@ func publishedAt(d delivery) time.Time {
 // back with a delay instead, losing nothing (but the attempt just made is
 // not counted).
 func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber, h nats.Header, at time.Time) {
-	err := retry.Park(ctx, l.cfg.JS, sub.ID, d.msg.Data(), h, at, "park."+strconv.FormatUint(d.seq, 10)+"."+strconv.Itoa(d.attempts))
+	w := l.env.writes
+	err := w.parks.enter(ctx)
+	if err == nil {
+		err = retry.Park(ctx, w.park, sub.ID, d.msg.Data(), h, at, "park."+strconv.FormatUint(d.seq, 10)+"."+strconv.Itoa(d.attempts))
+		w.parks.leave()
+	}
 	if err != nil {
 		l.log.Warn("lanes: parking a delivery", "subscriber", sub.ID, "err", err)
 		_ = d.msg.NakWithDelay(max(settleRetry, at.Sub(l.cfg.Clock.Now())))
@@ -347,7 +364,12 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 // hold keeps a delivery that is not due yet in RETRIES until it is, then
 // acks the original; one that cannot be held is handed back until then.
 func (l *lane) hold(ctx context.Context, d delivery, id string) {
-	err := retry.Hold(ctx, l.cfg.JS, id, d.msg.Data(), d.msg.Headers(), d.deliverAt, "hold."+strconv.FormatUint(d.seq, 10))
+	w := l.env.writes
+	err := w.parks.enter(ctx)
+	if err == nil {
+		err = retry.Hold(ctx, w.park, id, d.msg.Data(), d.msg.Headers(), d.deliverAt, "hold."+strconv.FormatUint(d.seq, 10))
+		w.parks.leave()
+	}
 	if err != nil {
 		l.log.Warn("lanes: holding a delivery until it is due", "subscriber", id, "err", err)
 		_ = d.msg.NakWithDelay(max(settleRetry, time.Until(d.deliverAt)))
@@ -389,7 +411,12 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 		death.LastStatus, _ = strconv.Atoi(h.Get(streams.HeaderLastStatus))
 		death.LastError = h.Get(streams.HeaderLastError)
 	}
-	if err := deadletter.Publish(ctx, e.cfg.JS, body, h, death); err != nil {
+	err := e.writes.deads.enter(ctx)
+	if err == nil {
+		err = deadletter.Publish(ctx, e.writes.dead, body, h, death)
+		e.writes.deads.leave()
+	}
+	if err != nil {
 		e.cfg.Logger.Error("lanes: dead-lettering", "subscriber", id, "reason", death.Reason, "err", err)
 		return err
 	}

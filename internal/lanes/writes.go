@@ -1,0 +1,240 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+
+	"github.com/relay-dev/relay/internal/overflow"
+)
+
+// The writes the lanes make on a delivery's way (an overflow put, a refill,
+// a park or hold in RETRIES, a dead letter) each have a JetStream context
+// and a bounded window of their own. A server slow to answer then costs
+// each kind of write its own window and never another's: a refill of a
+// thousand copies cannot fill the window the overflow puts need, nor either
+// of them the relay's shared context (the fan-out's). And no write is made
+// on a lane's pull loop: an overflow put is queued for the lane's putter
+// below, a park, a hold or a dead letter runs in a goroutine of the lane,
+// so a pull loop never waits on a PubAck, nor on a place in a window.
+const (
+	// putWindow is how many overflow puts, over all lanes of the relay, may
+	// wait for their PubAck at once: at a 100 ms round trip to the server,
+	// ten thousand puts a second.
+	putWindow = 1024
+	// putQueue is how many overflow puts of one lane may wait for a place
+	// in that window. A put that finds its lane's queue full hands the
+	// delivery back for putFullDelay rather than wait: the server is then
+	// far behind.
+	putQueue = putWindow
+	// putFullDelay is the delay of a delivery handed back because the
+	// overflow puts are behind: short, since nothing is wrong with it.
+	putFullDelay = 250 * time.Millisecond
+	// putAckWait bounds the wait for an overflow put's PubAck; without one
+	// the delivery is handed back and its next put deduplicated.
+	putAckWait = settleRetry
+	// refillWindow is how many copies refills, over all lanes, may have
+	// waiting for their PubAck at once: four whole refills. A refill that
+	// finds the window full leaves the rest of its batch for the next.
+	refillWindow = 4 * maxRefill
+	// refillAckWait bounds the wait for a refill copy's PubAck.
+	refillAckWait = 10 * time.Second
+	// settleWindow is how many parks and holds (and, apart, how many dead
+	// letters) may wait for their PubAck at once over all lanes; more wait
+	// their turn in their own goroutine.
+	settleWindow = 256
+)
+
+// window bounds the writes of one kind in flight at once.
+type window chan struct{}
+
+// enter takes a place in the window, waiting for one; it fails once ctx
+// ends.
+func (w window) enter(ctx context.Context) error {
+	select {
+	case w <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lanes: waiting to write: %w", ctx.Err())
+	}
+}
+
+// leave gives the place back.
+func (w window) leave() { <-w }
+
+// writers are the JetStream contexts of the lanes' writes, and their
+// windows, shared by every lane of one relay. Each context that publishes
+// asynchronously subscribes once to its PubAcks; the subscription lasts as
+// long as the connection, as the relay's own context's does.
+type writers struct {
+	// refill is the Refiller's context, its window refillWindow copies.
+	refill jetstream.JetStream
+	// put is the context of the overflow puts, its window putWindow.
+	put jetstream.JetStream
+	// park stores parks and holds in RETRIES, dead stores dead letters;
+	// parks and deads bound how many of each are in flight.
+	park, dead   jetstream.JetStream
+	parks, deads window
+}
+
+func newWriters(js jetstream.JetStream) (*writers, error) {
+	nc := js.Conn()
+	refill, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(refillWindow),
+		jetstream.WithPublishAsyncTimeout(refillAckWait))
+	if err != nil {
+		return nil, fmt.Errorf("lanes: %w", err)
+	}
+	put, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(putWindow),
+		jetstream.WithPublishAsyncTimeout(putAckWait))
+	if err != nil {
+		return nil, fmt.Errorf("lanes: %w", err)
+	}
+	park, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("lanes: %w", err)
+	}
+	dead, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("lanes: %w", err)
+	}
+	return &writers{
+		refill: refill, put: put, park: park, dead: dead,
+		parks: make(window, settleWindow), deads: make(window, settleWindow),
+	}, nil
+}
+
+// put is one delivery on its way to its subscriber's overflow.
+type put struct {
+	l      *lane
+	d      delivery
+	id     string
+	stored func()
+}
+
+// putting is a put sent, waiting for its PubAck until until.
+type putting struct {
+	put
+	f     jetstream.PubAckFuture
+	until time.Time
+}
+
+// putter makes the overflow puts of one lane, apart from its pull loop: one
+// goroutine sends them (waiting, when the relay's window is full, for a
+// place in it), another waits for their PubAcks, in the order they were
+// sent (one connection, one stream: the order they come in), and acks each
+// original once its copy is stored. The lane owns it: it starts with the
+// lane and stops once the lane's own goroutines have.
+type putter struct {
+	js    jetstream.JetStream
+	log   *slog.Logger
+	queue chan put
+	sent  chan putting
+	done  chan struct{}
+	work  conc.WaitGroup
+}
+
+func newPutter(js jetstream.JetStream, log *slog.Logger) *putter {
+	p := &putter{js: js, log: log, queue: make(chan put, putQueue), sent: make(chan putting, putWindow),
+		done: make(chan struct{})}
+	p.work.Go(p.sendLoop)
+	p.work.Go(p.ackLoop)
+	return p
+}
+
+// offer queues a put without waiting; false: the queue is full.
+func (p *putter) offer(pt put) bool {
+	select {
+	case p.queue <- pt:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop makes the puts queued, waits for their PubAcks (each within
+// putAckWait) and returns once both loops have ended.
+func (p *putter) stop() {
+	close(p.done)
+	p.work.Wait()
+}
+
+func (p *putter) sendLoop() {
+	defer close(p.sent)
+	for {
+		select {
+		case pt := <-p.queue:
+			p.send(pt, false)
+		case <-p.done:
+			for {
+				select {
+				case pt := <-p.queue:
+					p.send(pt, true)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// send sends one put once there is a place in the window (PutAsync waits
+// 200 ms for one, then the delivery is looked at again); a delivery that
+// stopped being this relay's meanwhile (see [lane.alive]) is let go. A
+// stopping relay does not wait for a place: it hands the delivery back.
+func (p *putter) send(pt put, stopping bool) {
+	for {
+		if !pt.l.alive(pt.d) {
+			pt.l.letGo(pt.d, pt.id)
+			return
+		}
+		f, err := overflow.PutAsync(p.js, pt.id, pt.d.msg.Data(), pt.d.msg.Headers(), pt.d.seq)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && !stopping {
+			continue
+		}
+		switch {
+		case err != nil && stopping:
+			pt.l.handBack(pt.d.msg)
+			return
+		case err != nil:
+			p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
+			_ = pt.d.msg.NakWithDelay(settleRetry)
+			return
+		}
+		p.sent <- putting{put: pt, f: f, until: time.Now().Add(putAckWait)}
+		return
+	}
+}
+
+func (p *putter) ackLoop() {
+	for pt := range p.sent {
+		p.settle(pt)
+	}
+}
+
+// settle acks the original of a put whose copy is stored, and hands back
+// one whose copy the server refused or did not confirm in time: it comes
+// again, and a copy stored after all deduplicates its next put.
+func (p *putter) settle(pt putting) {
+	timeout := time.NewTimer(time.Until(pt.until))
+	defer timeout.Stop()
+	select {
+	case <-pt.f.Ok():
+		if pt.stored != nil {
+			pt.stored()
+		}
+		if err := pt.d.msg.Ack(); err != nil {
+			p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
+		}
+	case err := <-pt.f.Err():
+		p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
+		_ = pt.d.msg.NakWithDelay(settleRetry)
+	case <-timeout.C:
+		p.log.Warn("lanes: moving a delivery to overflow: no PubAck", "subscriber", pt.id)
+		_ = pt.d.msg.NakWithDelay(settleRetry)
+	}
+}
