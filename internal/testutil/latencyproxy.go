@@ -1,0 +1,150 @@
+package testutil
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sourcegraph/conc"
+)
+
+// LatencyProxy is a loopback TCP proxy that delays every chunk of bytes, in
+// both directions, by a fixed time, keeping their order: a NATS server as a
+// relay sees it across a slow network (a round trip of twice the delay),
+// without the loss or reordering a real network adds. The bandwidth is
+// loopback's: only the latency is made up.
+type LatencyProxy struct {
+	ln     net.Listener
+	target string
+	delay  time.Duration
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	// work owns the accept loop and each connection's pumps.
+	work conc.WaitGroup
+}
+
+// proxyChunk is what one read brought, and when it may be written on.
+type proxyChunk struct {
+	data []byte
+	due  time.Time
+}
+
+// proxyQueue is how many chunks may wait out their delay in one direction
+// of one connection; past it the reader waits, and TCP pushes back on the
+// sender as a slow network would.
+const proxyQueue = 4096
+
+// StartLatencyProxy listens on a loopback port and forwards every
+// connection to target (HOST:PORT), delaying each direction by delay. It
+// stops, closing every connection, when the test ends.
+func StartLatencyProxy(t testing.TB, target string, delay time.Duration) *LatencyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testutil: latency proxy: %v", err)
+	}
+	p := &LatencyProxy{ln: ln, target: target, delay: delay, conns: make(map[net.Conn]struct{})}
+	p.work.Go(p.accept)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// URL is the nats:// URL that reaches the target through the proxy.
+func (p *LatencyProxy) URL() string { return "nats://" + p.ln.Addr().String() }
+
+// Close stops accepting, closes every connection and waits for the
+// proxy's goroutines to end.
+func (p *LatencyProxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	_ = p.ln.Close()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.work.Wait()
+}
+
+// track records c, so that Close closes it; false when the proxy is closed.
+func (p *LatencyProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *LatencyProxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		if !p.track(client) {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil || !p.track(server) {
+			if err == nil {
+				_ = server.Close()
+			}
+			_ = client.Close()
+			continue
+		}
+		p.work.Go(func() { p.pipe(client, server) })
+		p.work.Go(func() { p.pipe(server, client) })
+	}
+}
+
+// pipe copies from src to dst, each chunk delay after it was read, until
+// either side closes; then it closes both, which ends the other direction.
+func (p *LatencyProxy) pipe(src, dst net.Conn) {
+	chunks := make(chan proxyChunk, proxyQueue)
+	var writer conc.WaitGroup
+	writer.Go(func() {
+		defer func() {
+			_ = dst.Close()
+			_ = src.Close()
+		}()
+		for c := range chunks {
+			if wait := time.Until(c.due); wait > 0 {
+				time.Sleep(wait)
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				// Closed, the source ends its reader; drained, the
+				// reader is never left blocked on a full queue.
+				_ = dst.Close()
+				_ = src.Close()
+				for range chunks {
+				}
+				return
+			}
+		}
+	})
+	defer writer.Wait()
+	defer close(chunks)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			chunks <- proxyChunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(p.delay)}
+		}
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				_ = src.Close()
+			}
+			return
+		}
+	}
+}
