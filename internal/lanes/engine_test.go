@@ -72,12 +72,30 @@ func worstGap(at []time.Time) time.Duration {
 	return worst
 }
 
+// worstIdle is the longest time the process ran between two arrivals in a
+// row: a gap the host imposed on the whole process is not the lane's.
+func worstIdle(at []time.Time, stalls *testutil.Stalls) time.Duration {
+	var worst time.Duration
+	for i := 1; i < len(at); i++ {
+		if at[i].Sub(at[i-1]) > worst {
+			worst = max(worst, stalls.Ran(at[i-1], at[i]))
+		}
+	}
+	return worst
+}
+
 // TestBurstNeverLeavesTheLaneIdle: a burst of 20,000 to one unlimited
 // subscriber, five times over, each on a fresh server. The lane is never
 // idle while messages are pending (no gap between two deliveries comes near
 // a pull request's life, let alone the 30 s a lost one used to cost), and
 // the subscriber, alone on its lane, takes the burst in its share without
 // a write beyond the deliveries' own.
+//
+// A gap is judged by the time the process ran in it, not by the clock: a
+// host busy with other work stops the whole process (server, relay and
+// receiver) for seconds now and then, which no lane can help. For the same
+// reason the burst may take as long as it needs while deliveries keep
+// coming: on two loaded cores it took 50 to 70 s, three times a quiet run.
 //
 // It runs on its own, not beside the package's other tests: on two cores
 // under the race detector, a dozen servers and relays at once can starve the
@@ -89,15 +107,16 @@ func TestBurstNeverLeavesTheLaneIdle(t *testing.T) {
 		sub := b.put(t, subscribers.Subscriber{ID: "fast", MaxInFlight: 64})
 		b.enqueue(t, sub, 16, burst)
 		b.flush(t)
+		stalls := testutil.WatchStalls(t)
 		b.startLanes(t, 16)
-		testutil.Eventually(t, func() bool { return b.arr.count("fast") >= burst },
+		testutil.Progress(t, func() int { return b.arr.count("fast") }, burst, 15*time.Second,
 			"run %d: %d of %d delivered", run, b.arr.count("fast"), burst)
 		at := b.arr.times("fast")
-		gap := worstGap(at)
+		gap, idle := worstGap(at), worstIdle(at, stalls)
 		seq, _ := b.lastSeqs(t)
-		t.Logf("run %d: %d in %v, worst gap %v, %d writes beyond the burst", run, burst,
-			at[len(at)-1].Sub(at[0]).Round(time.Millisecond), gap.Round(time.Millisecond), seq-burst)
-		require.Less(t, gap, 2*time.Second, "run %d: the lane sat idle with messages pending", run)
+		t.Logf("run %d: %d in %v, worst gap %v (the process ran %v of it), %d writes beyond the burst", run, burst,
+			at[len(at)-1].Sub(at[0]).Round(time.Millisecond), gap.Round(time.Millisecond), idle.Round(time.Millisecond), seq-burst)
+		require.Less(t, idle, 2*time.Second, "run %d: the lane sat idle with messages pending", run)
 	}
 }
 
