@@ -18,13 +18,19 @@ import (
 
 // TestGracefulRestartHandsBackEverything: SIGTERM mid-burst, then `relay
 // run` again. Nothing the stopped relay was sent waits out its ack wait: the
-// restarted relay delivers the rest as fast as the rate allows, far sooner
-// than the ack wait would let it, and every event arrives.
+// restarted relay delivers every event without ever standing still for a
+// quarter of the ack wait, which a message the stopped relay kept would
+// make it do (the others delivered, it would come back only once its ack
+// wait ran out).
+//
+// It judges the hand-back by that pause, not by how soon the rest arrives:
+// on a loaded host the 800 deliveries left, 3 s at the rate, took 21 s,
+// which a bound of half the ack wait took for an ack wait waited out.
 func TestGracefulRestartHandsBackEverything(t *testing.T) {
 	t.Parallel()
 	const (
 		events  = 1000
-		ackWait = 30 * time.Second
+		ackWait = time.Minute
 	)
 	n := testutil.StartRelayNATS(t)
 	rcv := newReceiver(t)
@@ -47,11 +53,11 @@ func TestGracefulRestartHandsBackEverything(t *testing.T) {
 		}
 		return len(seen)
 	}
-	testutil.Eventually(t, func() bool { return unique() == events }, "%d of %d delivered after the restart", unique(), events)
-	took := time.Since(restart)
+	// A message left unacknowledged would come back only after the ack
+	// wait: well past the pause that Progress takes for a stall.
+	testutil.Progress(t, unique, events, ackWait/4, "%d of %d delivered after the restart", unique(), events)
 	t.Logf("stopped after %d deliveries; the other %d arrived %v after the restart (%d requests in all)",
-		stoppedAt, events-stoppedAt, took.Round(time.Millisecond), rcv.count())
-	require.Less(t, took, ackWait/2, "deliveries waited out the stopped relay's ack wait")
+		stoppedAt, events-stoppedAt, time.Since(restart).Round(time.Millisecond), rcv.count())
 }
 
 // TestShutdownTimeoutAbandonsHangingRequests stops a relay whose requests
