@@ -258,7 +258,8 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 wait:
 	for i, f := range futures {
 		if f == nil {
-			if failed = settled[i]; failed != nil {
+			if e := settled[i]; e != nil {
+				failed = e
 				break
 			}
 			ok[i] = true
@@ -327,7 +328,13 @@ func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx
 	futures := make([]jetstream.PubAckFuture, len(idx))
 	for j, i := range idx {
 		m := msgs[i]
-		f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: retry.DuePrefix + subscriber, Header: m.Header, Data: m.Data},
+		// Not marked as brought back: it was not asked for by a queue with
+		// room, and comes back whenever DELIVERIES takes it, so its lane
+		// treats it as any new delivery (holds it in overflow again if its
+		// subscriber cannot take it yet).
+		h := streams.CopyHeader(m.Header, 0)
+		h.Del(streams.HeaderOverflowSeq)
+		f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: retry.DuePrefix + subscriber, Header: h, Data: m.Data},
 			jetstream.WithMsgID(spillID(m.Seq)))
 		if err != nil {
 			return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, err)

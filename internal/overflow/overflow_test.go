@@ -211,7 +211,8 @@ func TestRefillOfAFullDeliveriesSpillsToRetries(t *testing.T) {
 	require.Equal(t, count, onLane+spilled, "every message is on the lane or in RETRIES")
 	m, err := retries.GetLastMsgForSubject(ctx, "retries.due.a")
 	require.NoError(t, err)
-	require.NotEmpty(t, m.Header.Get(streams.HeaderOverflowSeq), "a spilled delivery is known as brought back")
+	require.Empty(t, m.Header.Get(streams.HeaderOverflowSeq), "a spilled delivery is not taken for one brought back into room")
+	require.NotEmpty(t, m.Header.Get(streams.HeaderEventID))
 }
 
 func TestNoRoomIsOnlyAFullStream(t *testing.T) {
