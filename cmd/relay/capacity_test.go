@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,22 +16,7 @@ import (
 // returns its URL; it goes when the test ends.
 func startSmallStore(t *testing.T, store int64) string {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, JetStreamMaxStore: store,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return srv.ClientURL()
+	return testutil.StartNATSWith(t, func(o *server.Options) { o.JetStreamMaxStore = store }).URL
 }
 
 // TestRunOnASmallJetStreamStore: relay run --nats against a server with a

@@ -394,23 +394,15 @@ func deadLetterLate(ctx context.Context, cfg Config, sub, id string, body []byte
 // gauge shed. Its Nats-Msg-Id is the copy's own, prefixed, so that fanning
 // the event out again makes no second entry.
 func shedCopy(ctx context.Context, js jetstream.JetStream, cfg Config, sub, id string, body []byte, h nats.Header, why string) (jetstream.PubAckFuture, error) {
-	for {
-		f, err := deadletter.PublishAsync(js, body, h, deadletter.Death{
+	return waitingForRoom(ctx, js, func() (jetstream.PubAckFuture, error) {
+		return deadletter.PublishAsync(js, body, h, deadletter.Death{
 			Subscriber: sub,
 			Reason:     deadletter.Backlog,
 			LastError:  why,
 			DeadAt:     cfg.Clock.Now(),
 			ID:         "dlq.backlog." + id + "." + sub,
 		})
-		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			return f, err
-		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	})
 }
 
 // PublishCopy starts the async publish of one copy with its Nats-Msg-Id.
@@ -422,8 +414,16 @@ func shedCopy(ctx context.Context, js jetstream.JetStream, cfg Config, sub, id s
 // duplicates the stream drops but has to read. The benchmark's two-hop loop
 // copies with it too, so that it measures relay's way of copying.
 func PublishCopy(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string) (jetstream.PubAckFuture, error) {
+	return waitingForRoom(ctx, js, func() (jetstream.PubAckFuture, error) {
+		return js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+	})
+}
+
+// waitingForRoom runs an async publish, and while js's async window stays
+// full past nats.go's stall wait, waits for it to drain and runs it again.
+func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() (jetstream.PubAckFuture, error)) (jetstream.PubAckFuture, error) {
 	for {
-		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+		f, err := publish()
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			return f, err
 		}

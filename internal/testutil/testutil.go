@@ -28,6 +28,14 @@ type NATS struct {
 // connection and the files go away when the test ends.
 func StartNATS(t testing.TB) *NATS {
 	t.Helper()
+	return StartNATSWith(t, nil)
+}
+
+// StartNATSWith is [StartNATS] with the server's options changed by set
+// first (nil: none), such as the JetStreamMaxStore of an operator's small
+// `jetstream { max_file_store }`.
+func StartNATSWith(t testing.TB, set func(*server.Options)) *NATS {
+	t.Helper()
 	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      server.RANDOM_PORT,
@@ -35,6 +43,9 @@ func StartNATS(t testing.TB) *NATS {
 		StoreDir:  t.TempDir(),
 		NoLog:     true,
 		NoSigs:    true,
+	}
+	if set != nil {
+		set(opts)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
