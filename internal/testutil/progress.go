@@ -7,13 +7,14 @@ import (
 )
 
 // Progress waits until count reaches want for as long as count keeps
-// growing, and fails the test with msg when it stands still for idle of
-// the time this process ran. A test that moves a fixed amount of work judges
-// the relay by whether it moves, not by how fast a loaded host lets it: two
-// cores busy with other builds slowed a run threefold, which a fixed bound
-// took for a stall. idle is what a stall is: longer than any wait the code
-// under test makes by design. Time the host kept the whole process from
-// running (seen as a late poll) does not count toward it.
+// growing, and fails the test with msg, and the count it stood still at,
+// when it stands still for idle of the time this process ran. A test that
+// moves a fixed amount of work judges the relay by whether it moves, not by
+// how fast a loaded host lets it: two cores busy with other builds slowed a
+// run threefold, which a fixed bound took for a stall. idle is what a stall
+// is: longer than any wait the code under test makes by design. Time the
+// host kept the whole process from running (seen as a late poll) does not
+// count toward it.
 func Progress(t testing.TB, count func() int, want int, idle time.Duration, msg string, args ...any) {
 	t.Helper()
 	const poll = 10 * time.Millisecond
@@ -34,7 +35,7 @@ func Progress(t testing.TB, count func() int, want int, idle time.Duration, msg 
 			continue
 		}
 		if still > idle {
-			t.Fatalf("testutil: no progress for %v: "+msg, append([]any{idle}, args...)...)
+			t.Fatalf("testutil: stood still at %d of %d for %v: "+msg, append([]any{last, want, idle}, args...)...)
 		}
 	}
 }
