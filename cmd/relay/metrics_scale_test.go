@@ -113,15 +113,16 @@ func TestMetricsScrapeAtTenThousandSubscribers(t *testing.T) {
 	for g := range published {
 		publish(t, n.JS, fmt.Sprintf("load.g%d", g), fmt.Sprintf("evt_g%d", g), []byte(`{"load":true}`))
 	}
-	got := 0
-	if !testutil.Within(2*time.Minute, func() bool {
+	// As long as requests keep coming: on a loaded host they came at a
+	// third of a quiet one's pace, and a fixed two minutes took that for a
+	// stall. A timeout on the way (a KV write, a DLQ publish, a PubAck)
+	// is retried within seconds, far less than the pause taken for one.
+	served := func() int {
 		mu.Lock()
 		defer mu.Unlock()
-		got = len(requested)
-		return got == want
-	}) {
-		t.Fatalf("%d of %d subscribers got their request", got, want)
+		return len(requested)
 	}
+	testutil.Progress(t, served, want, 30*time.Second, "subscribers that got their request")
 	// Every outcome recorded, and the paused subscribers' deliveries
 	// queued, as the scrape shows them. A failing subscriber's retry may
 	// wait in DELIVERIES too: when RETRIES does not take it in time (a
@@ -162,8 +163,11 @@ func TestMetricsScrapeAtTenThousandSubscribers(t *testing.T) {
 	}
 	t.Logf("%d deliveries to %d subscribers settled in %v", want, want, time.Since(start).Round(time.Millisecond))
 
+	// A context of its own: the one above bounds the set-up and the
+	// deliveries, which on a loaded host took most of its two minutes.
+	scrapeCtx := testutil.Context(t)
 	scrape := func(encoding string) (body []byte, wire int, took time.Duration) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+		req, err := http.NewRequestWithContext(scrapeCtx, http.MethodGet, base+"/metrics", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
