@@ -29,10 +29,35 @@ func wantGo(t *testing.T, who string, d ratelimit.Decision) {
 	}
 }
 
-// crossRelay is how far two relays' views of the server's time may differ:
-// each estimates it from the server timestamps it has seen, milliseconds
-// apart.
+// crossRelay is how far two relays' views of the server's time may differ
+// on a quiet host: each estimates it from the server timestamps it has seen,
+// milliseconds apart. See skew for a test's own bound.
 const crossRelay = 100 * time.Millisecond
+
+// fakeStarts holds, for each fake clock of these tests, the real time it was
+// made at (see newFake).
+var fakeStarts sync.Map
+
+// newFake returns a fake clock standing at the real time now.
+func newFake() *clock.Fake {
+	now := time.Now()
+	fake := clock.NewFake(now)
+	fakeStarts.Store(fake, now)
+	return fake
+}
+
+// skew is how far two relays on fake may see the server's time apart: each
+// calibrates against the server's real clock while fake stands still, so
+// the real time that passed since fake was made (seconds, on a host busy
+// with other work) adds to crossRelay. The bound is what the host gave the
+// test, not a guess at it.
+func skew(fake *clock.Fake) time.Duration {
+	start, ok := fakeStarts.Load(fake)
+	if !ok {
+		return crossRelay
+	}
+	return crossRelay + time.Since(start.(time.Time))
+}
 
 // TestSharedPauseHoldsEveryRelay proves the Retry-After rule: a pause
 // observed on one relay holds that relay at once, holds another relay as
@@ -43,7 +68,7 @@ func TestSharedPauseHoldsEveryRelay(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	a := newShared(t, n, fake, ratelimit.Options{})
 	wantGo(t, "a before the pause", reserve(t, a, id, l))
 	b := newShared(t, n, fake, ratelimit.Options{})
@@ -58,13 +83,13 @@ func TestSharedPauseHoldsEveryRelay(t *testing.T) {
 	// b spends what is left of the lease it took before the pause, then
 	// re-reads the entry.
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, crossRelay)
+	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, skew(fake))
 	wantHold(t, "a after a lease", reserve(t, a, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, time.Millisecond)
 
 	fake.Advance(time.Second)
-	wantHold(t, "b a second later", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, crossRelay)
+	wantHold(t, "b a second later", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, skew(fake))
 
-	fake.Advance(time.Second - ratelimit.LeaseTTL + crossRelay)
+	fake.Advance(time.Second - ratelimit.LeaseTTL + skew(fake))
 	wantGo(t, "a after the pause", reserve(t, a, id, l))
 	wantGo(t, "b after the pause", reserve(t, b, id, l))
 }
@@ -76,7 +101,8 @@ func heldUntil(t *testing.T, fake *clock.Fake, id string, l ratelimit.Limit, end
 	t.Helper()
 	const step = 250 * time.Millisecond
 	at := time.Duration(0)
-	for ; at+step < end-crossRelay; at += step {
+	tolerance := skew(fake)
+	for ; at+step < end-tolerance; at += step {
 		for i, s := range relays {
 			if d := reserve(t, s, id, l); d.Hold != ratelimit.Paused || d.Wait <= 0 {
 				t.Fatalf("relay %d, %v into a pause of %v: %+v, want paused", i, at, end, d)
@@ -84,7 +110,7 @@ func heldUntil(t *testing.T, fake *clock.Fake, id string, l ratelimit.Limit, end
 		}
 		fake.Advance(step)
 	}
-	fake.Advance(end + crossRelay - at)
+	fake.Advance(end + tolerance - at)
 	for i, s := range relays {
 		wantGo(t, fmt.Sprintf("relay %d after the pause", i), reserve(t, s, id, l))
 	}
@@ -108,7 +134,7 @@ func TestSharedLaterPauseWins(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			id := subID(t)
-			fake := clock.NewFake(time.Now())
+			fake := newFake()
 			a := newShared(t, n, fake, ratelimit.Options{})
 			b := newShared(t, n, fake, ratelimit.Options{})
 			wantGo(t, "a", reserve(t, a, id, l))
@@ -140,7 +166,7 @@ func TestSharedPauseBoundedByMaxPause(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	opts := ratelimit.Options{MaxPause: 10 * time.Second}
 	a := newShared(t, n, fake, opts)
 	wantGo(t, "a", reserve(t, a, id, l))
@@ -150,8 +176,8 @@ func TestSharedPauseBoundedByMaxPause(t *testing.T) {
 	observe(t, a, id, l, ratelimit.Result{PauseFor: 24 * time.Hour})
 	wantHold(t, "a", reserve(t, a, id, l), ratelimit.Paused, 10*time.Second, time.Millisecond)
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b", reserve(t, b, id, l), ratelimit.Paused, 10*time.Second-ratelimit.LeaseTTL, crossRelay)
-	fake.Advance(10*time.Second - ratelimit.LeaseTTL + crossRelay)
+	wantHold(t, "b", reserve(t, b, id, l), ratelimit.Paused, 10*time.Second-ratelimit.LeaseTTL, skew(fake))
+	fake.Advance(10*time.Second - ratelimit.LeaseTTL + skew(fake))
 	wantGo(t, "a after the bounded pause", reserve(t, a, id, l))
 	wantGo(t, "b after the bounded pause", reserve(t, b, id, l))
 }
@@ -165,7 +191,7 @@ func TestSharedPauseOnSuccessHoldsEveryRelay(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	a := newShared(t, n, fake, ratelimit.Options{})
 	wantGo(t, "a", reserve(t, a, id, l))
 	b := newShared(t, n, fake, ratelimit.Options{})
@@ -177,7 +203,7 @@ func TestSharedPauseOnSuccessHoldsEveryRelay(t *testing.T) {
 		t.Errorf("entry %+v: the pause was not shared", st)
 	}
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, crossRelay)
+	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, skew(fake))
 }
 
 // TestSharedAdaptiveRate proves AIMD as the entry records it: each 429 of
@@ -190,7 +216,7 @@ func TestSharedAdaptiveRate(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	s := newShared(t, n, fake, ratelimit.Options{})
 	rateInForce := func() float64 { return ratelimit.EffectiveRate(entry(t, n, id), l) }
 
@@ -337,7 +363,7 @@ func TestSharedBreaker(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	opts := ratelimit.Options{FailureThreshold: 5, Cooldown: 5 * time.Second, MaxCooldown: 15 * time.Minute}
 	a := newShared(t, n, fake, opts)
 	wantGo(t, "a", reserve(t, a, id, l))
@@ -359,7 +385,7 @@ func TestSharedBreaker(t *testing.T) {
 	wantHold(t, "a after the fifth failure", reserve(t, a, id, l), ratelimit.CircuitOpen, 5*time.Second, time.Millisecond)
 	watchesShow(t, n, id, a, b)
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, crossRelay)
+	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, skew(fake))
 	// A failure of a request that was already on the wire does not extend
 	// the cool-down.
 	opened := entry(t, n, id)
@@ -369,7 +395,7 @@ func TestSharedBreaker(t *testing.T) {
 	}
 	wantHold(t, "a during the cool-down", reserve(t, a, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, time.Millisecond)
 
-	fake.Advance(5*time.Second - ratelimit.LeaseTTL + crossRelay)
+	fake.Advance(5*time.Second - ratelimit.LeaseTTL + skew(fake))
 	prober, probes := probeRound(t, id, l, a, b)
 	if probes != 1 {
 		t.Fatalf("%d probes after the cool-down, want exactly 1", probes)
@@ -382,10 +408,10 @@ func TestSharedBreaker(t *testing.T) {
 	watchesShow(t, n, id, a, b)
 	fake.Advance(5 * time.Second)
 	for _, s := range []*ratelimit.Shared{a, b} {
-		wantHold(t, "half-way through the doubled cool-down", reserve(t, s, id, l), ratelimit.CircuitOpen, 5*time.Second, crossRelay)
+		wantHold(t, "half-way through the doubled cool-down", reserve(t, s, id, l), ratelimit.CircuitOpen, 5*time.Second, skew(fake))
 	}
 
-	fake.Advance(5*time.Second + crossRelay)
+	fake.Advance(5*time.Second + skew(fake))
 	prober, probes = probeRound(t, id, l, a, b)
 	if probes != 1 {
 		t.Fatalf("%d probes after the second cool-down, want exactly 1", probes)
@@ -406,13 +432,13 @@ func TestSharedProbeOfADeadRelayIsRetaken(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	opts := ratelimit.Options{FailureThreshold: 1, Cooldown: 5 * time.Second, ProbeTimeout: 10 * time.Second}
 	dead := newShared(t, n, fake, opts)
 	b := newShared(t, n, fake, opts)
 	wantGo(t, "dead", reserve(t, dead, id, l))
 	observe(t, dead, id, l, ratelimit.Result{Failure: true})
-	fake.Advance(5*time.Second + crossRelay)
+	fake.Advance(5*time.Second + skew(fake))
 	if d := reserve(t, dead, id, l); d.Hold != ratelimit.Go || !d.Probe {
 		t.Fatalf("after the cool-down: %+v, want the probe", d)
 	}
@@ -438,12 +464,12 @@ func TestSharedUnusedProbeIsReleased(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	opts := ratelimit.Options{FailureThreshold: 1, Cooldown: 5 * time.Second}
 	a := newShared(t, n, fake, opts)
 	wantGo(t, "a", reserve(t, a, id, l))
 	observe(t, a, id, l, ratelimit.Result{Failure: true})
-	fake.Advance(5*time.Second + crossRelay)
+	fake.Advance(5*time.Second + skew(fake))
 	if d := reserve(t, a, id, l); d.Hold != ratelimit.Go || !d.Probe {
 		t.Fatalf("after the cool-down: %+v, want the probe", d)
 	}
@@ -462,7 +488,7 @@ func TestSharedLongOutage(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 50, Burst: 50}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	s := newShared(t, n, fake, ratelimit.Options{})
 	var sent []time.Duration
 	for elapsed := time.Duration(0); elapsed < time.Hour; elapsed += time.Second {
@@ -491,7 +517,7 @@ func TestSharedLongOutageKeepsProbing(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	l := ratelimit.Limit{Rate: 50, Burst: 50}
 	id := subID(t)
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	s := newShared(t, n, fake, ratelimit.Options{})
 	last := time.Duration(0)
 	for elapsed := time.Duration(0); elapsed < time.Hour; elapsed += time.Second {
@@ -522,7 +548,7 @@ func TestSharedUnlimited(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			id := subID(t)
-			fake := clock.NewFake(time.Now())
+			fake := newFake()
 			a := newShared(t, n, fake, ratelimit.Options{})
 			b := newShared(t, n, fake, ratelimit.Options{})
 			for i := range 5000 {
@@ -547,11 +573,11 @@ func TestSharedUnlimited(t *testing.T) {
 			wantHold(t, "a", reserve(t, a, id, l), ratelimit.Paused, time.Second, time.Millisecond)
 			testutil.Eventually(t, func() bool { return reserve(t, b, id, l).Hold == ratelimit.Paused },
 				"b, within its lease, never learnt of a's pause")
-			wantHold(t, "b", reserve(t, b, id, l), ratelimit.Paused, time.Second, crossRelay)
+			wantHold(t, "b", reserve(t, b, id, l), ratelimit.Paused, time.Second, skew(fake))
 			if st := b.Stats(); st.Writes != 0 || st.Reads != 0 {
 				t.Errorf("b: %+v, want no KV operation", st)
 			}
-			fake.Advance(time.Second + crossRelay)
+			fake.Advance(time.Second + skew(fake))
 			wantGo(t, "a after the pause", reserve(t, a, id, l))
 			wantGo(t, "b after the pause", reserve(t, b, id, l))
 		})
@@ -567,7 +593,7 @@ func TestSharedWithoutItsWatchReadsEntries(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	id := subID(t)
 	l := ratelimit.Limit{}
-	fake := clock.NewFake(time.Now())
+	fake := newFake()
 	a := newShared(t, n, fake, ratelimit.Options{})
 	b, err := ratelimit.NewShared(testutil.Context(t), n.JS, ratelimit.Options{Clock: fake, CalibrateEvery: -1})
 	if err != nil {
@@ -576,7 +602,7 @@ func TestSharedWithoutItsWatchReadsEntries(t *testing.T) {
 	wantGo(t, "b", reserve(t, b, id, l))
 	observe(t, a, id, l, ratelimit.Result{PauseFor: time.Second})
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, crossRelay)
+	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, skew(fake))
 	if st := b.Stats(); st.Reads != 2 {
 		t.Errorf("b: %+v, want a read per lease", st)
 	}
