@@ -119,8 +119,10 @@ wait:
 		return 0, fmt.Errorf("backlog: purging what was evicted of %s: %w", victim, perr)
 	}
 	g.mu.Lock()
-	g.counts[victim] -= min(g.counts[victim], uint64(stored))
-	g.held[victim] -= min(g.held[victim], uint64(stored))
+	if g.counts != nil && g.held != nil { // nil: a read since found nobody near a bound
+		g.counts[victim] -= min(g.counts[victim], uint64(stored))
+		g.held[victim] -= min(g.held[victim], uint64(stored))
+	}
 	g.mu.Unlock()
 	for range stored {
 		g.cfg.Metrics.DeadLettered(victim, deadletter.Backlog)
