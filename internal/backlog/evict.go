@@ -2,8 +2,10 @@ package backlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,9 +19,6 @@ import (
 // also bounds their bytes.
 const evictMost = 1024
 
-// evictWait bounds the wait for one eviction's PubAcks.
-const evictWait = 10 * time.Second
-
 // Evict makes room in a DELIVERIES at least [EvictFrom] full: it
 // dead-letters, oldest first and with reason backlog, the held backlog
 // (overflow) of the paused or disabled subscriber furthest over its fair
@@ -27,7 +26,9 @@ const evictWait = 10 * time.Second
 // disabled subscriber's: nothing brings its overflow back meanwhile, so no
 // delivery is both sent and dead-lettered. Each dead letter's Nats-Msg-Id is
 // dlq.<DELIVERIES sequence>, as a lane's, so relays evicting together, or
-// one that dies before its purge, store one entry a message. It returns how
+// one that dies before its purge, store one entry a message; and it works
+// as a refill does (overflow.Refiller, every message settled by its dead
+// letter), under the subscriber's refill lease. It returns how
 // many it dead-lettered. [Gauge.Run] calls it after each read.
 func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	g.mu.Lock()
@@ -69,68 +70,47 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	n := min(int(excess)+1, evictMost, int(heldNow))
-	msgs, err := overflow.Read(ctx, g.cfg.JS.Conn(), victim, 0, n)
-	if err != nil || len(msgs) == 0 {
-		return 0, err
-	}
 	why := fmt.Sprintf("evicted from overflow: DELIVERIES was %.0f%% full and subscriber %s held %.0f more than its fair share of %.0f",
 		100*full, victim, excess, share)
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
-	var failed error
-	for _, m := range msgs {
-		d := deadletter.Death{Subscriber: victim, Reason: deadletter.Backlog, LastError: why, OriginSeq: m.Seq,
-			OriginSubject: overflow.Subject(victim)}
-		d.Attempts, _ = strconv.Atoi(m.Header.Get(streams.HeaderAttempt))
-		if t, err := time.Parse(time.RFC3339Nano, m.Header.Get(streams.HeaderFirstAttemptAt)); err == nil {
-			d.FirstAttemptAt = t
+	// A refill whose every message is settled by its dead letter: it reads
+	// the oldest, stores each DLQ copy, purges the prefix stored, and holds
+	// the subscriber's refill lease meanwhile.
+	var stored atomic.Int64
+	r, err := overflow.NewRefiller(ctx, g.cfg.JS, func(_ string, m overflow.Msg) func(context.Context) error {
+		return func(ctx context.Context) error {
+			d := deadletter.Death{Subscriber: victim, Reason: deadletter.Backlog, LastError: why, OriginSeq: m.Seq,
+				OriginSubject: overflow.Subject(victim)}
+			d.Attempts, _ = strconv.Atoi(m.Header.Get(streams.HeaderAttempt))
+			if t, err := time.Parse(time.RFC3339Nano, m.Header.Get(streams.HeaderFirstAttemptAt)); err == nil {
+				d.FirstAttemptAt = t
+			}
+			if err := deadletter.Publish(ctx, g.cfg.JS, m.Data, m.Header, d); err != nil {
+				return err
+			}
+			stored.Add(1)
+			return nil
 		}
-		f, perr := deadletter.PublishAsync(g.cfg.JS, m.Data, m.Header, d)
-		if perr != nil {
-			failed = perr
-			break
+	})
+	if err != nil {
+		return 0, fmt.Errorf("backlog: evicting %s: %w", victim, err)
+	}
+	_, _, _, err = r.Refill(ctx, victim, overflow.Subject(victim), 0, n)
+	evicted := int(stored.Load())
+	if evicted > 0 {
+		g.mu.Lock()
+		if g.counts != nil && g.held != nil { // nil: a read since found nobody near a bound
+			g.counts[victim] -= min(g.counts[victim], uint64(evicted))
+			g.held[victim] -= min(g.held[victim], uint64(evicted))
 		}
-		futures = append(futures, f)
-	}
-	stored := 0
-	timeout := time.NewTimer(evictWait)
-	defer timeout.Stop()
-wait:
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-			stored++
-		case failed = <-f.Err():
-			break wait
-		case <-timeout.C:
-			failed = fmt.Errorf("no PubAck within %v", evictWait)
-			break wait
-		case <-ctx.Done():
-			failed = ctx.Err()
-			break wait
+		g.mu.Unlock()
+		for range evicted {
+			g.cfg.Metrics.DeadLettered(victim, deadletter.Backlog)
 		}
+		g.log.Warn("backlog: DELIVERIES is nearly full; dead-lettered the oldest of a subscriber's held backlog",
+			"subscriber", victim, "dead_lettered", evicted, "fair_share", int(share))
 	}
-	if stored == 0 {
-		return 0, fmt.Errorf("backlog: evicting %s: %w", victim, failed)
+	if err != nil && !errors.Is(err, overflow.ErrLeased) {
+		return evicted, fmt.Errorf("backlog: evicting %s: %w", victim, err)
 	}
-	if perr := deliveries.Purge(ctx, jetstream.WithPurgeSubject(overflow.Subject(victim)),
-		jetstream.WithPurgeSequence(msgs[stored-1].Seq+1)); perr != nil {
-		// The dead letters are stored: the next eviction reads the same
-		// messages and stores nothing new for them.
-		return 0, fmt.Errorf("backlog: purging what was evicted of %s: %w", victim, perr)
-	}
-	g.mu.Lock()
-	if g.counts != nil && g.held != nil { // nil: a read since found nobody near a bound
-		g.counts[victim] -= min(g.counts[victim], uint64(stored))
-		g.held[victim] -= min(g.held[victim], uint64(stored))
-	}
-	g.mu.Unlock()
-	for range stored {
-		g.cfg.Metrics.DeadLettered(victim, deadletter.Backlog)
-	}
-	g.log.Warn("backlog: DELIVERIES is nearly full; dead-lettered the oldest of a subscriber's held backlog",
-		"subscriber", victim, "dead_lettered", stored, "fair_share", int(share))
-	if failed != nil {
-		return stored, fmt.Errorf("backlog: evicting %s: %w", victim, failed)
-	}
-	return stored, nil
+	return evicted, nil
 }
