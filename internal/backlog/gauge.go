@@ -282,7 +282,7 @@ func countSubjects(ctx context.Context, s jetstream.Stream, filter string, count
 		return fmt.Errorf("backlog: counting %s: %w", filter, err)
 	}
 	for subject, n := range info.State.Subjects {
-		id, ok := subscriberOf(subject)
+		id, ok := streams.SubjectToken(subject, 2)
 		if !ok || n == 0 {
 			continue
 		}
@@ -292,21 +292,6 @@ func countSubjects(ctx context.Context, s jetstream.Stream, filter string, count
 		}
 	}
 	return nil
-}
-
-// subscriberOf returns the third token of a subject of DELIVERIES or
-// RETRIES, the subscriber's id.
-func subscriberOf(subject string) (string, bool) {
-	_, rest, ok := strings.Cut(subject, ".")
-	if !ok {
-		return "", false
-	}
-	_, rest, ok = strings.Cut(rest, ".")
-	if !ok || rest == "" {
-		return "", false
-	}
-	id, _, _ := strings.Cut(rest, ".")
-	return id, id != ""
 }
 
 // Admit decides what becomes of one copy of size bytes for sub, and counts

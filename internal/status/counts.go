@@ -114,7 +114,7 @@ func (r *reader) counts(ctx context.Context, sc scope) (counts, error) {
 	for subject, n := range info.State.Subjects {
 		if id, ok := strings.CutPrefix(subject, overflow.Prefix); ok {
 			c.overflow[id] += n
-		} else if id, ok := token(subject, 2); ok {
+		} else if id, ok := streams.SubjectToken(subject, 2); ok {
 			c.queued[id] += n
 		}
 	}
@@ -130,7 +130,7 @@ func (r *reader) counts(ctx context.Context, sc scope) (counts, error) {
 		}
 		var allDue uint64
 		for subject, n := range due.State.Subjects {
-			if id, ok := token(subject, 2); ok {
+			if id, ok := streams.SubjectToken(subject, 2); ok {
 				c.due[id] += n
 			}
 			allDue += n
@@ -152,8 +152,8 @@ func (r *reader) counts(ctx context.Context, sc scope) (counts, error) {
 	}
 	c.dlqFirst, c.dlqLast = dlq.State.FirstSeq, dlq.State.LastSeq
 	for subject, n := range dlq.State.Subjects {
-		id, ok := token(subject, 1)
-		reason, rok := token(subject, 2)
+		id, ok := streams.SubjectToken(subject, 1)
+		reason, rok := streams.SubjectToken(subject, 2)
 		if !ok || !rok {
 			continue
 		}
@@ -163,17 +163,6 @@ func (r *reader) counts(ctx context.Context, sc scope) (counts, error) {
 		c.dead[id][reason] += n
 	}
 	return c, nil
-}
-
-// token returns the i-th dot-separated token of subject, counted from zero,
-// and whether subject has one. A subject too short was not written by relay
-// and is left out of every count.
-func token(subject string, i int) (string, bool) {
-	parts := strings.SplitN(subject, ".", i+2)
-	if len(parts) <= i || parts[i] == "" {
-		return "", false
-	}
-	return parts[i], true
 }
 
 // subjectTotalRequest is a stream info request that asks how many subjects
