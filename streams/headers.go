@@ -1,7 +1,9 @@
 package streams
 
 import (
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -71,4 +73,22 @@ func CopyHeader(h nats.Header, extra int) nats.Header {
 		}
 	}
 	return out
+}
+
+// AttemptsOf reads the attempts a delivery has had and when the first
+// started, from the Relay-Attempt and Relay-First-Attempt-At it rides with:
+// 0 and the zero time for a fresh one, or for values relay did not write (a
+// negative or unreadable count).
+func AttemptsOf(h nats.Header) (attempts int, firstAt time.Time) {
+	// Most deliveries carry neither header: a parse of "" would build an
+	// error for each of them.
+	if v := h.Get(HeaderAttempt); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			attempts = n
+		}
+	}
+	if v := h.Get(HeaderFirstAttemptAt); v != "" {
+		firstAt, _ = time.Parse(time.RFC3339Nano, v)
+	}
+	return attempts, firstAt
 }

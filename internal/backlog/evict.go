@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -80,10 +78,7 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 		return func(ctx context.Context) error {
 			d := deadletter.Death{Subscriber: victim, Reason: deadletter.Backlog, LastError: why, OriginSeq: m.Seq,
 				OriginSubject: overflow.Subject(victim)}
-			d.Attempts, _ = strconv.Atoi(m.Header.Get(streams.HeaderAttempt))
-			if t, err := time.Parse(time.RFC3339Nano, m.Header.Get(streams.HeaderFirstAttemptAt)); err == nil {
-				d.FirstAttemptAt = t
-			}
+			d.Attempts, d.FirstAttemptAt = streams.AttemptsOf(m.Header)
 			if err := deadletter.Publish(ctx, g.cfg.JS, m.Data, m.Header, d); err != nil {
 				return err
 			}

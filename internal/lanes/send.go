@@ -74,7 +74,7 @@ func newDelivery(msg jetstream.Msg) delivery {
 		d.redelivered = md.NumDelivered > 1
 	}
 	h := msg.Headers()
-	d.attempts, d.firstAt = attemptsOf(h)
+	d.attempts, d.firstAt = streams.AttemptsOf(h)
 	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
 		d.deadline, _ = time.Parse(time.RFC3339Nano, v)
 	}
@@ -84,23 +84,6 @@ func newDelivery(msg jetstream.Msg) delivery {
 	d.broughtBack = h.Get(streams.HeaderOverflowSeq) != ""
 	d.moved = retry.Moved(h)
 	return d
-}
-
-// attemptsOf reads the attempts a delivery's copy says were made
-// (Relay-Attempt; a value that is not a positive count is none) and when
-// the first was (Relay-First-Attempt-At, zero before it).
-func attemptsOf(h nats.Header) (attempts int, firstAt time.Time) {
-	// Most deliveries carry neither header: a parse of "" would build an
-	// error for each of them.
-	if v := h.Get(streams.HeaderAttempt); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			attempts = n
-		}
-	}
-	if v := h.Get(streams.HeaderFirstAttemptAt); v != "" {
-		firstAt, _ = time.Parse(time.RFC3339Nano, v)
-	}
-	return attempts, firstAt
 }
 
 // dueBy reports whether a delivery may still be sent at now: not past its
@@ -443,7 +426,7 @@ func (e *engine) lateInOverflow(id string, m overflow.Msg) func(context.Context)
 	}
 	return func(ctx context.Context) error {
 		death := deadletter.Death{Reason: deadletter.Deadline, OriginSeq: m.Seq}
-		death.Attempts, death.FirstAttemptAt = attemptsOf(m.Header)
+		death.Attempts, death.FirstAttemptAt = streams.AttemptsOf(m.Header)
 		return e.deadLetter(ctx, id, m.Data, m.Header, death)
 	}
 }

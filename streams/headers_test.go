@@ -1,4 +1,4 @@
-package lanes
+package streams_test
 
 import (
 	"testing"
@@ -35,7 +35,7 @@ func TestAttemptsOf(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			attempts, firstAt := attemptsOf(tt.header)
+			attempts, firstAt := streams.AttemptsOf(tt.header)
 			require.Equal(t, tt.attempts, attempts)
 			require.True(t, tt.firstAt.Equal(firstAt), "first attempt at %v, want %v", firstAt, tt.firstAt)
 		})
@@ -47,6 +47,6 @@ func TestAttemptsOf(t *testing.T) {
 // Not parallel: testing.AllocsPerRun refuses to run in a parallel test.
 func TestAttemptsOfFreshDoesNotAllocate(t *testing.T) {
 	fresh := nats.Header{streams.HeaderEventID: {"evt_1"}}
-	allocs := testing.AllocsPerRun(100, func() { attemptsOf(fresh) })
+	allocs := testing.AllocsPerRun(100, func() { streams.AttemptsOf(fresh) })
 	require.Zero(t, allocs, "a fresh delivery's headers are read without an allocation")
 }
