@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -78,6 +79,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts the dead letters of [Gauge.Evict]; may be nil.
 	Metrics Metrics
+	// Clock tells whether a timed pause is still on. Defaults to
+	// clock.Real.
+	Clock clock.Clock
 }
 
 // Metrics is what the gauge reports to: *metrics.Metrics.
@@ -142,6 +146,9 @@ func New(cfg Config) (*Gauge, error) {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
 	}
 	return &Gauge{cfg: cfg, log: log, since: map[string]uint64{}}, nil
 }
@@ -233,7 +240,7 @@ func (g *Gauge) read(ctx context.Context) (reading, error) {
 	}
 	r.retriesMsgs = retries.CachedInfo().State.Msgs
 	all := g.cfg.Subscribers.All()
-	now := time.Now()
+	now := g.cfg.Clock.Now()
 	r.idle = map[string]bool{}
 	smallest := uint64(subscribers.DefaultMaxBacklog)
 	for _, s := range all {

@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config) error {
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
 	if cfg.Backlog == nil {
-		gauge, err := backlog.New(backlog.Config{JS: cfg.JS, Subscribers: cfg.Subscribers, Logger: log, Metrics: cfg.Metrics})
+		gauge, err := backlog.New(backlog.Config{JS: cfg.JS, Subscribers: cfg.Subscribers, Logger: log, Metrics: cfg.Metrics, Clock: cfg.Clock})
 		if err != nil {
 			return fmt.Errorf("fanout: %w", err)
 		}
