@@ -1,0 +1,7 @@
+package retention
+
+import "context"
+
+// Pass makes one pass of k, as Run does every Interval, and returns the
+// sequence it purged below (0: none).
+func Pass(ctx context.Context, k *Keeper) (uint64, error) { return k.pass(ctx) }

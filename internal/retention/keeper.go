@@ -1,0 +1,226 @@
+// Package retention keeps EVENTS to its age without ever losing an event the
+// fan-out has not copied.
+//
+// JetStream's own max_age deletes an event at that age whether or not the
+// fan-out has copied it: a fan-out held back long enough (DELIVERIES full,
+// relay stopped for a week) would lose events JetStream had accepted, and
+// nothing would say so. So EVENTS has no max_age of its own, and a [Keeper]
+// in every `relay run` purges it instead, about once a minute ([Interval]):
+// of the events older than the age (`relay run --events-max-age`), but
+// never of one at or above the fan-out consumer's ack floor + 1. The fan-out
+// acknowledges an event only once every copy and dead letter of it is stored,
+// so every event below that bound has been copied; one it has not
+// acknowledged stays, whatever its age, until it has.
+//
+// A pass costs the same few requests whatever EVENTS holds: the fan-out
+// consumer's info (its ack floor), one message get by time (the first event
+// young enough to keep) and, when there is something new to remove, one
+// purge below a sequence.
+package retention
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/clock"
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/streams"
+)
+
+// Interval is how often a Keeper purges EVENTS. An event the fan-out copied
+// in time outlives the age by at most about this much; a pass costs a few
+// requests whatever EVENTS holds, so a minute keeps both the cost and the
+// overshoot negligible against an age of days.
+const Interval = time.Minute
+
+// passTimeout bounds one pass. A pass that fails is logged and made again
+// at the next tick: what it did not purge stays one more interval.
+const passTimeout = 30 * time.Second
+
+// msgGetSubject is the JetStream API's message get on EVENTS, answered by
+// the stream's leader. A direct get would take the same request, but EVENTS
+// does not allow direct gets, and the leader sees every write.
+const msgGetSubject = "$JS.API.STREAM.MSG.GET." + streams.Events
+
+// ErrConfig is returned by [New] for a Config missing a required field.
+var ErrConfig = errors.New("retention: invalid config")
+
+// Config wires a Keeper.
+type Config struct {
+	// JS is the JetStream context; required.
+	JS jetstream.JetStream
+	// MaxAge is how long EVENTS keeps an event the fan-out has copied
+	// (`relay run --events-max-age`); required, more than zero.
+	MaxAge time.Duration
+	// Clock tells the time the age is counted to; defaults to the real
+	// one. The events' times are the server's: a host clock off by a
+	// minute moves the cutoff by a minute, never past the fan-out's ack
+	// floor.
+	Clock clock.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Keeper purges EVENTS of the events older than its age that the fan-out
+// has copied. One runs in every `relay run`; several at once are safe (see
+// [Keeper.pass]).
+type Keeper struct {
+	js     jetstream.JetStream
+	maxAge time.Duration
+	clock  clock.Clock
+	log    *slog.Logger
+	// stream is EVENTS, looked up by the first pass that purges.
+	stream jetstream.Stream
+	// purged is the sequence this keeper last purged below: a pass that
+	// would purge no further sends no purge.
+	purged uint64
+}
+
+// New returns a Keeper for cfg; [ErrConfig] when JS is missing or MaxAge is
+// not positive.
+func New(cfg Config) (*Keeper, error) {
+	if cfg.JS == nil {
+		return nil, fmt.Errorf("%w: no JetStream context", ErrConfig)
+	}
+	if cfg.MaxAge <= 0 {
+		return nil, fmt.Errorf("%w: max age %s, want more than zero", ErrConfig, cfg.MaxAge)
+	}
+	k := &Keeper{js: cfg.JS, maxAge: cfg.MaxAge, clock: cfg.Clock, log: cmp.Or(cfg.Logger, slog.Default())}
+	if k.clock == nil {
+		k.clock = clock.Real
+	}
+	return k, nil
+}
+
+// Run makes a pass at once and then every [Interval] until ctx is
+// cancelled, in the caller's goroutine. A pass that fails is logged at Warn
+// and made again at the next tick.
+func (k *Keeper) Run(ctx context.Context) {
+	for {
+		passCtx, cancel := context.WithTimeout(ctx, passTimeout)
+		_, err := k.pass(passCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			k.log.Warn("retention: EVENTS not purged this time; trying again in a minute", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.clock.After(Interval):
+		}
+	}
+}
+
+// pass purges EVENTS below the first event it must keep: the first one
+// younger than the age, or the first the fan-out has not acknowledged,
+// whichever comes first. It returns that sequence when it purged below it,
+// else 0. Without the fan-out consumer (no relay has run yet) it purges
+// nothing.
+//
+// Several keepers may pass at once (a relay each): each purges below a
+// sequence that is safe by what it read, and a purge below a sequence that
+// another purge has already passed removes nothing and changes nothing, so
+// two keepers purging below the same sequence, or one below a lower one
+// after another, leave EVENTS as one would
+// (TestConcurrentKeepersPurgeAsOne).
+func (k *Keeper) pass(ctx context.Context) (uint64, error) {
+	cutoff := k.clock.Now().Add(-k.maxAge)
+	cons, err := k.js.Consumer(ctx, streams.Events, fanout.ConsumerName)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("retention: reading the fan-out's ack floor on %s: %w", streams.Events, err)
+	}
+	info := cons.CachedInfo()
+	// Every event up to the ack floor was acknowledged by the fan-out, and
+	// it acknowledges one only once every copy and dead letter is stored.
+	// An ack the consumer's leader took and lost before its followers had
+	// it does not change that: the copies were stored before the ack.
+	copied := info.AckFloor.Stream + 1
+	young, found, err := k.firstSince(ctx, cutoff)
+	if err != nil {
+		return 0, err
+	}
+	below := copied
+	if found && young < below {
+		below = young
+	}
+	if (found && young > copied) || (!found && info.NumPending+uint64(info.NumAckPending) > 0) {
+		k.log.Warn(fmt.Sprintf("retention: %s keeps events older than %s that the fan-out has not copied yet, from sequence %d: they go once copied",
+			streams.Events, k.maxAge, copied))
+	}
+	if below <= 1 || below <= k.purged {
+		return 0, nil
+	}
+	if k.stream == nil {
+		s, err := k.js.Stream(ctx, streams.Events)
+		if err != nil {
+			return 0, fmt.Errorf("retention: looking up %s: %w", streams.Events, err)
+		}
+		if own := s.CachedInfo().Config.MaxAge; own > k.maxAge {
+			k.log.Warn(fmt.Sprintf("retention: %s has its own max_age %s, longer than the %s relay keeps events the fan-out has copied: those go at %s (relay run --events-max-age to keep them longer)",
+				streams.Events, own, k.maxAge, k.maxAge))
+		}
+		k.stream = s
+	}
+	if err := k.stream.Purge(ctx, jetstream.WithPurgeSequence(below)); err != nil {
+		return 0, fmt.Errorf("retention: purging %s below sequence %d: %w", streams.Events, below, err)
+	}
+	k.purged = below
+	k.log.Debug("retention: purged "+streams.Events, "below_seq", below, "older_than", cutoff.UTC().Format(time.RFC3339))
+	return below, nil
+}
+
+// msgGetRequest asks for the first message stored at or after StartTime.
+// NextFor ">" makes the server step over a message deleted since it found
+// it by time (a plain get would answer "not found" then), and costs nothing
+// more: it matches every subject, which the server knows without a look.
+type msgGetRequest struct {
+	StartTime time.Time `json:"start_time"`
+	NextFor   string    `json:"next_by_subj"`
+	NoHeaders bool      `json:"no_hdr"`
+}
+
+// msgGetResponse is the part of the server's answer a keeper reads.
+type msgGetResponse struct {
+	Error   *jetstream.APIError `json:"error"`
+	Message *struct {
+		Sequence uint64 `json:"seq"`
+	} `json:"message"`
+}
+
+// firstSince returns the sequence of the first event stored at or after t,
+// and false when every event was stored before it (or EVENTS is empty).
+// One request, whatever EVENTS holds: the server finds it by a binary
+// search of its blocks' times.
+func (k *Keeper) firstSince(ctx context.Context, t time.Time) (uint64, bool, error) {
+	req, err := json.Marshal(msgGetRequest{StartTime: t.UTC(), NextFor: ">", NoHeaders: true})
+	if err != nil {
+		return 0, false, fmt.Errorf("retention: %w", err)
+	}
+	msg, err := k.js.Conn().RequestWithContext(ctx, msgGetSubject, req)
+	if err != nil {
+		return 0, false, fmt.Errorf("retention: finding the first event of %s since %s: %w", streams.Events, t.UTC().Format(time.RFC3339), err)
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, false, fmt.Errorf("retention: reading the answer to a message get on %s: %w", streams.Events, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, false, nil
+	case resp.Error != nil:
+		return 0, false, fmt.Errorf("retention: finding the first event of %s since %s: %w", streams.Events, t.UTC().Format(time.RFC3339), resp.Error)
+	case resp.Message == nil || resp.Message.Sequence == 0:
+		return 0, false, fmt.Errorf("retention: a message get on %s answered no message and no error", streams.Events)
+	}
+	return resp.Message.Sequence, true, nil
+}
