@@ -55,9 +55,12 @@ type Config struct {
 	// shed remembers the verdicts of events not yet acked; Run makes it.
 	shed *shedMemory
 	// Horizon is how far past its publication an event may be due
-	// (Relay-Deliver-At): EVENTS' max age, which Run reads when it is zero.
-	// A copy due later would outlive the event it came from, so it is
-	// dead-lettered as expired at once instead of being held.
+	// (Relay-Deliver-At): the age past which relay purges EVENTS of the
+	// events it has copied (relay run --events-max-age; zero: none). Run
+	// lowers it to EVENTS' own max_age when an operator set a shorter one,
+	// and takes that when Horizon is zero. A copy due later would outlive
+	// the event it came from, so it is dead-lettered as expired at once
+	// instead of being held.
 	Horizon time.Duration
 	// Clock decides whether an event is due yet; defaults to the real one.
 	Clock clock.Clock
@@ -101,16 +104,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real
 	}
-	if cfg.Horizon == 0 {
-		stream, err := cfg.JS.Stream(ctx, streams.Events)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("fanout: reading EVENTS' max age: %w", err)
+	stream, err := cfg.JS.Stream(ctx, streams.Events)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
-		cfg.Horizon = stream.CachedInfo().Config.MaxAge
+		return fmt.Errorf("fanout: reading EVENTS' max age: %w", err)
 	}
+	cfg.Horizon = horizon(cfg.Horizon, stream.CachedInfo().Config.MaxAge)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -163,6 +164,19 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxAckPending: 8192,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}, 512, log, func(msg jetstream.Msg) { in <- msg })
+}
+
+// horizon is the shorter of the two ages that bound how long EVENTS keeps an
+// event: relay's own purge (retention) and EVENTS' max_age, each zero when
+// not set; zero when neither is.
+func horizon(retention, maxAge time.Duration) time.Duration {
+	switch {
+	case retention <= 0:
+		return max(maxAge, 0)
+	case maxAge <= 0:
+		return retention
+	}
+	return min(retention, maxAge)
 }
 
 // inBuffer is how many pulled events may wait for the copier.

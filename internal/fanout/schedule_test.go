@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -33,8 +35,8 @@ func timeHeader(h nats.Header, name string) time.Time {
 // subscriber, firing on the subscriber's due subject at its
 // Relay-Deliver-At; one due already, or with a deliver-at that does not
 // parse, goes to the lane at once; one due at or after its deadline, or
-// further ahead than EVENTS keeps an event, is dead-lettered expired at
-// once. A subscriber's --deadline-after is stamped only on copies of events
+// further ahead than EVENTS keeps an event (the Horizon relay run gives,
+// --events-max-age), is dead-lettered expired at once. A subscriber's --deadline-after is stamped only on copies of events
 // without a Relay-Deadline of their own, measured from the due time.
 func TestRunHoldsEventsUntilTheyAreDue(t *testing.T) {
 	b := sub("b")
@@ -62,7 +64,7 @@ func TestRunHoldsEventsUntilTheyAreDue(t *testing.T) {
 		}
 		last = publish(t, e.n.JS, "order.paid", []byte(`{}`), h)
 	}
-	e.start(t)
+	e.start(t, func(c *fanout.Config) { c.Horizon = 7 * 24 * time.Hour })
 	waitFannedOut(t, e.n.JS, last)
 
 	lane := stored(t, e.n.JS, streams.Deliveries)
@@ -108,4 +110,33 @@ func TestRunHoldsEventsUntilTheyAreDue(t *testing.T) {
 	published := timeHeader(lane["plain.b"].Header, streams.HeaderPublishedAt)
 	assert.Equal(t, published.Add(time.Hour), timeHeader(lane["plain.b"].Header, streams.HeaderDeadline), "plain: from its publication")
 	assert.Empty(t, lane["plain.a"].Header.Get(streams.HeaderDeadline))
+}
+
+// TestHorizonIsTheShorterOfRelaysAgeAndEventsMaxAge: an operator's max_age
+// on EVENTS shorter than relay's own age (Horizon) bounds how far ahead an
+// event may be due: JetStream deletes the event at it.
+func TestHorizonIsTheShorterOfRelaysAgeAndEventsMaxAge(t *testing.T) {
+	e := newEnv(t, sub("a"))
+	ctx := testutil.Context(t)
+	s, err := e.n.JS.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxAge = 48 * time.Hour
+	_, err = e.n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	at := func(d time.Duration) nats.Header {
+		return nats.Header{streams.HeaderDeliverAt: {now.Add(d).Format(time.RFC3339Nano)}}
+	}
+	for id, h := range map[string]nats.Header{"in-a-day": at(24 * time.Hour), "in-three-days": at(72 * time.Hour)} {
+		h[nats.MsgIdHdr] = []string{id}
+		publish(t, e.n.JS, "order.paid", []byte(`{}`), h)
+	}
+	e.start(t, func(c *fanout.Config) { c.Horizon = 7 * 24 * time.Hour })
+	waitFannedOut(t, e.n.JS, 2)
+
+	require.Contains(t, stored(t, e.n.JS, streams.Retries), "in-a-day.a", "the copy due within EVENTS' max_age is not held")
+	dead := stored(t, e.n.JS, streams.DLQ)["dlq.fanout.in-three-days.a"]
+	require.NotNil(t, dead, "the copy due past EVENTS' max_age is not dead-lettered")
+	assert.Contains(t, dead.Header.Get(streams.HeaderLastError), "more than EVENTS' max age (48h0m0s)")
 }
