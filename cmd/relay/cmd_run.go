@@ -25,6 +25,7 @@ import (
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/retention"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
@@ -42,6 +43,11 @@ const defaultSharedLanes = 16
 // defaultDLQMaxAge is how long a new DLQ keeps dead letters: a month to
 // notice, fix and replay.
 const defaultDLQMaxAge = 30 * 24 * time.Hour
+
+// defaultEventsMaxAge is how long EVENTS keeps an event the fan-out has
+// copied when --events-max-age is not given: the 7 days EVENTS' own max_age
+// kept every event, copied or not, before relay purged EVENTS itself.
+const defaultEventsMaxAge = 7 * 24 * time.Hour
 
 // maxAckWait bounds --ack-wait, and is its default. A relay that crashes
 // right after a write (a copy, a dead letter) and before its ack has the
@@ -72,6 +78,9 @@ type runFlags struct {
 	// dlqMaxAge is --dlq-max-age when given, else 0: keep the age of a DLQ
 	// stream that exists.
 	dlqMaxAge time.Duration
+	// eventsMaxAge is --events-max-age: how long EVENTS keeps an event the
+	// fan-out has copied (internal/retention).
+	eventsMaxAge time.Duration
 	// ready, when set (by tests), is called once the relay consumes, with
 	// the client URL of the NATS server and the metrics address.
 	ready func(natsURL string, metricsAddr net.Addr)
@@ -92,6 +101,10 @@ Stops cleanly on SIGINT or SIGTERM: deliveries in flight finish or are handed
 back to JetStream, nothing is lost. A second SIGINT or SIGTERM ends it at once
 (exit 130 or 143): what it holds is handed back, requests in flight are
 abandoned and their messages handed back too.
+
+EVENTS keeps an event --events-max-age after it was stored, and for as long
+as the fan-out has not copied it: relay purges EVENTS itself, never of an
+event the fan-out has not copied.
 
 On its embedded server it locks --data (the file relay.lock in it): a second
 relay run on the same directory exits 1 at once, naming the process that
@@ -118,6 +131,7 @@ holds it.`,
 	fl.DurationVar(&f.ackWait, "ack-wait", maxAckWait, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed (1s to 1m)")
 	fl.IntVar(&f.maxRequests, "max-requests", lanes.DefaultMaxRequests, "most HTTP requests in flight over all subscribers, shared fairly among them (0: unlimited)")
 	fl.DurationVar(&f.dlqMaxAge, "dlq-max-age", defaultDLQMaxAge, "how long dead letters are kept; a DLQ that exists keeps its age (nats stream edit DLQ --max-age) unless this is given")
+	fl.DurationVar(&f.eventsMaxAge, "events-max-age", defaultEventsMaxAge, "how long EVENTS keeps an event the fan-out has copied; one it has not copied stays until it has (at least the 2m duplicate window)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", lanes.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may finish; those still open then are abandoned and their messages handed back (0: at once)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -152,6 +166,10 @@ func (f *runFlags) validate() (slog.Level, error) {
 	if f.ackWait < time.Second || f.ackWait > maxAckWait {
 		return level, usagef("--ack-wait: must be between 1s and %s, half the streams' %s duplicate window, so that a crashed relay's last write, made again, is still dropped as a duplicate; got %s",
 			maxAckWait, streams.DuplicateWindow, f.ackWait)
+	}
+	if f.eventsMaxAge < streams.DuplicateWindow {
+		return level, usagef("--events-max-age: must be at least %s, EVENTS' duplicate window (as JetStream requires of a max age), got %s",
+			streams.DuplicateWindow, f.eventsMaxAge)
 	}
 	if f.shutdownTimeout < 0 {
 		return level, usagef("--shutdown-timeout: must be 0 (abandon requests in flight at once) or more, got %s", f.shutdownTimeout)
@@ -318,6 +336,12 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return err
 	}
 	defer client.CloseIdleConnections()
+	// The keeper purges EVENTS of the events older than --events-max-age
+	// that the fan-out has copied, never of another.
+	keeper, err := retention.New(retention.Config{JS: js, MaxAge: f.eventsMaxAge, Logger: log})
+	if err != nil {
+		return err
+	}
 
 	var metricsAddr net.Addr
 	var wg conc.WaitGroup
@@ -341,9 +365,10 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() {
 		errs <- fanout.Run(runCtx, fanout.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log, Metrics: m,
-			Backlogs: backlogs, Timeliness: timely,
+			Backlogs: backlogs, Timeliness: timely, Horizon: f.eventsMaxAge,
 		})
 	})
+	wg.Go(func() { keeper.Run(runCtx) })
 	wg.Go(func() {
 		errs <- retry.Move(runCtx, retry.MoverConfig{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log,
@@ -365,7 +390,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() { _ = limiter.Follow(runCtx, log) })
 	m.SetReady(true)
 	log.Info("relay running", "nats", url, "metrics", addrString(metricsAddr), "lanes", f.lanes,
-		"allow_private_targets", f.allowPrivate, "version", version)
+		"allow_private_targets", f.allowPrivate, "events_max_age", f.eventsMaxAge, "version", version)
 	if f.ready != nil {
 		f.ready(url, metricsAddr)
 	}

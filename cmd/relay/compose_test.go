@@ -377,6 +377,7 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			allowPrivate: r.bool("allow-private-targets"), logLevel: r.str("log-level"), maxPause: r.duration("max-pause"),
 			replicas: r.int("replicas"), ackWait: r.duration("ack-wait"), maxRequests: r.int("max-requests"),
 			logFormat: r.str("log-format"), dlqMaxAge: r.duration("dlq-max-age"), shutdownTimeout: r.duration("shutdown-timeout"),
+			eventsMaxAge: r.duration("events-max-age"),
 		}
 		natsURL := cmp.Or(r.str("nats"), env["NATS_URL"])
 		check = func() error {
