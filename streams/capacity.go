@@ -243,8 +243,13 @@ func warnLimits(log *slog.Logger, def, cfg jetstream.StreamConfig, askedAge bool
 		advisedBytes = advisedDeliveriesBytes
 	}
 	ageWhy := why
-	if cfg.Name == Deliveries {
+	switch cfg.Name {
+	case Deliveries:
 		ageWhy = "deliveries older than it are dropped without a dead letter"
+	case Events:
+		// relay run purges EVENTS itself, never of an event the fan-out
+		// has not copied; a max_age of EVENTS' own knows nothing of that.
+		ageWhy = "JetStream may delete events the fan-out has not copied yet, which relay run's own purge (--events-max-age) never does"
 	}
 	checks := []advice{
 		{"max_bytes", cfg.MaxBytes, advisedBytes, FormatBytes, why},

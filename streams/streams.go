@@ -51,6 +51,13 @@ const RefillLeaseTTL = 6 * time.Second
 // the window closes. `relay run --ack-wait` is bounded by it for that.
 const DuplicateWindow = 2 * time.Minute
 
+// oldEventsMaxAge is the max_age EVENTS.json gave EVENTS before relay kept
+// EVENTS' age itself (internal/retention): JetStream deleted an event at
+// that age whether or not the fan-out had copied it. An EVENTS found with
+// exactly this age is taken for relay's old definition, and [Ensure] sets it
+// to none; any other age is an operator's, and is kept.
+const oldEventsMaxAge = 7 * 24 * time.Hour
+
 // ErrInvalidReplicas is returned when a replica count JetStream cannot honour
 // is asked for.
 var ErrInvalidReplicas = errors.New("streams: replicas must be 1, 3 or 5")
@@ -98,7 +105,9 @@ type Options struct {
 // left (see [fit]). A stream that exists keeps its limits (max_bytes,
 // max_msgs, max_age), replicas and the rest as an operator set them; relay
 // puts back only the settings it relies on ([enforce]), and warns about a
-// limit tighter than it advises. It logs one line at Info with the sizes.
+// limit tighter than it advises. EVENTS' max_age is the one exception: the
+// age of relay's old definition ([oldEventsMaxAge]) is set to none, since
+// relay purges EVENTS itself. It logs one line at Info with the sizes.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if r := opts.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, r)
@@ -237,6 +246,13 @@ func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *
 		have = &s.CachedInfo().Config
 	}
 	cfg := enforce(def, *have, e.opts)
+	if def.Name == Events && have.MaxAge == oldEventsMaxAge {
+		// relay's own old definition, not an operator's choice: relay
+		// purges EVENTS itself now, and only of what the fan-out copied.
+		e.log.Info(fmt.Sprintf("streams: %s max_age %s was relay's old default: set to none; relay run purges %s itself of the events the fan-out has copied (--events-max-age)",
+			def.Name, have.MaxAge, def.Name))
+		cfg.MaxAge = 0
+	}
 	if cfg.MaxAge > 0 && cfg.MaxAge < cfg.Duplicates {
 		// JetStream refuses a duplicate window longer than the max age,
 		// and relay needs the window (see DuplicateWindow).

@@ -60,24 +60,8 @@ func TestPermissionsOfTheDocCoverEventsRetention(t *testing.T) {
 	}
 
 	// A clock a week past the last event: all three are older than the age.
-	fake := clock.NewFake(stored.Time.Add(defaultEventsMaxAge + time.Second))
-	var log testutil.Buffer
-	k, err := retention.New(retention.Config{JS: js, MaxAge: defaultEventsMaxAge, Clock: fake,
-		Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		k.Run(runCtx)
-	}()
-	testutil.Eventually(t, func() bool { return fake.Waiters() == 1 }, "the keeper made no pass")
-	cancel()
-	<-done
-	if strings.Contains(log.String(), "level=WARN") {
-		t.Fatalf("the keeper's pass failed:\n%s", log.String())
+	if log := keeperPass(t, js, stored.Time.Add(defaultEventsMaxAge+time.Second)); strings.Contains(log, "level=WARN") {
+		t.Fatalf("the keeper's pass failed:\n%s", log)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
@@ -85,5 +69,67 @@ func TestPermissionsOfTheDocCoverEventsRetention(t *testing.T) {
 	}
 	if info.State.Msgs != 0 || info.State.FirstSeq != last.Sequence+1 {
 		t.Fatalf("EVENTS holds %d events from %d after the pass, want none from %d", info.State.Msgs, info.State.FirstSeq, last.Sequence+1)
+	}
+}
+
+// keeperPass runs, as relay run does, a keeper of the default age whose
+// clock stands at now, until it has made its first pass, and returns its
+// log.
+func keeperPass(t *testing.T, js jetstream.JetStream, now time.Time) string {
+	t.Helper()
+	fake := clock.NewFake(now)
+	var log testutil.Buffer
+	k, err := retention.New(retention.Config{JS: js, MaxAge: defaultEventsMaxAge, Clock: fake,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testutil.Context(t))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.Run(ctx)
+	}()
+	testutil.Eventually(t, func() bool { return fake.Waiters() == 1 }, "the keeper made no pass")
+	cancel()
+	<-done
+	return log.String()
+}
+
+// TestRunTakesOverEventsOldDefaultAge: relay run on a cluster whose EVENTS
+// still has relay's old 7-day max_age sets it to none and says so once; an
+// operator's other max_age is kept, with a warning.
+func TestRunTakesOverEventsOldDefaultAge(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		have, want time.Duration
+		log        string
+	}{
+		{7 * 24 * time.Hour, 0, `level=INFO msg="streams: EVENTS max_age 168h0m0s was relay's old default: set to none`},
+		{30 * 24 * time.Hour, 30 * 24 * time.Hour, `level=WARN msg="streams: EVENTS has max_age 720h0m0s, under the unlimited relay advises: JetStream may delete events the fan-out has not copied yet`},
+	} {
+		n := testutil.StartRelayNATS(t)
+		ctx := testutil.Context(t)
+		s, err := n.JS.Stream(ctx, streams.Events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		cfg.MaxAge = c.have
+		if _, err := n.JS.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		r := startRelay(t, n.URL)
+		waitRunning(t, r)
+		if got := strings.Count(r.stderr.String(), c.log); got != 1 {
+			t.Errorf("max_age %s: %d lines %q, want 1:\n%s", c.have, got, c.log, r.stderr)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.MaxAge != c.want {
+			t.Errorf("EVENTS with max_age %s has %s after relay run started, want %s", c.have, info.Config.MaxAge, c.want)
+		}
 	}
 }
