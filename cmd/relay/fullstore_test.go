@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,8 +20,8 @@ import (
 // JetStream storage (max_file_store 32 MiB) with events: the publisher gets
 // JetStream's error once there is no room (nothing is acknowledged that is
 // not stored), relay delivers every event it had copied, and the events it
-// could not copy yet wait in EVENTS; once the operator makes room (purging
-// EVENTS up to what the fan-out has settled, as the README says) relay
+// could not copy yet wait in EVENTS; once relay's own purge of EVENTS makes
+// room (the events the fan-out copied having passed --events-max-age) relay
 // copies and delivers them by itself: no restart, no step on relay's side.
 func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
 	t.Parallel()
@@ -67,11 +68,22 @@ func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
 	}, "relay delivered %d of the %d events it copied while the store filled", distinctIDs(rcv), floor)
 	t.Logf("while full: %d copied and delivered, %d waiting in EVENTS", floor, acked-int(floor))
 
-	// The operator makes room without losing what waits: purge EVENTS up
-	// to the fan-out's ack floor. The rest, and the next events, go through.
+	// relay's own purge makes room without losing what waits: a keeper
+	// whose clock stands --events-max-age past the last event stored purges
+	// EVENTS of what the fan-out copied, and of nothing else. The rest, and
+	// the next events, go through.
 	events, err := js.Stream(ctx, streams.Events)
 	require.NoError(t, err)
-	require.NoError(t, events.Purge(ctx, jetstream.WithPurgeSequence(floor+1)))
+	state, err := events.Info(ctx)
+	require.NoError(t, err)
+	last, err := events.GetMsg(ctx, state.State.LastSeq)
+	require.NoError(t, err)
+	log := keeperPass(t, js, last.Time.Add(defaultEventsMaxAge+time.Second))
+	require.NotContains(t, log, "not purged", "the keeper's pass failed")
+	state, err = events.Info(ctx)
+	require.NoError(t, err)
+	require.Greater(t, state.State.FirstSeq, floor, "the keeper purged nothing the fan-out had copied:\n%s", log)
+	t.Logf("relay's purge: EVENTS from sequence %d, %d events left", state.State.FirstSeq, state.State.Msgs)
 	for i := range 10 {
 		publish(t, js, "x", fmt.Sprintf("after-%d", i), []byte(`{}`))
 	}
