@@ -26,9 +26,14 @@
 // one, never more than the bucket holds), spent locally within
 // LeaseTTL and then forgotten. A relay asks for a lease only when the bucket
 // holds a whole one, so with a backlog it writes once per lease. Tokens
-// taken at t are spent by t + LeaseTTL, which is where the "one lease" of
-// slack in the cap comes from; a relay killed with a lease in hand simply
-// loses it.
+// counted up to t are spent from t to t + LeaseTTL, which is where the
+// "one lease" of slack in the cap comes from; a relay killed with a lease
+// in hand simply loses it. The next refill starts at t, so the round trip
+// of a compare-and-set costs no refill: a relay counts its lease at the
+// moment it asks while the answer comes within half a lease, and a round
+// trip ahead beyond that, so that a lease arrives as its window opens
+// (TestSharedKeepsTheRateOverASlowServer: the whole rate at a 60 ms round
+// trip, a lease per round trip at 240 ms).
 //
 // # Pause, adaptive rate, breaker
 //

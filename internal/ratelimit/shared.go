@@ -70,13 +70,19 @@ type Shared struct {
 	calLocal  time.Time
 
 	writes, conflicts, reads atomic.Int64
+
+	// trip is the round trip of a lease, from its count to its
+	// compare-and-set's answer, as recently seen (see ahead).
+	trip atomic.Int64
 }
 
 // subscriber is what one relay remembers of one subscriber.
 type subscriber struct {
-	mu        sync.Mutex
-	lease     int       // tokens left in the lease; math.MaxInt when unlimited
-	leaseEnds time.Time // local time
+	mu    sync.Mutex
+	lease int // tokens left in the lease; math.MaxInt when unlimited
+	// The lease's tokens are spent from leaseStarts to leaseEnds, local
+	// times: the instant they were counted up to, and a LeaseTTL later.
+	leaseStarts, leaseEnds time.Time
 	// Known blocks, in local time, from the last entry read or written.
 	pausedUntil time.Time
 	openUntil   time.Time
@@ -234,6 +240,10 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 		return false, err
 	}
 	s.writes.Add(1)
+	// Whatever the write counts is counted up to st.At, which is no earlier
+	// than this: the next refill starts from st.At, and the round trip of
+	// the write itself is not lost to it.
+	sent := s.serverNow(ctx)
 	var rev uint64
 	if sub.rev == 0 {
 		rev, err = s.kv.Create(ctx, id, raw)
@@ -248,7 +258,7 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 		return false, fmt.Errorf("%w: writing %s: %w", ErrBucket, id, err)
 	}
 	sub.state, sub.rev = st, rev
-	sub.written = s.serverNow(ctx)
+	sub.written = sent
 	return true, nil
 }
 
@@ -298,6 +308,9 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 		return Decision{Hold: CircuitOpen, Wait: LeaseTTL}, nil
 	}
 	if sub.lease > 0 && now.Before(sub.leaseEnds) {
+		if now.Before(sub.leaseStarts) {
+			return Decision{Hold: Token, Wait: sub.leaseStarts.Sub(now)}, nil
+		}
 		sub.lease--
 		return Decision{}, nil
 	}
@@ -305,81 +318,147 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 		if err := s.load(ctx, id, sub, l, try > 0); err != nil {
 			return Decision{}, err
 		}
-		d, st, write := s.decide(ctx, sub, l)
+		d, st, write, c := s.decide(ctx, sub, l)
 		if d.Hold != Go {
 			return d, nil
 		}
 		if !write {
-			return s.grant(sub, l, d), nil
+			return s.grant(sub, l, d, c), nil
 		}
 		ok, err := s.write(ctx, id, sub, st)
 		if err != nil {
 			return Decision{}, err
 		}
 		if ok {
-			return s.grant(sub, l, d), nil
+			s.timeTrip(c)
+			return s.grant(sub, l, d, c), nil
 		}
 		s.backoff(ctx, try)
 	}
 	return Decision{Hold: Token, Wait: time.Duration(rand.Int64N(int64(10 * time.Millisecond)))}, nil
 }
 
+// counted is the instant a lease's tokens were counted up to: asked is the
+// local time the relay counted them, ahead how far past it they were
+// counted (see Shared.ahead).
+type counted struct {
+	asked time.Time
+	ahead time.Duration
+}
+
+func (c counted) at() time.Time { return c.asked.Add(c.ahead) }
+
+// ahead is how far past the moment it asks a relay counts a lease's
+// tokens. Tokens counted up to t may only be spent from t to t + LeaseTTL
+// (that is the lease of slack in the cap), and the next lease's refill
+// starts at t, so no refill is lost to the round trip of the
+// compare-and-set. While its answer comes within the first half of that
+// window, a lease is counted at the moment of asking. A relay whose round
+// trips take longer counts its leases that much ahead, so that they still
+// arrive early in their window: it then takes one lease per round trip,
+// never more than the cap. Counting further ahead than needed would make
+// every lease wait for its window to open.
+func (s *Shared) ahead() time.Duration {
+	return max(0, time.Duration(s.trip.Load())-LeaseTTL/2)
+}
+
+// maxAhead bounds the round trip a lease is counted ahead for, and so how
+// long a relay whose NATS stopped answering for a while waits to spend its
+// next lease once it answers again.
+const maxAhead = 10 * time.Second
+
+// timeTrip learns a lease's round trip, from its count to its answer: a
+// moving average, or at once the round trip of a lease that came after its
+// window closed, so that the next one is counted far enough ahead.
+func (s *Shared) timeTrip(c counted) {
+	took := min(s.opts.Clock.Now().Sub(c.asked), maxAhead)
+	for {
+		was := time.Duration(s.trip.Load())
+		next := was + (took-was)/4
+		if took >= c.ahead+LeaseTTL {
+			next = took
+		}
+		if s.trip.CompareAndSwap(int64(was), int64(next)) {
+			return
+		}
+	}
+}
+
 // decide looks at the entry just read and says whether a request may go,
 // and what to write if so.
-func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision, State, bool) {
+func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision, State, bool, counted) {
 	st := sub.state
 	server := s.serverNow(ctx)
+	c := counted{asked: s.opts.Clock.Now()}
 	sub.pausedUntil = s.local(st.PausedUntil)
 	sub.openUntil = time.Time{}
 	if server.Before(st.PausedUntil) {
-		return Decision{Hold: Paused, Wait: st.PausedUntil.Sub(server)}, st, false
+		return Decision{Hold: Paused, Wait: st.PausedUntil.Sub(server)}, st, false, c
 	}
 	probe := false
 	switch st.CircuitAt(server) {
 	case Open:
 		sub.openUntil = s.local(st.OpenUntil)
-		return Decision{Hold: CircuitOpen, Wait: st.OpenUntil.Sub(server)}, st, false
+		return Decision{Hold: CircuitOpen, Wait: st.OpenUntil.Sub(server)}, st, false, c
 	case HalfOpen:
 		if server.Before(st.ProbeUntil) {
 			// Another relay's probe is on the wire; its answer usually comes
 			// within a request timeout, so look again soon rather than at
 			// ProbeUntil, which only covers a prober that died.
-			return Decision{Hold: CircuitOpen, Wait: min(st.ProbeUntil.Sub(server), probeRecheck)}, st, false
+			return Decision{Hold: CircuitOpen, Wait: min(st.ProbeUntil.Sub(server), probeRecheck)}, st, false, c
 		}
 		st.ProbeUntil = server.Add(s.opts.ProbeTimeout)
 		probe = true
 	}
 	if l.Unlimited() {
-		return Decision{Probe: probe}, st, probe
+		return Decision{Probe: probe}, st, probe, c
 	}
 	rate := EffectiveRate(st, l)
-	from := refillFrom(st, sub.written)
-	tokens := Refill(st.Tokens, from, server, rate, l)
 	n := LeaseSize(rate, l)
 	if probe {
+		// A probe is one request, sent as soon as it is granted.
 		n = 1
+	} else {
+		c.ahead = s.ahead()
 	}
+	from := refillFrom(st, sub.written)
+	at := server.Add(c.ahead)
+	tokens := Refill(st.Tokens, from, at, rate, l)
 	if tokens < float64(n)-epsilon {
-		return Decision{Hold: Token, Wait: WaitFor(tokens, n, rate)}, st, false
+		return Decision{Hold: Token, Wait: WaitFor(tokens, n, rate)}, st, false, c
 	}
 	st.Tokens = tokens - float64(n)
-	st.At = laterOf(from, server)
-	return Decision{Probe: probe}, st, true
+	st.At = laterOf(from, at)
+	return Decision{Probe: probe}, st, true, c
 }
 
-// grant turns a successful write into a lease: one token is spent now, the
-// rest within LeaseTTL.
-func (s *Shared) grant(sub *subscriber, l Limit, d Decision) Decision {
-	sub.leaseEnds = s.opts.Clock.Now().Add(LeaseTTL)
+// grant turns a successful write into a lease, spent from the instant its
+// tokens were counted up to until LeaseTTL later: one token now if that
+// window is open, the rest within it. A lease whose answer came after its
+// window closed is given up (timeTrip has learnt the longer round trip the
+// next one is counted with).
+func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision {
+	now := s.opts.Clock.Now()
+	sub.leaseStarts = c.at()
+	sub.leaseEnds = sub.leaseStarts.Add(LeaseTTL)
 	switch {
 	case d.Probe:
 		sub.lease = 0
 		sub.probing = true
+		return d
 	case l.Unlimited():
 		sub.lease = math.MaxInt
-	default:
-		sub.lease = LeaseSize(EffectiveRate(sub.state, l), l) - 1
+		return d
 	}
+	sub.lease = LeaseSize(EffectiveRate(sub.state, l), l)
+	switch {
+	case !now.Before(sub.leaseEnds):
+		sub.lease = 0
+		return Decision{Hold: Token, Wait: time.Millisecond}
+	case now.Before(sub.leaseStarts):
+		return Decision{Hold: Token, Wait: sub.leaseStarts.Sub(now)}
+	}
+	sub.lease--
 	return d
 }
 

@@ -1,0 +1,88 @@
+package ratelimit_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/clock"
+	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// TestSharedKeepsTheRateOverASlowServer: a relay whose compare-and-sets
+// take 60 ms (30 ms each way) still takes tokens at its subscriber's whole
+// rate with a backlog, since no refill is lost to a lease's round trip;
+// at 240 ms it takes one lease per round trip. Either way it takes no more
+// than burst + rate × T + one lease. What the host gave is measured in the
+// same run: a writer on the same proxied server, one compare-and-set after
+// another, each worth a lease.
+func TestSharedKeepsTheRateOverASlowServer(t *testing.T) {
+	t.Parallel()
+	for _, delay := range []time.Duration{30 * time.Millisecond, 120 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			t.Parallel()
+			const rate, burst = 100, 100
+			span := 3 * time.Second
+			n := testutil.StartRelayNATS(t)
+			proxy := testutil.StartLatencyProxy(t, strings.TrimPrefix(n.URL, "nats://"), delay)
+			js, err := jetstream.New(testutil.Connect(t, proxy.URL()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := newShared(t, &testutil.NATS{Server: n.Server, URL: proxy.URL(), JS: js}, clock.Real, ratelimit.Options{CalibrateEvery: 30 * time.Second})
+			id := subID(t)
+			l := ratelimit.Limit{Rate: rate, Burst: burst}
+			ctx := testutil.Context(t)
+
+			trips := make(chan int, 1)
+			kv, err := js.KeyValue(ctx, "relay_ratelimit")
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			go func() {
+				rev, err := kv.Create(ctx, "trips", []byte("0"))
+				done := 0
+				for err == nil && time.Since(start) < span {
+					if rev, err = kv.Update(ctx, "trips", []byte("0"), rev); err == nil {
+						done++
+					}
+				}
+				trips <- done
+			}()
+
+			var granted []time.Time
+			for time.Since(start) < span {
+				d, err := s.Reserve(ctx, id, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Hold == ratelimit.Go {
+					granted = append(granted, time.Now())
+					continue
+				}
+				time.Sleep(d.Wait)
+			}
+			lease := ratelimit.LeaseSize(rate, l)
+			done := <-trips
+			elapsed := granted[len(granted)-1].Sub(granted[0]).Seconds()
+			allowed := min(burst+rate*elapsed, float64(lease*done))
+			t.Logf("%d granted in %.2fs; %d round trips of %v each allow %.0f",
+				len(granted), elapsed, done, (span / time.Duration(max(done, 1))).Round(time.Millisecond), allowed)
+			if float64(len(granted)) < 0.9*allowed {
+				t.Fatalf("%d granted, less than 90%% of the %.0f the rate and the round trips allow", len(granted), allowed)
+			}
+			for i := range granted {
+				for j := i; j < len(granted); j++ {
+					window := granted[j].Sub(granted[i]).Seconds()
+					if over := float64(j-i+1) - (float64(burst+lease) + rate*window); over > 0 {
+						t.Fatalf("%d granted in %.3fs: %.1f over burst + rate × T + a lease", j-i+1, window, over)
+					}
+				}
+			}
+		})
+	}
+}
