@@ -143,8 +143,10 @@ func (k *Keeper) pass(ctx context.Context) (uint64, error) {
 	// Every event up to the ack floor was acknowledged by the fan-out, and
 	// it acknowledges one only once every copy and dead letter is stored.
 	// An ack the consumer's leader took and lost before its followers had
-	// it does not change that: the copies were stored before the ack.
-	copied := info.AckFloor.Stream + 1
+	// it does not change that: the copies were stored before the ack. The
+	// floor is never above what was delivered; the smaller of the two is
+	// taken all the same.
+	copied := min(info.AckFloor.Stream, info.Delivered.Stream) + 1
 	young, found, err := k.firstSince(ctx, cutoff)
 	if err != nil {
 		return 0, err
