@@ -352,8 +352,9 @@ func sleepCtx(ctx context.Context, s *stack, d time.Duration) error {
 // second early, and that should show), async in chunks of publishChunk, and
 // waits for every PubAck.
 func (e *env) publishDue(ctx context.Context, s *stack, subject, prefix string, due []time.Time) error {
-	for from := 0; from < len(due); from += publishChunk {
-		to := min(len(due), from+publishChunk)
+	chunk := e.chunk()
+	for from := 0; from < len(due); from += chunk {
+		to := min(len(due), from+chunk)
 		acks := make([]jetstream.PubAckFuture, 0, to-from)
 		for i := from; i < to; i++ {
 			m := &nats.Msg{Subject: subject, Data: e.body, Header: nats.Header{}}

@@ -35,6 +35,16 @@ const (
 // PubAcks, well under the client's limit of pending async publishes.
 const publishChunk = 4096
 
+// publishBytes bounds the bytes of one chunk: a nats-server queues at most
+// 128 MiB for a stream to store, and refuses what comes beyond it (429,
+// 10167 "too many requests"): 4,096 events of 64 KiB would be 256 MiB.
+const publishBytes = 16 << 20
+
+// chunk is how many events of the run's body one chunk holds.
+func (e *env) chunk() int {
+	return max(1, min(publishChunk, publishBytes/max(1, len(e.body))))
+}
+
 // env is what every scenario shares: the relay binary, the receiver
 // process and its clients, the signing secret and the body.
 type env struct {
@@ -401,8 +411,9 @@ func (e *env) publishOn(ctx context.Context, s *stack, subject, prefix string, f
 // Nats-Msg-Id that msg gives it, async in chunks of publishChunk, and waits
 // for every PubAck.
 func (e *env) publishEach(ctx context.Context, s *stack, n int, msg func(i int) (subject, id string)) error {
-	for from := 0; from < n; from += publishChunk {
-		to := min(n, from+publishChunk)
+	chunk := e.chunk()
+	for from := 0; from < n; from += chunk {
+		to := min(n, from+chunk)
 		acks := make([]jetstream.PubAckFuture, 0, to-from)
 		for i := from; i < to; i++ {
 			subject, id := msg(i)

@@ -22,9 +22,33 @@ const requestLife = MaxWait + MaxWait/2
 // pullRequest is the body of a JetStream pull request
 // ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>).
 type pullRequest struct {
-	Batch   int           `json:"batch"`
-	Expires time.Duration `json:"expires"`
+	Batch    int           `json:"batch"`
+	MaxBytes int           `json:"max_bytes"`
+	Expires  time.Duration `json:"expires"`
 }
+
+// PullBytes bounds the bytes one pull request may bring. A loop has at most
+// two requests out, so a relay's pulls have at most about 2 MiB per consumer
+// on their way from the server (36 MiB for the default 16 lanes, the
+// fan-out and the retry mover), well under the 64 MiB a nats-server lets
+// wait for a client by default (max_pending) before it cuts it off as a
+// slow consumer. Bounded by count alone, a lane's batch of 16 KiB copies
+// was 4 MiB, and when the relay's host lagged in reading, the server cut
+// the connection: every ack sent meanwhile was lost and its delivery was
+// sent twice.
+const PullBytes = 1 << 20
+
+// pullBytes is the max_bytes of a pull request on nc: PullBytes, or more
+// when the server allows larger messages, since a request whose max_bytes
+// is smaller than the next message brings nothing (the server ends it at
+// once) and the loop would never get past it.
+func pullBytes(nc *nats.Conn) int {
+	return max(PullBytes, int(nc.MaxPayload())+messageOverhead)
+}
+
+// messageOverhead is more than the subject and the store's framing add to a
+// message's headers and body as the server counts it against max_bytes.
+const messageOverhead = 64 << 10
 
 // puller is one pull loop: its inbox, which lives as long as the loop, and
 // the pull requests it has out. Each request has a reply subject of its own
@@ -88,7 +112,7 @@ func newPuller(nc *nats.Conn, stream, name string, batch int) (*puller, error) {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("pulling from %s: %w", name, err)
 	}
-	body, err := json.Marshal(pullRequest{Batch: batch, Expires: MaxWait})
+	body, err := json.Marshal(pullRequest{Batch: batch, MaxBytes: pullBytes(nc), Expires: MaxWait})
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("pulling from %s: %w", name, err)

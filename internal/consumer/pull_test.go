@@ -298,3 +298,69 @@ func TestPullStopsOnceNoRequestCanBeFilled(t *testing.T) {
 	}
 	require.ErrorIs(t, err, nats.ErrTimeout)
 }
+
+// TestPullRequestBringsAtMostPullBytes: a pull request for a batch of 256
+// 16 KiB messages brings no more than PullBytes, not the 4 MiB the batch
+// alone would allow. What the requests out may bring is what the server
+// may have waiting for the relay's connection when the relay is slow to
+// read; past the server's max_pending (64 MiB by default) it cuts the
+// connection, and the acks sent meanwhile are lost.
+func TestPullRequestBringsAtMostPullBytes(t *testing.T) {
+	js, cons := startStream(t)
+	ctx := testutil.Context(t)
+	body := make([]byte, 16<<10)
+	for i := range 400 {
+		_, err := js.PublishAsync("s."+strconv.Itoa(i), body)
+		require.NoError(t, err)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publishing did not complete")
+	}
+	p, err := newPuller(js.Conn(), "S", "c", 256)
+	require.NoError(t, err)
+	release := make(chan struct{})
+	loopCtx, cancel := context.WithCancel(context.Background())
+	var wg conc.WaitGroup
+	wg.Go(func() {
+		// The handler holds the loop at the first message: no other
+		// request is sent, and the first one is filled as far as it may be.
+		_ = p.run(loopCtx, discard, func(m jetstream.Msg) {
+			<-release
+			_ = m.Ack()
+		})
+	})
+	defer func() {
+		cancel()
+		close(release)
+		wg.Wait()
+		p.close()
+	}()
+	var info *jetstream.ConsumerInfo
+	testutil.Eventually(t, func() bool {
+		info, err = cons.Info(ctx)
+		return err == nil && info.NumAckPending > 0 && info.NumWaiting == 0
+	}, "the pull request was not filled: %+v", info)
+	sent := info.NumAckPending * len(body)
+	t.Logf("one request brought %d messages of %d bytes, %d bytes in all (max_bytes %d)", info.NumAckPending, len(body), sent, pullBytes(js.Conn()))
+	require.LessOrEqual(t, sent, pullBytes(js.Conn()))
+	require.Greater(t, info.NumAckPending, 1, "a request brought only one message")
+}
+
+// TestPullBringsTheLargestMessageTheServerTakes: a message as large as the
+// server's max payload allows still comes: a request's max_bytes smaller
+// than it would be ended at once, again and again, and the message never
+// delivered.
+func TestPullBringsTheLargestMessageTheServerTakes(t *testing.T) {
+	js, _ := startStream(t)
+	// The headers nats.go adds, and the subject, stay well under the
+	// room left.
+	big := make([]byte, int(js.Conn().MaxPayload())-1024)
+	_, err := js.Publish(testutil.Context(t), "s.big", big)
+	require.NoError(t, err)
+	got, stop, wait := impatientLoop(t, js)
+	testutil.Eventually(t, func() bool { return got.count() == 1 }, "the %d-byte message was not handled", len(big))
+	stop()
+	wait()
+}
