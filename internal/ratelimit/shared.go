@@ -43,6 +43,15 @@ type Options struct {
 // closed the breaker.
 const probeRecheck = 500 * time.Millisecond
 
+// maxOps bounds the KV requests one relay has on their way to the bucket.
+// Every subscriber's scheduler asks its own limiter, so 10,000 subscribers
+// due at once would send as many requests together: on a server slowed by a
+// loaded host they waited out their timeouts in its queue, were sent again,
+// and none got through (nothing delivered for 30 s). Queued here instead,
+// they go as fast as the server answers, and none waits in its queue long
+// enough to time out.
+const maxOps = 64
+
 // maxCAS bounds the compare-and-set retries of one call; past it the call
 // reports a short wait (Reserve) or gives up quietly (Observe), never an
 // error, since another relay's write is what beat it.
@@ -70,6 +79,9 @@ type Shared struct {
 	calLocal  time.Time
 
 	writes, conflicts, reads atomic.Int64
+
+	// ops holds a token per KV request on its way (see maxOps).
+	ops chan struct{}
 
 	// trip is the round trip of a lease, from its count to its
 	// compare-and-set's answer, as recently seen (see ahead).
@@ -128,7 +140,8 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 	if opts.CalibrateEvery == 0 {
 		opts.CalibrateEvery = 30 * time.Second
 	}
-	s := &Shared{kv: kv, stream: stream, opts: opts, subs: make(map[string]*subscriber), latest: make(map[string]entry)}
+	s := &Shared{kv: kv, stream: stream, opts: opts, subs: make(map[string]*subscriber), latest: make(map[string]entry),
+		ops: make(chan struct{}, maxOps)}
 	if err := s.calibrate(ctx); err != nil {
 		return nil, err
 	}
@@ -213,8 +226,13 @@ func (s *Shared) subscriber(id string) *subscriber {
 
 // read loads a subscriber's entry into sub; a missing key is a full bucket.
 func (s *Shared) read(ctx context.Context, id string, sub *subscriber, l Limit) error {
+	release, err := s.op(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: reading %s: %w", ErrBucket, id, err)
+	}
 	s.reads.Add(1)
 	e, err := s.kv.Get(ctx, id)
+	release()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		sub.state, sub.rev, sub.written = State{Tokens: l.capacity()}, 0, s.serverNow(ctx)
 		return nil
@@ -239,11 +257,16 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 	if err != nil {
 		return false, err
 	}
-	s.writes.Add(1)
 	// Whatever the write counts is counted up to st.At, which is no earlier
-	// than this: the next refill starts from st.At, and the round trip of
-	// the write itself is not lost to it.
+	// than this: the next refill starts from st.At, and neither the wait
+	// for a turn nor the round trip of the write is lost to it.
 	sent := s.serverNow(ctx)
+	release, err := s.op(ctx)
+	if err != nil {
+		return false, fmt.Errorf("%w: writing %s: %w", ErrBucket, id, err)
+	}
+	defer release()
+	s.writes.Add(1)
 	var rev uint64
 	if sub.rev == 0 {
 		rev, err = s.kv.Create(ctx, id, raw)
@@ -260,6 +283,17 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 	sub.state, sub.rev = st, rev
 	sub.written = sent
 	return true, nil
+}
+
+// op waits for a turn among the maxOps KV requests on their way, and
+// returns the func that ends it.
+func (s *Shared) op(ctx context.Context) (func(), error) {
+	select {
+	case s.ops <- struct{}{}:
+		return func() { <-s.ops }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // isRevisionMismatch recognises a lost compare-and-set: Create reports
