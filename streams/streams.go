@@ -462,7 +462,7 @@ const (
 )
 
 // AskAgain runs one create-or-update request of the JetStream API (a
-// stream, a bucket, a consumer), and runs it again while it goes
+// stream, a bucket, a consumer), or a read, and runs it again while it goes
 // unanswered, up to three times in all, returning the last error: the
 // caller logs it and decides. On a cluster, two relays that start at once
 // must not both update a replicated stream one of them is creating:

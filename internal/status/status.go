@@ -310,9 +310,14 @@ func (r *reader) rows(ctx context.Context, c counts, entries map[string]kvEntry,
 	p := pool.New().WithMaxGoroutines(readers).WithContext(ctx).WithCancelOnError().WithFirstError()
 	for lane, n := range lanesInUse {
 		p.Go(func(ctx context.Context) error {
-			v, err := laneInFlight(ctx, r.deliveries, lane)
-			*n = v
-			return err
+			// Reads, asked again when unanswered: on a loaded server one
+			// of thousands may wait past its timeout, and the report
+			// should not fail for it.
+			return streams.AskAgain(ctx, func(ctx context.Context) error {
+				v, err := laneInFlight(ctx, r.deliveries, lane)
+				*n = v
+				return err
+			})
 		})
 	}
 	for i := range out {
@@ -321,7 +326,9 @@ func (r *reader) rows(ctx context.Context, c counts, entries map[string]kvEntry,
 		}
 		row := &out[i]
 		p.Go(func(ctx context.Context) error {
-			return readOldest(ctx, r.deliveries, c.firstSeq, c.now, row)
+			return streams.AskAgain(ctx, func(ctx context.Context) error {
+				return readOldest(ctx, r.deliveries, c.firstSeq, c.now, row)
+			})
 		})
 	}
 	if err := p.Wait(); err != nil {
