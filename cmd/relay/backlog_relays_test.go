@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -140,13 +141,15 @@ func backlogRun(t *testing.T, relays, events int) *backlogCost {
 	cost := &backlogCost{}
 	cost.tap(t, n.Conn)
 	mustRelay(t, "sub", "resume", "held", "--nats", n.URL)
-	testutil.Eventually(t, func() bool {
+	// As long as deliveries keep coming: on a loaded host the backlog
+	// comes back at a fraction of a quiet one's pace.
+	testutil.Progress(t, func() int {
 		ids := make(map[string]bool, events)
 		for _, d := range rcv.deliveries() {
 			ids[d.header.Get("webhook-id")] = true
 		}
-		return len(ids) == events
-	}, "not every event delivered")
+		return len(ids)
+	}, events, 30*time.Second, "events delivered")
 	cost.stop(t, n.Conn)
 	return cost
 }
