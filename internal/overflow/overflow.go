@@ -2,8 +2,6 @@ package overflow
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,9 +23,9 @@ const Prefix = "deliveries.overflow."
 // Subject is the overflow subject of a subscriber.
 func Subject(subscriber string) string { return Prefix + subscriber }
 
-// ErrDirectGet is returned when the server answers a direct get with
+// ErrDirectGet is streams.ErrDirectGet: the server answered a direct get with
 // something that is neither a message nor the end of the batch.
-var ErrDirectGet = errors.New("overflow: direct get")
+var ErrDirectGet = streams.ErrDirectGet
 
 // readBatch is how many messages one direct get asks for. The server caps
 // a batch by its own limits too; the reader follows whatever it sends.
@@ -98,55 +96,18 @@ func Read(ctx context.Context, nc *nats.Conn, subscriber string, from uint64, n 
 	return out, nil
 }
 
-// directGet is the request of a batched direct get.
-type directGet struct {
-	Seq        uint64 `json:"seq"`
-	NextBySubj string `json:"next_by_subj"`
-	Batch      int    `json:"batch"`
-	MaxBytes   int    `json:"max_bytes,omitempty"`
-}
-
 // readOnce sends one batched direct get; done reports that the subject has
 // nothing after what it returned.
-func readOnce(ctx context.Context, nc *nats.Conn, subject string, from uint64, n, maxBytes int) (msgs []Msg, done bool, err error) {
-	req, _ := json.Marshal(directGet{Seq: from, NextBySubj: subject, Batch: n, MaxBytes: maxBytes})
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
+func readOnce(ctx context.Context, nc *nats.Conn, subject string, from uint64, n, maxBytes int) ([]Msg, bool, error) {
+	got, done, err := streams.GetBatch(ctx, nc, streams.Deliveries, streams.DirectGet{Seq: from, NextBySubj: subject, Batch: n, MaxBytes: maxBytes})
+	msgs := make([]Msg, 0, len(got))
+	for _, m := range got {
+		msgs = append(msgs, Msg{Seq: m.Seq, Header: streams.CopyHeader(m.Header, 1), Data: m.Data})
+	}
 	if err != nil {
-		return nil, false, fmt.Errorf("overflow: reading %s: %w", subject, err)
+		return msgs, false, fmt.Errorf("overflow: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+streams.Deliveries, inbox, req); err != nil {
-		return nil, false, fmt.Errorf("overflow: reading %s: %w", subject, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return msgs, false, fmt.Errorf("overflow: reading %s: %w", subject, err)
-		}
-		if status := m.Header.Get("Status"); status != "" {
-			switch status {
-			case "204": // end of the batch
-				pending, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-				return msgs, perr == nil && pending == 0, nil
-			case "404": // nothing on the subject from that sequence on
-				return msgs, true, nil
-			}
-			return msgs, false, fmt.Errorf("%w on %s: status %s %s", ErrDirectGet, subject, status, m.Header.Get("Description"))
-		}
-		seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-		if err != nil {
-			return msgs, false, fmt.Errorf("%w on %s: no sequence", ErrDirectGet, subject)
-		}
-		msgs = append(msgs, Msg{Seq: seq, Header: streams.CopyHeader(m.Header, 1), Data: m.Data})
-		if len(msgs) == n {
-			// The server still sends its end-of-batch status; a sequence
-			// past the last one read costs nothing to ask for next time.
-			return msgs, false, nil
-		}
-	}
+	return msgs, done, nil
 }
 
 // Refiller brings a subscriber's overflow back to its lane.
