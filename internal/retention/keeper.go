@@ -45,8 +45,8 @@ const Interval = time.Minute
 const passTimeout = 30 * time.Second
 
 // msgGetSubject is the JetStream API's message get on EVENTS, answered by
-// the stream's leader. A direct get would take the same request, but EVENTS
-// does not allow direct gets, and the leader sees every write.
+// the stream's leader, which has every write: a direct get may be answered
+// by a replica behind it.
 const msgGetSubject = "$JS.API.STREAM.MSG.GET." + streams.Events
 
 // ErrConfig is returned by [New] for a Config missing a required field.

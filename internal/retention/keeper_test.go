@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/clock"
@@ -443,18 +442,5 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		if _, err := retention.New(cfg); !errors.Is(err, retention.ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)
 		}
-	}
-}
-
-// TestEventsAllowsNoDirectGet: the keeper asks the stream's leader by
-// time (JetStream's message get), since EVENTS does not answer direct gets.
-func TestEventsAllowsNoDirectGet(t *testing.T) {
-	t.Parallel()
-	n := testutil.StartRelayNATS(t)
-	ctx, cancel := context.WithTimeout(testutil.Context(t), 5*time.Second)
-	defer cancel()
-	_, err := n.Conn.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+streams.Events, []byte(`{"start_time":"2026-01-01T00:00:00Z"}`))
-	if !errors.Is(err, nats.ErrNoResponders) {
-		t.Fatalf("a direct get on EVENTS: %v, want no responders", err)
 	}
 }

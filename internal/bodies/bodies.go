@@ -1,0 +1,193 @@
+// Package bodies reads the bodies of events from EVENTS by their sequence,
+// for deliveries that carry a reference to their event rather than a copy
+// of its body.
+//
+// A fan-out to a hundred subscribers would otherwise store a hundred copies
+// of each body in DELIVERIES: 1.6 MB per 16 KB event. Read from EVENTS
+// instead, a body is stored once, and each relay reads it once for all the
+// deliveries of the event it sends: a [Reader] keeps the bodies it read in
+// a cache bounded by bytes, makes one request for the many deliveries that
+// ask for the same event at once, and reads ahead (the events after it,
+// which the next deliveries usually want) in the same request.
+package bodies
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// Tuning: what one read brings, and what the cache keeps.
+const (
+	// ReadAhead is how many events one read asks for: the one wanted and
+	// those after it.
+	ReadAhead = 64
+	// ReadBytes bounds one read (the server stops after the event that
+	// reaches it).
+	ReadBytes = 1 << 20
+	// CacheBytes is the default bound on the bodies a Reader keeps.
+	CacheBytes = 64 << 20
+)
+
+// ErrGone is returned for an event that EVENTS no longer holds: purged, or
+// deleted.
+var ErrGone = errors.New("bodies: the event is no longer in EVENTS")
+
+// Reader reads and caches event bodies. Safe for concurrent use.
+type Reader struct {
+	nc  *nats.Conn
+	max int
+
+	mu    sync.Mutex
+	index map[uint64]*list.Element // of *cached, most recently used first
+	lru   *list.List
+	size  int
+	reads []*read // the reads on their way
+
+	requests atomic.Int64
+}
+
+type cached struct {
+	seq  uint64
+	data []byte
+}
+
+// read is one request on its way, for the n events from sequence from on:
+// a caller that wants one of those waits for it rather than ask again.
+type read struct {
+	from, n uint64
+	done    chan struct{}
+}
+
+func (r *read) covers(seq uint64) bool { return seq >= r.from && seq < r.from+r.n }
+
+// New returns a Reader on nc keeping at most cacheBytes of bodies
+// (CacheBytes when zero or less).
+func New(nc *nats.Conn, cacheBytes int) *Reader {
+	if cacheBytes <= 0 {
+		cacheBytes = CacheBytes
+	}
+	return &Reader{nc: nc, max: cacheBytes, index: make(map[uint64]*list.Element), lru: list.New()}
+}
+
+// Requests is how many reads the Reader has sent to NATS.
+func (r *Reader) Requests() int64 { return r.requests.Load() }
+
+// Size is the bytes of bodies the Reader keeps.
+func (r *Reader) Size() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.size
+}
+
+// Body returns the body of the event stored at seq in EVENTS, exactly as it
+// was published; [ErrGone] when EVENTS no longer holds it. The slice is
+// shared: the caller must not change it.
+func (r *Reader) Body(ctx context.Context, seq uint64) ([]byte, error) {
+	r.mu.Lock()
+	if data, ok := r.hitLocked(seq); ok {
+		r.mu.Unlock()
+		return data, nil
+	}
+	var waiting *read
+	for _, rd := range r.reads {
+		if rd.covers(seq) {
+			waiting = rd
+			break
+		}
+	}
+	r.mu.Unlock()
+	if waiting == nil {
+		return r.fetch(ctx, seq, false)
+	}
+	select {
+	case <-waiting.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("bodies: reading event %d: %w", seq, ctx.Err())
+	}
+	r.mu.Lock()
+	data, ok := r.hitLocked(seq)
+	r.mu.Unlock()
+	if ok {
+		return data, nil
+	}
+	// Not brought (that read stopped at its bytes, or failed), or evicted
+	// already: read it alone.
+	return r.fetch(ctx, seq, true)
+}
+
+// hitLocked returns a cached body; r.mu is held.
+func (r *Reader) hitLocked(seq uint64) ([]byte, bool) {
+	e, ok := r.index[seq]
+	if !ok {
+		return nil, false
+	}
+	r.lru.MoveToFront(e)
+	return e.Value.(*cached).data, true
+}
+
+// fetch reads the events from seq on (seq alone when alone) into the cache
+// and returns seq's body; ErrGone when the first event EVENTS holds from
+// seq on is a later one.
+func (r *Reader) fetch(ctx context.Context, seq uint64, alone bool) ([]byte, error) {
+	rd := &read{from: seq, n: ReadAhead, done: make(chan struct{})}
+	if alone {
+		rd.n = 1
+	}
+	r.mu.Lock()
+	r.reads = append(r.reads, rd)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		for i, x := range r.reads {
+			if x == rd {
+				r.reads = append(r.reads[:i], r.reads[i+1:]...)
+				break
+			}
+		}
+		r.mu.Unlock()
+		close(rd.done)
+	}()
+	req := streams.DirectGet{Seq: seq, Batch: ReadAhead, MaxBytes: ReadBytes}
+	if alone {
+		req.Batch, req.MaxBytes = 1, 0
+	}
+	r.requests.Add(1)
+	got, _, err := streams.GetBatch(ctx, r.nc, streams.Events, req)
+	r.mu.Lock()
+	for _, m := range got {
+		r.putLocked(m.Seq, m.Data)
+	}
+	r.mu.Unlock()
+	switch {
+	case len(got) > 0 && got[0].Seq == seq:
+		return got[0].Data, nil
+	case err != nil:
+		return nil, fmt.Errorf("bodies: reading event %d: %w", seq, err)
+	default:
+		return nil, fmt.Errorf("%w: sequence %d", ErrGone, seq)
+	}
+}
+
+// putLocked caches a body, evicting the least recently used ones past the
+// bound; r.mu is held.
+func (r *Reader) putLocked(seq uint64, data []byte) {
+	if _, ok := r.index[seq]; ok {
+		return
+	}
+	r.index[seq] = r.lru.PushFront(&cached{seq: seq, data: data})
+	r.size += len(data)
+	for r.size > r.max && r.lru.Len() > 0 {
+		oldest := r.lru.Back()
+		c := r.lru.Remove(oldest).(*cached)
+		delete(r.index, c.seq)
+		r.size -= len(c.data)
+	}
+}
