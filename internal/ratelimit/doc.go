@@ -29,11 +29,14 @@
 // counted up to t are spent from t to t + LeaseTTL, which is where the
 // "one lease" of slack in the cap comes from; a relay killed with a lease
 // in hand simply loses it. The next refill starts at t, so the round trip
-// of a compare-and-set costs no refill: a relay counts its lease at the
-// moment it asks while the answer comes within half a lease, and a round
-// trip ahead beyond that, so that a lease arrives as its window opens
+// of a compare-and-set costs no refill while it is shorter than a lease
 // (TestSharedKeepsTheRateOverASlowServer: the whole rate at a 60 ms round
-// trip, a lease per round trip at 240 ms).
+// trip). A lease that comes later than that is spent from its arrival, and
+// the relay gives up the refill of its round trip: it then takes a lease
+// per round trip, and spending late never widens the slack
+// (TestSharedCapHoldsBesideASlowRelay, a relay at 240 ms beside one at
+// 1 ms). Waiting for a turn among the relay's KV requests (at most 64 on
+// their way) comes before the count, not inside the round trip.
 //
 // # Pause, adaptive rate, breaker
 //

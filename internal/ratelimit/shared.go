@@ -82,19 +82,14 @@ type Shared struct {
 
 	// ops holds a token per KV request on its way (see maxOps).
 	ops chan struct{}
-
-	// trip is the round trip of a lease, from its count to its
-	// compare-and-set's answer, as recently seen (see ahead).
-	trip atomic.Int64
 }
 
 // subscriber is what one relay remembers of one subscriber.
 type subscriber struct {
 	mu    sync.Mutex
 	lease int // tokens left in the lease; math.MaxInt when unlimited
-	// The lease's tokens are spent from leaseStarts to leaseEnds, local
-	// times: the instant they were counted up to, and a LeaseTTL later.
-	leaseStarts, leaseEnds time.Time
+	// The lease's tokens are spent until leaseEnds, local time (see grant).
+	leaseEnds time.Time
 	// Known blocks, in local time, from the last entry read or written.
 	pausedUntil time.Time
 	openUntil   time.Time
@@ -226,13 +221,8 @@ func (s *Shared) subscriber(id string) *subscriber {
 
 // read loads a subscriber's entry into sub; a missing key is a full bucket.
 func (s *Shared) read(ctx context.Context, id string, sub *subscriber, l Limit) error {
-	release, err := s.op(ctx)
-	if err != nil {
-		return fmt.Errorf("%w: reading %s: %w", ErrBucket, id, err)
-	}
 	s.reads.Add(1)
 	e, err := s.kv.Get(ctx, id)
-	release()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		sub.state, sub.rev, sub.written = State{Tokens: l.capacity()}, 0, s.serverNow(ctx)
 		return nil
@@ -258,14 +248,9 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 		return false, err
 	}
 	// Whatever the write counts is counted up to st.At, which is no earlier
-	// than this: the next refill starts from st.At, and neither the wait
-	// for a turn nor the round trip of the write is lost to it.
+	// than this: the next refill starts from st.At, and the round trip of
+	// the write is not lost to it.
 	sent := s.serverNow(ctx)
-	release, err := s.op(ctx)
-	if err != nil {
-		return false, fmt.Errorf("%w: writing %s: %w", ErrBucket, id, err)
-	}
-	defer release()
 	s.writes.Add(1)
 	var rev uint64
 	if sub.rev == 0 {
@@ -342,80 +327,53 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 		return Decision{Hold: CircuitOpen, Wait: LeaseTTL}, nil
 	}
 	if sub.lease > 0 && now.Before(sub.leaseEnds) {
-		if now.Before(sub.leaseStarts) {
-			return Decision{Hold: Token, Wait: sub.leaseStarts.Sub(now)}, nil
-		}
 		sub.lease--
 		return Decision{}, nil
 	}
 	for try := range maxCAS {
-		if err := s.load(ctx, id, sub, l, try > 0); err != nil {
-			return Decision{}, err
-		}
-		d, st, write, c := s.decide(ctx, sub, l)
-		if d.Hold != Go {
-			return d, nil
-		}
-		if !write {
-			return s.grant(sub, l, d, c), nil
-		}
-		ok, err := s.write(ctx, id, sub, st)
-		if err != nil {
-			return Decision{}, err
-		}
-		if ok {
-			s.timeTrip(c)
-			return s.grant(sub, l, d, c), nil
+		d, done, err := s.reserveOnce(ctx, id, sub, l, try)
+		if err != nil || done {
+			return d, err
 		}
 		s.backoff(ctx, try)
 	}
 	return Decision{Hold: Token, Wait: time.Duration(rand.Int64N(int64(10 * time.Millisecond)))}, nil
 }
 
-// counted is the instant a lease's tokens were counted up to: asked is the
-// local time the relay counted them, ahead how far past it they were
-// counted (see Shared.ahead).
+// reserveOnce is one compare-and-set of Reserve, in a turn among the KV
+// requests on their way (see maxOps): the tokens are counted once the turn
+// has come, so that the wait for it is not part of a lease's round trip.
+// done is false when another relay's write won.
+func (s *Shared) reserveOnce(ctx context.Context, id string, sub *subscriber, l Limit, try int) (d Decision, done bool, err error) {
+	release, err := s.op(ctx)
+	if err != nil {
+		return Decision{}, true, fmt.Errorf("%w: %s: %w", ErrBucket, id, err)
+	}
+	defer release()
+	if err := s.load(ctx, id, sub, l, try > 0); err != nil {
+		return Decision{}, true, err
+	}
+	d, st, write, c := s.decide(ctx, sub, l)
+	if d.Hold != Go {
+		return d, true, nil
+	}
+	if !write {
+		return s.grant(sub, l, d, c), true, nil
+	}
+	ok, err := s.write(ctx, id, sub, st)
+	if err != nil {
+		return Decision{}, true, err
+	}
+	if !ok {
+		return Decision{}, false, nil
+	}
+	return s.grant(sub, l, d, c), true, nil
+}
+
+// counted is when a lease's tokens were counted, by the local clock: the
+// refill they come from ends there, and the lease's window starts there.
 type counted struct {
 	asked time.Time
-	ahead time.Duration
-}
-
-func (c counted) at() time.Time { return c.asked.Add(c.ahead) }
-
-// ahead is how far past the moment it asks a relay counts a lease's
-// tokens. Tokens counted up to t may only be spent from t to t + LeaseTTL
-// (that is the lease of slack in the cap), and the next lease's refill
-// starts at t, so no refill is lost to the round trip of the
-// compare-and-set. While its answer comes within the first half of that
-// window, a lease is counted at the moment of asking. A relay whose round
-// trips take longer counts its leases that much ahead, so that they still
-// arrive early in their window: it then takes one lease per round trip,
-// never more than the cap. Counting further ahead than needed would make
-// every lease wait for its window to open.
-func (s *Shared) ahead() time.Duration {
-	return max(0, time.Duration(s.trip.Load())-LeaseTTL/2)
-}
-
-// maxAhead bounds the round trip a lease is counted ahead for, and so how
-// long a relay whose NATS stopped answering for a while waits to spend its
-// next lease once it answers again.
-const maxAhead = 10 * time.Second
-
-// timeTrip learns a lease's round trip, from its count to its answer: a
-// moving average, or at once the round trip of a lease that came after its
-// window closed, so that the next one is counted far enough ahead.
-func (s *Shared) timeTrip(c counted) {
-	took := min(s.opts.Clock.Now().Sub(c.asked), maxAhead)
-	for {
-		was := time.Duration(s.trip.Load())
-		next := was + (took-was)/4
-		if took >= c.ahead+LeaseTTL {
-			next = took
-		}
-		if s.trip.CompareAndSwap(int64(was), int64(next)) {
-			return
-		}
-	}
 }
 
 // decide looks at the entry just read and says whether a request may go,
@@ -450,31 +408,29 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 	rate := EffectiveRate(st, l)
 	n := LeaseSize(rate, l)
 	if probe {
-		// A probe is one request, sent as soon as it is granted.
 		n = 1
-	} else {
-		c.ahead = s.ahead()
 	}
 	from := refillFrom(st, sub.written)
-	at := server.Add(c.ahead)
-	tokens := Refill(st.Tokens, from, at, rate, l)
+	tokens := Refill(st.Tokens, from, server, rate, l)
 	if tokens < float64(n)-epsilon {
 		return Decision{Hold: Token, Wait: WaitFor(tokens, n, rate)}, st, false, c
 	}
 	st.Tokens = tokens - float64(n)
-	st.At = laterOf(from, at)
+	st.At = laterOf(from, server)
 	return Decision{Probe: probe}, st, true, c
 }
 
-// grant turns a successful write into a lease, spent from the instant its
-// tokens were counted up to until LeaseTTL later: one token now if that
-// window is open, the rest within it. A lease whose answer came after its
-// window closed is given up (timeTrip has learnt the longer round trip the
-// next one is counted with).
+// grant turns a successful write into a lease. Its tokens were counted up
+// to the moment the relay asked, and the next refill starts there, so the
+// round trip of the compare-and-set costs no refill: they are spent from
+// that moment until LeaseTTL later, which bounds the cap's slack to one
+// lease. A lease whose answer came after that window (a round trip longer
+// than LeaseTTL) is spent from its answer on instead, and this relay's next
+// refill starts from the answer too: what was counted during the round
+// trip is given up, so that spending late never adds to the cap's slack.
 func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision {
 	now := s.opts.Clock.Now()
-	sub.leaseStarts = c.at()
-	sub.leaseEnds = sub.leaseStarts.Add(LeaseTTL)
+	sub.leaseEnds = c.asked.Add(LeaseTTL)
 	switch {
 	case d.Probe:
 		sub.lease = 0
@@ -484,15 +440,11 @@ func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision
 		sub.lease = math.MaxInt
 		return d
 	}
-	sub.lease = LeaseSize(EffectiveRate(sub.state, l), l)
-	switch {
-	case !now.Before(sub.leaseEnds):
-		sub.lease = 0
-		return Decision{Hold: Token, Wait: time.Millisecond}
-	case now.Before(sub.leaseStarts):
-		return Decision{Hold: Token, Wait: sub.leaseStarts.Sub(now)}
+	if !now.Before(sub.leaseEnds) {
+		sub.leaseEnds = now.Add(LeaseTTL)
+		sub.written = laterOf(sub.written, s.estimateNow())
 	}
-	sub.lease--
+	sub.lease = LeaseSize(EffectiveRate(sub.state, l), l) - 1
 	return d
 }
 
@@ -541,41 +493,53 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 		tries = 8 * maxCAS
 	}
 	for try := range tries {
-		if try > 0 || sub.rev == 0 {
-			if err := s.load(ctx, id, sub, l, try > 0); err != nil {
-				return err
-			}
-		}
-		st, changed, restart := s.apply(ctx, sub, l, r)
-		if !changed {
-			// Nothing to write: a later pause is already stored (wait for
-			// that one), or a throttle found its window's decrease made.
-			if restart {
-				sub.successes = 0
-			}
-			if until := s.local(st.PausedUntil); until.After(sub.pausedUntil) {
-				sub.pausedUntil = until
-			}
-			return nil
-		}
-		ok, err := s.write(ctx, id, sub, st)
+		release, err := s.op(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %s: %w", ErrBucket, id, err)
 		}
-		if ok {
-			if restart {
-				sub.successes = 0
-			}
-			sub.pausedUntil = s.local(st.PausedUntil)
-			if st.CircuitAt(s.serverNow(ctx)) == Open {
-				sub.openUntil = s.local(st.OpenUntil)
-				sub.lease = 0
-			}
-			return nil
+		done, err := s.observeOnce(ctx, id, sub, l, r, try)
+		release()
+		if err != nil || done {
+			return err
 		}
 		s.backoff(ctx, try)
 	}
 	return nil
+}
+
+// observeOnce is one compare-and-set of Observe, in a turn of the KV
+// requests; done is false when another relay's write won.
+func (s *Shared) observeOnce(ctx context.Context, id string, sub *subscriber, l Limit, r Result, try int) (done bool, err error) {
+	if try > 0 || sub.rev == 0 {
+		if err := s.load(ctx, id, sub, l, try > 0); err != nil {
+			return true, err
+		}
+	}
+	st, changed, restart := s.apply(ctx, sub, l, r)
+	if !changed {
+		// Nothing to write: a later pause is already stored (wait for
+		// that one), or a throttle found its window's decrease made.
+		if restart {
+			sub.successes = 0
+		}
+		if until := s.local(st.PausedUntil); until.After(sub.pausedUntil) {
+			sub.pausedUntil = until
+		}
+		return true, nil
+	}
+	ok, err := s.write(ctx, id, sub, st)
+	if err != nil || !ok {
+		return err != nil, err
+	}
+	if restart {
+		sub.successes = 0
+	}
+	sub.pausedUntil = s.local(st.PausedUntil)
+	if st.CircuitAt(s.serverNow(ctx)) == Open {
+		sub.openUntil = s.local(st.OpenUntil)
+		sub.lease = 0
+	}
+	return true, nil
 }
 
 // throttleOnly reports whether r is a throttle with nothing to write: no

@@ -1,7 +1,9 @@
 package ratelimit_test
 
 import (
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +86,66 @@ func TestSharedKeepsTheRateOverASlowServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSharedCapHoldsBesideASlowRelay: a relay whose compare-and-sets take
+// 240 ms (its leases come after their window, and are spent late) beside
+// one whose take a millisecond: together they stay within
+// burst + rate × T + one lease.
+func TestSharedCapHoldsBesideASlowRelay(t *testing.T) {
+	t.Parallel()
+	const rate, burst = 100, 20
+	n := testutil.StartRelayNATS(t)
+	proxy := testutil.StartLatencyProxy(t, strings.TrimPrefix(n.URL, "nats://"), 120*time.Millisecond)
+	js, err := jetstream.New(testutil.Connect(t, proxy.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ratelimit.Options{CalibrateEvery: 30 * time.Second}
+	slow := newShared(t, &testutil.NATS{Server: n.Server, URL: proxy.URL(), JS: js}, clock.Real, opts)
+	fast := newShared(t, n, clock.Real, opts)
+	id := subID(t)
+	l := ratelimit.Limit{Rate: rate, Burst: burst}
+	ctx := testutil.Context(t)
+
+	var mu sync.Mutex
+	var granted []time.Time
+	var each [2]int
+	span := 4 * time.Second
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, s := range []*ratelimit.Shared{slow, fast} {
+		wg.Go(func() {
+			for time.Since(start) < span {
+				d, err := s.Reserve(ctx, id, l)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Hold == ratelimit.Go {
+					mu.Lock()
+					granted = append(granted, time.Now())
+					each[i]++
+					mu.Unlock()
+					continue
+				}
+				time.Sleep(d.Wait)
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(granted, func(a, b time.Time) int { return a.Compare(b) })
+	lease := ratelimit.LeaseSize(rate, l)
+	t.Logf("%d granted in %v: %d by the slow relay, %d by the fast one", len(granted), span, each[0], each[1])
+	worst := 0.0
+	for i := range granted {
+		for j := i; j < len(granted); j++ {
+			window := granted[j].Sub(granted[i]).Seconds()
+			worst = max(worst, float64(j-i+1)-(float64(burst+lease)+rate*window))
+		}
+	}
+	if worst > 0 {
+		t.Fatalf("a window held %.1f more than burst + rate × T + a lease", worst)
 	}
 }
