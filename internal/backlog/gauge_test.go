@@ -3,6 +3,7 @@ package backlog_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -204,11 +205,23 @@ func TestEvictMakesRoomInAFullDeliveries(t *testing.T) {
 	require.Equal(t, 90, left+int(dinfo.State.Msgs), "every message is in overflow or in the DLQ, once")
 	require.Less(t, left, 90)
 	require.Positive(t, left, "evicted past the fair share")
-	first, err := dlq.GetMsg(ctx, dinfo.State.FirstSeq)
-	require.NoError(t, err)
-	require.Equal(t, "dlq.stuck.backlog", first.Subject)
-	require.Equal(t, bytes.Repeat([]byte{'a'}, 1000), first.Data, "the oldest goes first, with its body")
-	require.Contains(t, first.Header.Get(streams.HeaderLastError), "fair share")
+	// The oldest go, each with its body (their dead letters are stored
+	// concurrently, in any order).
+	var origins []int
+	for seq := dinfo.State.FirstSeq; seq <= dinfo.State.LastSeq; seq++ {
+		m, err := dlq.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		require.Equal(t, "dlq.stuck.backlog", m.Subject)
+		require.Contains(t, m.Header.Get(streams.HeaderLastError), "fair share")
+		origin, err := strconv.Atoi(m.Header.Get(streams.HeaderOriginSeq))
+		require.NoError(t, err)
+		require.Equal(t, bytes.Repeat([]byte{'a' + byte((origin-1)%26)}, 1000), m.Data, "dead letter of %d", origin)
+		origins = append(origins, origin)
+	}
+	slices.Sort(origins)
+	for i, origin := range origins {
+		require.Equal(t, i+1, origin, "not the oldest evicted: %v", origins)
+	}
 
 	// Below EvictFrom, nothing more is evicted.
 	require.NoError(t, g1.Refresh(ctx))
