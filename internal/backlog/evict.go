@@ -19,10 +19,11 @@ const evictMost = 1024
 
 // Evict makes room in a DELIVERIES at least [EvictFrom] full: it
 // dead-letters, oldest first and with reason backlog, the held backlog
-// (overflow) of the paused or disabled subscriber furthest over its fair
-// share, down to that share, then purges what it stored. Only a paused or
-// disabled subscriber's: nothing brings its overflow back meanwhile, so no
-// delivery is both sent and dead-lettered. Each dead letter's Nats-Msg-Id is
+// (overflow) of the subscriber furthest over its fair share (a paused or
+// disabled one first), down to that share, then purges what it stored.
+// It holds the subscriber's refill lease meanwhile, so that nothing brings
+// that overflow back at the same time: no delivery is both sent and
+// dead-lettered. Each dead letter's Nats-Msg-Id is
 // dlq.<DELIVERIES sequence>, as a lane's, so relays evicting together, or
 // one that dies before its purge, store one entry a message; and it works
 // as a refill does (overflow.Refiller, every message settled by its dead
@@ -34,14 +35,19 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	var excess, share float64
 	full, _ := g.shareLocked("")
 	if full >= EvictFrom {
+		// A paused or disabled subscriber first: nothing is on its way to
+		// it. Else the one furthest over its share, whose circuit may be
+		// open, or whose Retry-After outlasts the room: left alone, its
+		// held backlog keeps DELIVERIES full for everyone.
+		idle := false
 		for id, held := range g.held {
-			if !g.idle[id] {
-				continue
-			}
 			_, s := g.shareLocked(id)
 			over := float64(g.counts[id]+g.since[id]) - s
-			if held > 0 && over > excess {
-				victim, excess, share = id, over, s
+			if held == 0 || over <= 0 || (idle && !g.idle[id]) {
+				continue
+			}
+			if (g.idle[id] && !idle) || over > excess {
+				victim, excess, share, idle = id, over, s, g.idle[id]
 			}
 		}
 	}

@@ -177,11 +177,6 @@ func TestEvictMakesRoomInAFullDeliveries(t *testing.T) {
 	_, err = n.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 	stuck, healthy := subscribers.Subscriber{ID: "stuck"}, subscribers.Subscriber{ID: "healthy"}
-	// Not paused: its overflow may be being brought back; never evicted.
-	none, err := newGauge(t, n.JS, stuck, healthy).Evict(ctx)
-	require.NoError(t, err)
-	require.Zero(t, none)
-	stuck.Paused = true
 	g1 := newGauge(t, n.JS, stuck, healthy)
 	g2 := newGauge(t, n.JS, stuck, healthy)
 	evicted, err := g1.Evict(ctx)
@@ -228,4 +223,55 @@ func TestEvictMakesRoomInAFullDeliveries(t *testing.T) {
 	more, err := g1.Evict(ctx)
 	require.NoError(t, err)
 	require.Zero(t, more)
+}
+
+// TestEvictTakesAPausedSubscriberFirst: of two subscribers over their share
+// of a nearly full DELIVERIES, the paused one's held backlog goes first,
+// though the other holds more; once no paused one is over its share, the
+// other's goes too (its circuit may be open for hours: left alone, it
+// keeps DELIVERIES full for everyone).
+func TestEvictTakesAPausedSubscriberFirst(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	s, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	put(t, n.JS, "deliveries.overflow.failing", 80, 1000)
+	put(t, n.JS, "deliveries.overflow.paused", 40, 1000)
+	put(t, n.JS, "deliveries.s01.healthy", 5, 1000)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	cfg := info.Config
+	cfg.MaxBytes = int64(info.State.Bytes) * 100 / 97
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	failing := subscribers.Subscriber{ID: "failing"}
+	paused := subscribers.Subscriber{ID: "paused", Paused: true}
+	healthy := subscribers.Subscriber{ID: "healthy"}
+
+	g := newGauge(t, n.JS, failing, paused, healthy)
+	first, err := g.Evict(ctx)
+	require.NoError(t, err)
+	require.Positive(t, first)
+	held := func() map[string]uint64 {
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("deliveries.>"))
+		require.NoError(t, err)
+		return info.State.Subjects
+	}
+	after := held()
+	require.EqualValues(t, 80, after["deliveries.overflow.failing"], "the paused one goes first")
+	require.Less(t, after["deliveries.overflow.paused"], uint64(40))
+
+	// The paused one is down to its share: if DELIVERIES is still nearly
+	// full, the failing one's turn comes.
+	require.NoError(t, g.Refresh(ctx))
+	if _, err := g.Evict(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err = s.Info(ctx)
+	require.NoError(t, err)
+	if float64(info.State.Bytes) >= backlog.EvictFrom*float64(cfg.MaxBytes) {
+		t.Fatalf("still %.0f%% full after the second eviction: %v", 100*float64(info.State.Bytes)/float64(cfg.MaxBytes), held())
+	}
+	require.EqualValues(t, 5, held()["deliveries.s01.healthy"])
 }

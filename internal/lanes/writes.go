@@ -11,6 +11,7 @@ import (
 	"github.com/sourcegraph/conc"
 
 	"github.com/relay-dev/relay/internal/overflow"
+	"github.com/relay-dev/relay/streams"
 )
 
 // The writes the lanes make on a delivery's way (an overflow put, a refill,
@@ -210,6 +211,29 @@ func (p *putter) send(pt put, stopping bool) {
 	}
 }
 
+// spill settles a put that a full DELIVERIES refused: the delivery goes
+// to RETRIES instead (see overflow.SpillAsync), and its original is acked
+// once it is stored there, which frees its room; else it is handed back.
+func (p *putter) spill(pt putting) {
+	f, err := overflow.SpillAsync(p.js, pt.id, pt.d.msg.Data(), pt.d.msg.Headers(), pt.d.seq)
+	if err == nil {
+		timeout := time.NewTimer(putAckWait)
+		defer timeout.Stop()
+		select {
+		case <-f.Ok():
+			if err := pt.d.msg.Ack(); err != nil {
+				p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
+			}
+			return
+		case err = <-f.Err():
+		case <-timeout.C:
+			err = errors.New("no PubAck")
+		}
+	}
+	p.log.Warn("lanes: DELIVERIES is full, and moving a delivery to RETRIES failed", "subscriber", pt.id, "err", err)
+	_ = pt.d.msg.NakWithDelay(settleRetry)
+}
+
 func (p *putter) ackLoop() {
 	for pt := range p.sent {
 		p.settle(pt)
@@ -231,6 +255,10 @@ func (p *putter) settle(pt putting) {
 			p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
 		}
 	case err := <-pt.f.Err():
+		if streams.NoRoom(err) {
+			p.spill(pt)
+			return
+		}
 		p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
 		_ = pt.d.msg.NakWithDelay(settleRetry)
 	case <-timeout.C:

@@ -404,6 +404,24 @@ func PutAsync(js jetstream.JetStream, subscriber string, body []byte, header nat
 
 func putID(seq uint64) string { return "overflow-" + strconv.FormatUint(seq, 10) }
 
+// SpillAsync stores, in place of a put that a full DELIVERIES refused, the
+// delivery at DELIVERIES sequence seq in RETRIES, due at once
+// (retries.due.<subscriber>): RETRIES holds no byte bound, so the lane
+// can let the original go and free its room, and the retry mover puts it
+// back on its lane once DELIVERIES takes it (its lane holds it again then
+// if its subscriber still cannot take it). Without this way out, a full
+// DELIVERIES made of one failing subscriber's deliveries stayed full: each
+// of them waited for room to move out of the way.
+func SpillAsync(js jetstream.JetStream, subscriber string, body []byte, header nats.Header, seq uint64) (jetstream.PubAckFuture, error) {
+	h := streams.CopyHeader(header, 0)
+	h.Del(streams.HeaderOverflowSeq)
+	f, err := js.PublishMsgAsync(&nats.Msg{Subject: retry.DuePrefix + subscriber, Header: h, Data: body}, jetstream.WithMsgID(spillID(seq)))
+	if err != nil {
+		return nil, fmt.Errorf("overflow: spilling a delivery for %s to %s: %w", subscriber, streams.Retries, err)
+	}
+	return f, nil
+}
+
 func refillID(seq uint64) string { return "refill-" + strconv.FormatUint(seq, 10) }
 
 func spillID(seq uint64) string { return "spill-" + strconv.FormatUint(seq, 10) }
