@@ -199,3 +199,48 @@ func subjectTotal(t *testing.T, s jetstream.Stream, filter string) uint64 {
 	}
 	return total
 }
+
+// TestFailingSubscriberNeverHoldsAFullDeliveries: a subscriber whose
+// endpoint fails every request (its circuit opens, what it holds waits),
+// beside a healthy one, in a DELIVERIES of 1 MiB that a burst of 1,500
+// events of 2 KB fills many times over: the healthy one gets every event,
+// and every event of the failing one is waiting (its lane, overflow,
+// RETRIES) or dead-lettered, none lost. What its lane cannot move to a
+// full overflow goes to RETRIES, and its held backlog is evicted past its
+// share, so it never keeps the stream full for the other.
+func TestFailingSubscriberNeverHoldsAFullDeliveries(t *testing.T) {
+	t.Parallel()
+	const events, size = 1500, 2048
+	n := testutil.StartRelayNATS(t)
+	healthy, failing := newReceiver(t), newReceiver(t)
+	failing.status = 503
+	mustRelay(t, "sub", "add", "healthy", "--nats", n.URL, "--url", healthy.URL, "--secret", testSecret, "--events", "x")
+	mustRelay(t, "sub", "add", "failing", "--nats", n.URL, "--url", failing.URL, "--secret", testSecret, "--events", "x")
+	r := startRelay(t, n.URL, "--allow-private-targets")
+	t.Cleanup(func() {
+		if t.Failed() {
+			logQueues(t, n.JS, map[string]*webhookSink{"healthy": healthy, "failing": failing})
+			t.Log(r.stderr.String())
+		}
+	})
+	ctx := testutil.Context(t)
+	s, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxBytes = 1 << 20
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	burstOf(t, n, "ev", events, size)
+	testutil.Progress(t, healthy.count, events, 15*time.Second,
+		"the healthy subscriber's deliveries beside a failing one in a full DELIVERIES")
+	testutil.Eventually(t, func() bool { return fannedOut(ctx, n.JS) }, "events not all fanned out")
+	var waiting, dead int
+	testutil.Eventually(t, func() bool {
+		waiting, dead = waitingFor(t, n, "failing"), deadFor(t, n, "failing", deadletter.Backlog)
+		return waiting+dead == events
+	}, "of the failing subscriber's %d events, %d waiting and %d dead-lettered", events, waiting, dead)
+	t.Logf("DELIVERIES of 1 MiB: %d waiting for the failing subscriber, %d dead-lettered as backlog, %d requests to it",
+		waiting, dead, failing.count())
+	require.Equal(t, events, distinctIDs(healthy))
+}
