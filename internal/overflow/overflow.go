@@ -1,7 +1,9 @@
 package overflow
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -210,40 +212,57 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 	failed := err
 	settled := settleAll(ctx, settles[:min(len(settles), len(futures))])
 	// ok[i]: msgs[i] is safe elsewhere (its copy stored, settled, or
-	// spilled), so it may be purged. The wait stops at the first failure:
-	// what follows it is left for the next refill.
+	// spilled), so it may be purged. Every outcome is looked at, past a
+	// failure too: a message settled or stored but left in overflow would
+	// be brought back again, and both delivered and dead-lettered, or sent
+	// twice.
 	ok := make([]bool, len(futures))
 	var spill []int
 	timeout := time.NewTimer(pubAckWait)
 	defer timeout.Stop()
-wait:
+	waited := false // the wait is over: what has not answered yet is not waited for
 	for i, f := range futures {
 		if f == nil {
 			if e := settled[i]; e != nil {
-				failed = e
-				break
+				failed = cmp.Or(failed, e)
+				continue
 			}
 			ok[i] = true
 			continue
 		}
-		select {
-		case ack := <-f.Ok():
+		var (
+			ack *jetstream.PubAck
+			e   error
+		)
+		if waited {
+			select {
+			case ack = <-f.Ok():
+			case e = <-f.Err():
+			default:
+				continue
+			}
+		} else {
+			select {
+			case ack = <-f.Ok():
+			case e = <-f.Err():
+			case <-timeout.C:
+				failed, waited = cmp.Or(failed, fmt.Errorf("no PubAck within %v", pubAckWait)), true
+				continue
+			case <-ctx.Done():
+				failed, waited = cmp.Or(failed, ctx.Err()), true
+				continue
+			}
+		}
+		switch {
+		case e == nil:
 			ok[i] = true
 			if !ack.Duplicate {
 				moved++
 			}
-		case e := <-f.Err():
-			if !streams.NoRoom(e) {
-				failed = e
-				break wait
-			}
+		case streams.NoRoom(e):
 			spill = append(spill, i)
-		case <-timeout.C:
-			failed = fmt.Errorf("no PubAck within %v", pubAckWait)
-			break wait
-		case <-ctx.Done():
-			failed = ctx.Err()
-			break wait
+		default:
+			failed = cmp.Or(failed, e)
 		}
 	}
 	if len(spill) > 0 {
@@ -255,24 +274,33 @@ wait:
 		if held() {
 			e = r.spill(ctx, subscriber, msgs, spill, ok)
 		}
-		if e != nil && failed == nil {
-			failed = e
-		}
+		failed = cmp.Or(failed, e)
 	}
-	// Only a prefix whose messages are all safe may be purged.
+	// The prefix whose messages are all safe is purged at once; a safe one
+	// past the first that is not is deleted on its own.
 	stored := 0
 	for stored < len(ok) && ok[stored] {
 		stored++
 	}
 	err = failed
-	if stored == 0 {
-		return 0, next, true, fmt.Errorf("overflow: bringing back %s: %w", subscriber, err)
+	if stored > 0 {
+		next = msgs[stored-1].Seq + 1
+		if perr := r.stream.Purge(ctx, jetstream.WithPurgeSubject(Subject(subscriber)), jetstream.WithPurgeSequence(next)); perr != nil {
+			// The copies are stored: a later purge from a later sequence
+			// removes these too, and a reader before it is deduplicated.
+			err = cmp.Or(err, fmt.Errorf("overflow: purging %s: %w", subscriber, perr))
+		}
 	}
-	next = msgs[stored-1].Seq + 1
-	if perr := r.stream.Purge(ctx, jetstream.WithPurgeSubject(Subject(subscriber)), jetstream.WithPurgeSequence(next)); perr != nil && err == nil {
-		// The copies are stored: a later purge from a later sequence
-		// removes these too, and a reader before it is deduplicated.
-		err = fmt.Errorf("overflow: purging %s: %w", subscriber, perr)
+	for i := stored; i < len(ok); i++ {
+		if !ok[i] {
+			continue
+		}
+		if derr := r.stream.DeleteMsg(ctx, msgs[i].Seq); derr != nil && !errors.Is(derr, jetstream.ErrMsgNotFound) {
+			err = cmp.Or(err, fmt.Errorf("overflow: removing %s's delivery %d: %w", subscriber, msgs[i].Seq, derr))
+		}
+	}
+	if stored == 0 && err != nil {
+		return moved, next, true, fmt.Errorf("overflow: bringing back %s: %w", subscriber, err)
 	}
 	return moved, next, true, err
 }
@@ -287,6 +315,7 @@ wait:
 // one copy.
 func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx []int, ok []bool) error {
 	futures := make([]jetstream.PubAckFuture, len(idx))
+	var failed error
 	for j, i := range idx {
 		m := msgs[i]
 		// Not marked as brought back: it was not asked for by a queue with
@@ -298,23 +327,46 @@ func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx
 		f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: retry.DuePrefix + subscriber, Header: h, Data: m.Data},
 			jetstream.WithMsgID(spillID(m.Seq)))
 		if err != nil {
-			return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, err)
+			failed = err
+			futures = futures[:j]
+			break
 		}
 		futures[j] = f
 	}
+	// Every outcome is looked at, past a failure too: a spilled message
+	// left in overflow would come back twice.
 	timeout := time.NewTimer(pubAckWait)
 	defer timeout.Stop()
+	waited := false
 	for j, f := range futures {
-		select {
-		case <-f.Ok():
-			ok[idx[j]] = true
-		case err := <-f.Err():
-			return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, err)
-		case <-timeout.C:
-			return fmt.Errorf("overflow: spilling %s to %s: no PubAck within %v", subscriber, streams.Retries, pubAckWait)
-		case <-ctx.Done():
-			return ctx.Err()
+		var err error
+		if waited {
+			select {
+			case <-f.Ok():
+			case err = <-f.Err():
+			default:
+				continue
+			}
+		} else {
+			select {
+			case <-f.Ok():
+			case err = <-f.Err():
+			case <-timeout.C:
+				failed, waited = cmp.Or(failed, fmt.Errorf("no PubAck within %v", pubAckWait)), true
+				continue
+			case <-ctx.Done():
+				failed, waited = cmp.Or(failed, ctx.Err()), true
+				continue
+			}
 		}
+		if err != nil {
+			failed = cmp.Or(failed, err)
+			continue
+		}
+		ok[idx[j]] = true
+	}
+	if failed != nil {
+		return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, failed)
 	}
 	return nil
 }

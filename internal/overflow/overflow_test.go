@@ -109,8 +109,9 @@ func TestReadOfAnEmptyOverflow(t *testing.T) {
 // TestRefillSettlesLateMessagesTogether checks the Late contract: what Late
 // takes is not brought back, its settles run at once rather than one round
 // trip after another (every settle here waits for all the others to have
-// started), and a settle that fails keeps it, and what follows it, in the
-// overflow.
+// started), and a settle that fails keeps it, and it alone, in the
+// overflow: what follows it was stored or settled, and is removed too, so
+// that no later refill brings it back a second time.
 func TestRefillSettlesLateMessagesTogether(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
@@ -148,11 +149,9 @@ func TestRefillSettlesLateMessagesTogether(t *testing.T) {
 	moved, next, _, err := r.Refill(ctx, "a", "deliveries.s01.a", 0, 20)
 	require.ErrorContains(t, err, "no DLQ")
 	require.Len(t, settled, late)
-	// Bodies 0–13 are settled or stored; 14 failed, so 14–19 stay.
-	require.Equal(t, 7, moved, "the odd bodies 1–13 are brought back")
+	// Bodies 0–13 are settled or stored, and 15–19 stored; 14 failed.
+	require.Equal(t, 12, moved, "the odd bodies 1–13 and 15–19 are brought back")
 	require.Equal(t, uint64(15), next, "read again from body 14's sequence")
-	// What follows the failed settle was published too (its PubAcks came):
-	// a later refill's copy of it is a duplicate.
 	for _, want := range []string{"1", "3", "5", "7", "9", "11", "13", "15", "16", "17", "18", "19"} {
 		m, err := sub.NextMsg(5e9)
 		require.NoError(t, err)
@@ -162,7 +161,11 @@ func TestRefillSettlesLateMessagesTogether(t *testing.T) {
 	require.NoError(t, err)
 	backlogs, err := overflow.Backlogs(ctx, stream)
 	require.NoError(t, err)
-	require.Equal(t, map[string]uint64{"a": 6}, backlogs, "only the prefix before the failed settle is purged")
+	require.Equal(t, map[string]uint64{"a": 1}, backlogs, "only the failed settle's message stays")
+	msgs, err := overflow.Read(ctx, n.Conn, "a", next, 20)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.Equal(t, "14", string(msgs[0].Data))
 }
 
 // TestRefillOfAFullDeliveriesSpillsToRetries: when DELIVERIES has no room
