@@ -343,13 +343,17 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 // reserveOnce is one compare-and-set of Reserve, in a turn among the KV
 // requests on their way (see maxOps): the tokens are counted once the turn
 // has come, so that the wait for it is not part of a lease's round trip.
-// done is false when another relay's write won.
+// An unlimited subscriber whose entry the watch holds makes no request (but
+// the rare probe), and takes no turn: the KV requests of rate-limited ones
+// never hold it up. done is false when another relay's write won.
 func (s *Shared) reserveOnce(ctx context.Context, id string, sub *subscriber, l Limit, try int) (d Decision, done bool, err error) {
-	release, err := s.op(ctx)
-	if err != nil {
-		return Decision{}, true, fmt.Errorf("%w: %s: %w", ErrBucket, id, err)
+	if !l.Unlimited() || try > 0 || !s.following.Load() {
+		release, err := s.op(ctx)
+		if err != nil {
+			return Decision{}, true, fmt.Errorf("%w: %s: %w", ErrBucket, id, err)
+		}
+		defer release()
 	}
-	defer release()
 	if err := s.load(ctx, id, sub, l, try > 0); err != nil {
 		return Decision{}, true, err
 	}
