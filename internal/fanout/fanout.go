@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer gaugeWG.Wait()
 		defer stopGauge()
 	}
-	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.shed) })
+	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.shed, cfg.Clock) })
 	wg.Go(func() {
 		defer close(acks)
 		copyEvents(ctx, js, cfg, view, in, acks)
@@ -339,6 +339,12 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			p.futures = append(p.futures, nil)
 			continue
 		}
+		if md.NumDelivered > 1 && cfg.shed.stored(md.Sequence.Stream, sub.ID) {
+			// Stored when first fanned out: not published again (see
+			// shedMemory).
+			p.futures = append(p.futures, nil)
+			continue
+		}
 		v, why := backlog.Queue, ""
 		switch {
 		case md.NumDelivered == 1:
@@ -453,21 +459,26 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 // or hands it back to be fanned out again; duplicates of copies already
 // stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
 // copies again).
-func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed *shedMemory) {
+func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed *shedMemory, clk clock.Clock) {
 	for p := range acks {
 		err := p.err
+		var stored []int // copies stored, remembered if the event is handed back
 		for i, f := range p.futures {
 			if f == nil {
-				continue // dead-lettered, counted already
+				continue // dead-lettered, counted already; or stored before
 			}
 			select {
 			case ack := <-f.Ok():
 				switch {
-				case ack.Duplicate:
 				case p.shed != nil && p.shed[i]:
-					m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
+					if !ack.Duplicate {
+						m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
+					}
 				default:
-					m.Copied(p.subs[i].ID)
+					stored = append(stored, i)
+					if !ack.Duplicate {
+						m.Copied(p.subs[i].ID)
+					}
 				}
 			case e := <-f.Err():
 				if err == nil {
@@ -475,7 +486,15 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed 
 				}
 			}
 		}
+		md, mdErr := p.msg.Metadata()
 		if err != nil {
+			if mdErr == nil {
+				for _, i := range stored {
+					if !shed.recordStored(md.Sequence.Stream, p.subs[i].ID, clk.Now()) {
+						break
+					}
+				}
+			}
 			log.Warn("fanout: event not fanned out, will retry", "subject", p.msg.Subject(), "err", err)
 			_ = p.msg.NakWithDelay(retryDelay)
 			continue
@@ -483,10 +502,8 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed 
 		if err := p.msg.Ack(); err != nil {
 			log.Warn("fanout: ack", "err", err)
 		}
-		if p.shed != nil {
-			if md, err := p.msg.Metadata(); err == nil {
-				shed.forget(md.Sequence.Stream)
-			}
+		if mdErr == nil {
+			shed.forget(md.Sequence.Stream)
 		}
 		m.EventIngested()
 	}

@@ -5,25 +5,46 @@ import (
 	"time"
 )
 
-// shedMemory remembers, by EVENTS sequence, which subscribers' copies of an
-// event this relay dead-lettered as backlog, until the event is acked. An
-// event handed back (a copy refused for want of room, a PubAck lost) is
-// fanned out again: the same verdict must be given again, or a copy shed the
-// first time would be queued the second (a delivery both sent and in the
-// DLQ), and a copy queued the first time shed the second. A remembered
-// subscriber is shed again (its dead letter's id makes the second a
-// duplicate); any other is queued (its copy id makes the second a
-// duplicate). An event handed to another relay is queued there: the memory
-// is this relay's alone.
+// shedMemory remembers, by EVENTS sequence, what became of each copy of an
+// event this relay fanned out and then handed back (a copy refused for want
+// of room, a PubAck lost), until the event is acked: which subscribers'
+// copies it dead-lettered as backlog, and which it stored. Fanned out
+// again, the event gets the same verdicts: a copy shed the first time is
+// shed again (its dead letter's id makes the second a duplicate), never
+// queued, which would make a delivery both sent and in the DLQ; and a copy
+// stored the first time is not published again. DELIVERIES drops a copy
+// published again as a duplicate only within its duplicate window (2
+// minutes): an event handed back every 2 s for longer, while DELIVERIES is
+// full, would store again, and deliver twice, the copies of it that had
+// been stored and sent meanwhile. Any other copy is queued (its copy id
+// makes the second a duplicate within the window). An event handed to
+// another relay is fanned out there as new: the memory is this relay's
+// alone.
 type shedMemory struct {
 	mu sync.Mutex
 	m  map[uint64]shedRecord
+	// entries counts the subscribers remembered over all events.
+	entries int
 }
 
 type shedRecord struct {
-	subs map[string]bool
+	subs map[string]verdict
 	at   time.Time
 }
+
+// verdict is what became of one copy of an event.
+type verdict uint8
+
+const (
+	shedVerdict verdict = iota + 1
+	storedVerdict
+)
+
+// storedMost bounds the stored copies remembered over all events (an event
+// to 10,000 subscribers handed back holds 10,000): past it, no more are
+// remembered, and a copy published again relies on DELIVERIES' duplicate
+// window, as on another relay.
+const storedMost = 1_000_000
 
 // shedMemoryMost bounds the events remembered; past it the oldest (whose
 // events were most likely acked by another relay) are forgotten.
@@ -35,6 +56,23 @@ const shedMemoryFor = 10 * time.Minute
 
 // record notes that seq's copy for subscriber was shed.
 func (s *shedMemory) record(seq uint64, subscriber string, now time.Time) {
+	s.note(seq, subscriber, shedVerdict, now)
+}
+
+// recordStored notes that seq's copy for subscriber was stored, for an
+// event handed back; false when the memory is full and it was not.
+func (s *shedMemory) recordStored(seq uint64, subscriber string, now time.Time) bool {
+	s.mu.Lock()
+	full := s.entries >= storedMost
+	s.mu.Unlock()
+	if full {
+		return false
+	}
+	s.note(seq, subscriber, storedVerdict, now)
+	return true
+}
+
+func (s *shedMemory) note(seq uint64, subscriber string, v verdict, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
@@ -45,24 +83,41 @@ func (s *shedMemory) record(seq uint64, subscriber string, now time.Time) {
 		if len(s.m) >= shedMemoryMost {
 			s.pruneLocked(now)
 		}
-		r = shedRecord{subs: map[string]bool{}, at: now}
+		r = shedRecord{subs: map[string]verdict{}, at: now}
 		s.m[seq] = r
 	}
-	r.subs[subscriber] = true
+	if _, had := r.subs[subscriber]; !had {
+		s.entries++
+	}
+	r.subs[subscriber] = v
 }
 
 // shed reports whether seq's copy for subscriber was shed before.
 func (s *shedMemory) shed(seq uint64, subscriber string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m[seq].subs[subscriber]
+	return s.m[seq].subs[subscriber] == shedVerdict
+}
+
+// stored reports whether seq's copy for subscriber was stored before.
+func (s *shedMemory) stored(seq uint64, subscriber string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[seq].subs[subscriber] == storedVerdict
 }
 
 // forget drops an event once it is acked.
 func (s *shedMemory) forget(seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m, seq)
+	s.dropLocked(seq)
+}
+
+func (s *shedMemory) dropLocked(seq uint64) {
+	if r, ok := s.m[seq]; ok {
+		s.entries -= len(r.subs)
+		delete(s.m, seq)
+	}
 }
 
 // pruneLocked forgets the events older than shedMemoryFor, and if that is
@@ -70,7 +125,7 @@ func (s *shedMemory) forget(seq uint64) {
 func (s *shedMemory) pruneLocked(now time.Time) {
 	for seq, r := range s.m {
 		if now.Sub(r.at) > shedMemoryFor {
-			delete(s.m, seq)
+			s.dropLocked(seq)
 		}
 	}
 	if len(s.m) < shedMemoryMost {
@@ -82,7 +137,7 @@ func (s *shedMemory) pruneLocked(now time.Time) {
 	}
 	for seq := range s.m {
 		if seq < newest-uint64(shedMemoryMost/2) {
-			delete(s.m, seq)
+			s.dropLocked(seq)
 		}
 	}
 }

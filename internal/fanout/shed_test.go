@@ -2,7 +2,9 @@ package fanout_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -113,4 +115,54 @@ func TestRunGivesAHandedBackEventTheSameVerdicts(t *testing.T) {
 	dead := streamMsgs(t, js, streams.DLQ)
 	require.Len(t, dead, 1)
 	require.Equal(t, "dlq.backlog.ev-1.small", dead[0].Header.Get(jetstream.MsgIDHeader))
+}
+
+// TestRunNeverStoresACopyTwiceWhenHandedBackPastTheDuplicateWindow: an
+// event one of whose copies DELIVERIES refuses is handed back and fanned out
+// again every 2 s; a copy stored the first time is not published again,
+// so that once DELIVERIES' duplicate window has passed (2 minutes; a
+// second here) it is not stored, and delivered, a second time.
+func TestRunNeverStoresACopyTwiceWhenHandedBackPastTheDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sub("a"), sub("b"))
+	js := e.n.JS
+	ctx := testutil.Context(t)
+	deliveries := func(maxBytes int64) {
+		t.Helper()
+		cfg, err := streams.Config(streams.Deliveries)
+		require.NoError(t, err)
+		cfg.MaxBytes, cfg.Duplicates = maxBytes, time.Second
+		_, err = js.UpdateStream(ctx, cfg)
+		require.NoError(t, err)
+	}
+	deliveries(-1)
+	idle, err := backlog.New(backlog.Config{JS: js, Subscribers: e.live})
+	require.NoError(t, err)
+	e.start(t, func(c *fanout.Config) { c.Backlog = idle })
+	body := []byte(`{"pad":"` + strings.Repeat("x", 2000) + `"}`)
+	first := publish(t, js, "x.y", body, msgID("ev-1"))
+	waitFannedOut(t, js, first)
+	perCopy := int64(streamState(t, js, streams.Deliveries).Bytes) / 2
+	s, err := js.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx))
+
+	// Room for one copy of the next event, not two.
+	deliveries(perCopy * 3 / 2)
+	last := publish(t, js, "x.y", body, msgID("ev-2"))
+	testutil.Eventually(t, func() bool {
+		info := maybeConsumerInfo(t, js)
+		return info != nil && info.NumRedelivered > 0 && streamState(t, js, streams.Deliveries).Msgs == 1
+	}, "the event was never handed back with one copy stored")
+	// The server's duplicate window is a time of its own: the copy of a
+	// is remembered for a second; past it, and a fan-out again (every 2 s),
+	// there is room.
+	time.Sleep(2 * time.Second)
+	deliveries(-1)
+	waitFannedOut(t, js, last)
+	got := map[string]int{}
+	for _, m := range copies(t, js) {
+		got[m.Header.Get(jetstream.MsgIDHeader)]++
+	}
+	require.Equal(t, map[string]int{"ev-2.a": 1, "ev-2.b": 1}, got)
 }
