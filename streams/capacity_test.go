@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -300,5 +301,38 @@ func TestFormatBytes(t *testing.T) {
 		if got := streams.FormatBytes(n); got != want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestEnsureSizesAgainADeliveriesLeftAtItsProbe: DELIVERIES is created at
+// the size that probes the account's storage and then lowered; one found
+// still at that size (a relay stopped between the two, or the update
+// failed) is sized again, while the same size set by an operator is kept.
+func TestEnsureSizesAgainADeliveriesLeftAtItsProbe(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	ensure(t, n.JS, streams.Options{})
+	sized := info(t, n.JS, streams.Deliveries).Config
+	if _, ok := sized.Metadata["relay_probe_max_bytes"]; ok {
+		t.Fatalf("DELIVERIES keeps the probe's mark once sized: %v", sized.Metadata)
+	}
+	probe := 2 * sized.MaxBytes
+	edit(t, n.JS, streams.Deliveries, func(c *jetstream.StreamConfig) {
+		c.MaxBytes = probe
+		c.Metadata = map[string]string{"relay_probe_max_bytes": strconv.FormatInt(probe, 10)}
+	})
+	ensure(t, n.JS, streams.Options{})
+	again := info(t, n.JS, streams.Deliveries).Config
+	if again.MaxBytes != sized.MaxBytes {
+		t.Errorf("left at its probe of %d, DELIVERIES has %d, want %d again", probe, again.MaxBytes, sized.MaxBytes)
+	}
+	if _, ok := again.Metadata["relay_probe_max_bytes"]; ok {
+		t.Errorf("the probe's mark stayed: %v", again.Metadata)
+	}
+
+	edit(t, n.JS, streams.Deliveries, func(c *jetstream.StreamConfig) { c.MaxBytes = probe })
+	ensure(t, n.JS, streams.Options{})
+	if got := info(t, n.JS, streams.Deliveries).Config.MaxBytes; got != probe {
+		t.Errorf("an operator's %d became %d", probe, got)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -260,6 +262,14 @@ func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *
 			def.Name, cfg.MaxAge, cfg.Duplicates))
 		cfg.MaxAge = cfg.Duplicates
 	}
+	if def.Name == Deliveries && probing(*have) {
+		// Created at the size that probed the account, and not lowered
+		// since (a relay stopped in between, or the update failed): that
+		// size is relay's, not an operator's, and is chosen again.
+		e.log.Warn(fmt.Sprintf("streams: %s kept the %s it was created with to probe the account's storage: sized again",
+			def.Name, FormatBytes(have.MaxBytes)))
+		cfg.MaxBytes = 0
+	}
 	warnLimits(e.log, def, cfg, askedAge)
 	if def.Name == Deliveries && cfg.MaxBytes <= 0 {
 		// Unbounded, DELIVERIES would never refuse a copy, and the
@@ -278,6 +288,9 @@ func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetst
 	createWith := func(ctx context.Context, maxBytes int64) error {
 		c := cfg
 		c.MaxBytes = maxBytes
+		if c.Name == Deliveries {
+			c.Metadata = withProbe(c.Metadata, maxBytes)
+		}
 		return AskAgain(ctx, func(ctx context.Context) error {
 			_, err := e.js.CreateStream(ctx, c)
 			return err
@@ -296,6 +309,7 @@ func (e *ensurer) bound(ctx context.Context, cfg jetstream.StreamConfig, def int
 	sized, err := e.size(ctx, cfg, func(ctx context.Context, maxBytes int64) error {
 		c := cfg
 		c.MaxBytes = maxBytes
+		c.Metadata = withProbe(c.Metadata, maxBytes)
 		return e.update(ctx, c)
 	})
 	if err == nil {
@@ -320,10 +334,40 @@ func (e *ensurer) size(ctx context.Context, cfg jetstream.StreamConfig, try func
 		return cfg, err
 	}
 	cfg.MaxBytes = size
+	cfg.Metadata = withoutProbe(cfg.Metadata)
 	if probe == size {
 		return cfg, nil
 	}
 	return cfg, e.update(ctx, cfg)
+}
+
+// probeKey marks, in DELIVERIES' metadata, the max_bytes it was created
+// (or updated) with to probe the account's storage, until it is lowered to
+// the size chosen: a DELIVERIES found with that size still is sized again.
+const probeKey = "relay_probe_max_bytes"
+
+func withProbe(md map[string]string, maxBytes int64) map[string]string {
+	out := maps.Clone(md)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[probeKey] = strconv.FormatInt(maxBytes, 10)
+	return out
+}
+
+func withoutProbe(md map[string]string) map[string]string {
+	if _, ok := md[probeKey]; !ok {
+		return md
+	}
+	out := maps.Clone(md)
+	delete(out, probeKey)
+	return out
+}
+
+// probing reports whether DELIVERIES still has the size it probed with.
+func probing(cfg jetstream.StreamConfig) bool {
+	v, ok := cfg.Metadata[probeKey]
+	return ok && v == strconv.FormatInt(cfg.MaxBytes, 10)
 }
 
 // update updates the stream to cfg.
