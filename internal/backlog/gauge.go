@@ -111,8 +111,7 @@ type Gauge struct {
 	// fast as its lane takes them), and is never shed for its share.
 	held map[string]uint64
 	// idle holds the subscribers paused or disabled at the last read: no
-	// relay sends to them or brings their overflow back, so only theirs
-	// may be evicted without racing a refill.
+	// relay sends to them, so their held backlog is evicted first.
 	idle map[string]bool
 	// since counts the copies this relay queued for each subscriber since
 	// the read began, and before those of the read before: a subscriber
