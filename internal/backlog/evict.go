@@ -2,6 +2,7 @@ package backlog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/overflow"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -19,8 +21,10 @@ const evictMost = 1024
 
 // Evict makes room in a DELIVERIES at least [EvictFrom] full: it
 // dead-letters, oldest first and with reason backlog, the held backlog
-// (overflow) of the subscriber furthest over its fair share (a paused or
-// disabled one first), down to that share, then purges what it stored.
+// (overflow) of the subscriber furthest over its fair share, down to that
+// share, then purges what it stored: a paused or disabled one first, else
+// one its flow control holds (a Retry-After, a circuit not closed), never
+// one that drains its backlog itself.
 // It holds the subscriber's refill lease meanwhile, so that nothing brings
 // that overflow back at the same time: no delivery is both sent and
 // dead-lettered. Each dead letter's Nats-Msg-Id is
@@ -33,13 +37,13 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	g.mu.Lock()
 	var victim string
 	var excess, share float64
+	idle := false
 	full, _ := g.shareLocked("")
 	if full >= EvictFrom {
 		// A paused or disabled subscriber first: nothing is on its way to
 		// it. Else the one furthest over its share, whose circuit may be
 		// open, or whose Retry-After outlasts the room: left alone, its
 		// held backlog keeps DELIVERIES full for everyone.
-		idle := false
 		for id, held := range g.held {
 			_, s := g.shareLocked(id)
 			over := float64(g.counts[id]+g.since[id]) - s
@@ -56,6 +60,15 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	g.mu.Unlock()
 	if victim == "" {
 		return 0, nil
+	}
+	if !idle {
+		// Not paused nor disabled: only one that cannot be sent to now
+		// (a Retry-After, an open circuit) is made room against; one
+		// that drains (resumed, catching up) makes the room itself.
+		held, err := g.blocked(ctx, victim)
+		if err != nil || !held {
+			return 0, err
+		}
 	}
 	// Looked at again just before: another relay may have made the room
 	// since the figures were read.
@@ -114,4 +127,26 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 		return evicted, fmt.Errorf("backlog: evicting %s: %w", victim, err)
 	}
 	return evicted, nil
+}
+
+// blocked reports whether the subscriber's relay_ratelimit entry holds it:
+// paused by a Retry-After, or its circuit not closed.
+func (g *Gauge) blocked(ctx context.Context, id string) (bool, error) {
+	kv, err := g.cfg.JS.KeyValue(ctx, streams.RateLimitBucket)
+	if err != nil {
+		return false, fmt.Errorf("backlog: reading %s's flow control: %w", id, err)
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("backlog: reading %s's flow control: %w", id, err)
+	}
+	var st ratelimit.State
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return false, nil
+	}
+	now := g.cfg.Clock.Now()
+	return now.Before(st.PausedUntil) || st.CircuitAt(now) != ratelimit.Closed, nil
 }

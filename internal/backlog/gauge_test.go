@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/backlog"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
@@ -177,6 +178,12 @@ func TestEvictMakesRoomInAFullDeliveries(t *testing.T) {
 	_, err = n.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 	stuck, healthy := subscribers.Subscriber{ID: "stuck"}, subscribers.Subscriber{ID: "healthy"}
+	// Neither paused nor held by its flow control: it drains, and makes
+	// the room itself; never evicted.
+	none, err := newGauge(t, n.JS, stuck, healthy).Evict(ctx)
+	require.NoError(t, err)
+	require.Zero(t, none)
+	stuck.Paused = true
 	g1 := newGauge(t, n.JS, stuck, healthy)
 	g2 := newGauge(t, n.JS, stuck, healthy)
 	evicted, err := g1.Evict(ctx)
@@ -228,8 +235,8 @@ func TestEvictMakesRoomInAFullDeliveries(t *testing.T) {
 // TestEvictTakesAPausedSubscriberFirst: of two subscribers over their share
 // of a nearly full DELIVERIES, the paused one's held backlog goes first,
 // though the other holds more; once no paused one is over its share, the
-// other's goes too (its circuit may be open for hours: left alone, it
-// keeps DELIVERIES full for everyone).
+// other's goes too when its circuit is open (for hours, maybe: left alone,
+// it keeps DELIVERIES full for everyone).
 func TestEvictTakesAPausedSubscriberFirst(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
@@ -263,7 +270,9 @@ func TestEvictTakesAPausedSubscriberFirst(t *testing.T) {
 	require.Less(t, after["deliveries.overflow.paused"], uint64(40))
 
 	// The paused one is down to its share: if DELIVERIES is still nearly
-	// full, the failing one's turn comes.
+	// full, the failing one's turn comes, its circuit open.
+	testutil.PutJSON(t, n.JS, streams.RateLimitBucket, "failing",
+		ratelimit.State{Failures: 5, OpenUntil: time.Now().Add(time.Hour), Opens: 1})
 	require.NoError(t, g.Refresh(ctx))
 	if _, err := g.Evict(ctx); err != nil {
 		t.Fatal(err)
