@@ -218,9 +218,8 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 	// twice.
 	ok := make([]bool, len(futures))
 	var spill []int
-	timeout := time.NewTimer(pubAckWait)
-	defer timeout.Stop()
-	waited := false // the wait is over: what has not answered yet is not waited for
+	w := newAckWait(ctx)
+	defer w.stop()
 	for i, f := range futures {
 		if f == nil {
 			if e := settled[i]; e != nil {
@@ -230,28 +229,9 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 			ok[i] = true
 			continue
 		}
-		var (
-			ack *jetstream.PubAck
-			e   error
-		)
-		if waited {
-			select {
-			case ack = <-f.Ok():
-			case e = <-f.Err():
-			default:
-				continue
-			}
-		} else {
-			select {
-			case ack = <-f.Ok():
-			case e = <-f.Err():
-			case <-timeout.C:
-				failed, waited = cmp.Or(failed, fmt.Errorf("no PubAck within %v", pubAckWait)), true
-				continue
-			case <-ctx.Done():
-				failed, waited = cmp.Or(failed, ctx.Err()), true
-				continue
-			}
+		ack, answered, e := w.await(f)
+		if !answered {
+			continue
 		}
 		switch {
 		case e == nil:
@@ -265,6 +245,7 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 			failed = cmp.Or(failed, e)
 		}
 	}
+	failed = cmp.Or(failed, w.over)
 	if len(spill) > 0 {
 		// A copy the lane refused goes to RETRIES only under a lease that
 		// surely holds: a relay that took it over since may have stored the
@@ -335,29 +316,12 @@ func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx
 	}
 	// Every outcome is looked at, past a failure too: a spilled message
 	// left in overflow would come back twice.
-	timeout := time.NewTimer(pubAckWait)
-	defer timeout.Stop()
-	waited := false
+	w := newAckWait(ctx)
+	defer w.stop()
 	for j, f := range futures {
-		var err error
-		if waited {
-			select {
-			case <-f.Ok():
-			case err = <-f.Err():
-			default:
-				continue
-			}
-		} else {
-			select {
-			case <-f.Ok():
-			case err = <-f.Err():
-			case <-timeout.C:
-				failed, waited = cmp.Or(failed, fmt.Errorf("no PubAck within %v", pubAckWait)), true
-				continue
-			case <-ctx.Done():
-				failed, waited = cmp.Or(failed, ctx.Err()), true
-				continue
-			}
+		_, answered, err := w.await(f)
+		if !answered {
+			continue
 		}
 		if err != nil {
 			failed = cmp.Or(failed, err)
@@ -365,6 +329,7 @@ func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx
 		}
 		ok[idx[j]] = true
 	}
+	failed = cmp.Or(failed, w.over)
 	if failed != nil {
 		return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, failed)
 	}
@@ -481,3 +446,44 @@ func spillID(seq uint64) string { return "spill-" + strconv.FormatUint(seq, 10) 
 // pubAckWait bounds the wait for one batch's PubAcks, whatever the
 // JetStream context's own timeout.
 const pubAckWait = 10 * time.Second
+
+// ackWait waits for the PubAcks of one batch, together no longer than
+// pubAckWait or its context: past either, it takes only what has come.
+type ackWait struct {
+	ctx     context.Context
+	timeout *time.Timer
+	// over says why the wait ended; nil while it has not.
+	over error
+}
+
+func newAckWait(ctx context.Context) *ackWait {
+	return &ackWait{ctx: ctx, timeout: time.NewTimer(pubAckWait)}
+}
+
+func (w *ackWait) stop() { w.timeout.Stop() }
+
+// await returns f's PubAck or its error; answered is false for one that
+// had not come when the wait ended.
+func (w *ackWait) await(f jetstream.PubAckFuture) (ack *jetstream.PubAck, answered bool, err error) {
+	if w.over != nil {
+		select {
+		case ack = <-f.Ok():
+			return ack, true, nil
+		case err = <-f.Err():
+			return nil, true, err
+		default:
+			return nil, false, nil
+		}
+	}
+	select {
+	case ack = <-f.Ok():
+		return ack, true, nil
+	case err = <-f.Err():
+		return nil, true, err
+	case <-w.timeout.C:
+		w.over = fmt.Errorf("no PubAck within %v", pubAckWait)
+	case <-w.ctx.Done():
+		w.over = w.ctx.Err()
+	}
+	return nil, false, nil
+}
