@@ -244,7 +244,8 @@ func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
 // calls it, and must not wait. A stale message (see [lane.alive]) is let go
 // instead: JetStream has given it, or will give it, to another relay.
 func (l *lane) toOverflow(d delivery, id string, stored func()) {
-	// No longer held: the keep-alive rounds to come leave it out.
+	// No longer held by its scheduler: its putter's pending puts are
+	// renewed from now on (see [putter.offer]).
 	d.received, d.kept = l.renewedAt(d), 0
 	if !l.alive(d) {
 		l.letGo(d, id)
@@ -332,6 +333,9 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		returning := slices.Clone(l.returning)
 		l.mu.Unlock()
 		for _, msg := range returning {
+			keep(msg)
+		}
+		for _, msg := range l.puts.outstanding() {
 			keep(msg)
 		}
 		var err error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -137,24 +138,61 @@ type putter struct {
 	sent  chan putting
 	done  chan struct{}
 	work  conc.WaitGroup
+
+	// mu guards pending: the originals of the puts queued or waiting for
+	// their PubAck, by DELIVERIES sequence. The lane's keep-alive rounds
+	// renew them as they do held messages (see [putter.outstanding]): a
+	// put that waits for its place or its PubAck on a slow server must not
+	// outlast its original's ack wait, or JetStream gives the original to
+	// another relay while its copy is being stored, and it is sent twice.
+	mu      sync.Mutex
+	pending map[uint64]jetstream.Msg
 }
 
 func newPutter(js jetstream.JetStream, log *slog.Logger) *putter {
 	p := &putter{js: js, log: log, queue: make(chan put, putQueue), sent: make(chan putting, putWindow),
-		done: make(chan struct{})}
+		done: make(chan struct{}), pending: make(map[uint64]jetstream.Msg)}
 	p.work.Go(p.sendLoop)
 	p.work.Go(p.ackLoop)
 	return p
 }
 
-// offer queues a put without waiting; false: the queue is full.
+// offer queues a put without waiting; false: the queue is full. The put's
+// original joins the messages the keep-alive rounds renew before it is
+// stamped as kept, so a round that began after the stamp lists it (see
+// [lane.renewedAt]).
 func (p *putter) offer(pt put) bool {
+	p.mu.Lock()
+	p.pending[pt.d.seq] = pt.d.msg
+	p.mu.Unlock()
+	pt.d.kept = time.Now().UnixNano()
 	select {
 	case p.queue <- pt:
 		return true
 	default:
+		p.forget(pt)
 		return false
 	}
+}
+
+// forget takes a put's original out of the renewed messages: it was acked,
+// handed back or let go.
+func (p *putter) forget(pt put) {
+	p.mu.Lock()
+	delete(p.pending, pt.d.seq)
+	p.mu.Unlock()
+}
+
+// outstanding returns the originals of the puts not settled yet, for the
+// lane's keep-alive round.
+func (p *putter) outstanding() []jetstream.Msg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]jetstream.Msg, 0, len(p.pending))
+	for _, msg := range p.pending {
+		out = append(out, msg)
+	}
+	return out
 }
 
 // stop makes the puts queued, waits for their PubAcks (each within
@@ -190,6 +228,7 @@ func (p *putter) sendLoop() {
 func (p *putter) send(pt put, stopping bool) {
 	for {
 		if !pt.l.alive(pt.d) {
+			p.forget(pt)
 			pt.l.letGo(pt.d, pt.id)
 			return
 		}
@@ -199,9 +238,11 @@ func (p *putter) send(pt put, stopping bool) {
 		}
 		switch {
 		case err != nil && stopping:
+			p.forget(pt)
 			pt.l.handBack(pt.d.msg)
 			return
 		case err != nil:
+			p.forget(pt)
 			p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
 			_ = pt.d.msg.NakWithDelay(settleRetry)
 			return
@@ -246,6 +287,7 @@ func (p *putter) ackLoop() {
 func (p *putter) settle(pt putting) {
 	timeout := time.NewTimer(time.Until(pt.until))
 	defer timeout.Stop()
+	defer p.forget(pt.put)
 	select {
 	case <-pt.f.Ok():
 		if pt.stored != nil {
