@@ -42,8 +42,11 @@ const (
 )
 
 // RefillLeaseTTL is relay_refill's TTL: how long a lease outlives a relay
-// that died holding it, before another relay may take it.
-const RefillLeaseTTL = 6 * time.Second
+// that died holding it, before another relay may take it. A refill's reads,
+// writes and their waits (a batch's PubAcks wait up to 10 s) end within
+// five sixths of it, so the holder has purged what it stored before another
+// relay can read the same messages.
+const RefillLeaseTTL = 30 * time.Second
 
 // DuplicateWindow is the Nats-Msg-Id duplicate window of every relay stream
 // (their duplicate_window; Ensure puts it back if it was changed). A copy, a

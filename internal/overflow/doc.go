@@ -29,8 +29,10 @@
 // holder brings back reach its lanes like any others. So the reads and
 // writes a backlog costs do not grow with the number of relays, and a copy
 // that one relay stored on the lane is never spilled to RETRIES by another.
-// A relay that dies holding a lease leaves it to the bucket's TTL (6 s):
-// then the next relay whose sweep or queue asks takes it.
+// A relay that dies holding a lease leaves it to the bucket's TTL (30 s):
+// then the next relay whose sweep or queue asks takes it. A refill's reads,
+// writes and waits end within five sixths of that TTL after its take, so it
+// has purged what it stored before the lease can pass to another relay.
 //
 // The lease saves work; safety does not rest on it. The republished copy's
 // Nats-Msg-Id is refill-<overflow sequence>, so two relays reading the same

@@ -167,10 +167,10 @@ func (l *leases) sawBusy(id string) error {
 	return nil
 }
 
-// valid reports whether the lease surely still holds: taken less than the
-// bucket's TTL ago, less a margin for the time its take took to be stored.
-func (l *leases) valid(ls lease) bool {
-	return l.ttl > 0 && time.Since(ls.at) < l.ttl-l.ttl/6
+// until is when the lease stops surely holding: the bucket's TTL after its
+// take was sent, less a margin for the time the take took to be stored.
+func (l *leases) until(ls lease) time.Time {
+	return ls.at.Add(max(0, l.ttl-l.ttl/6))
 }
 
 // release gives the lease back (compare-and-set to an empty value), so that

@@ -113,9 +113,9 @@ func TestRefillLeaseOfAnotherRelay(t *testing.T) {
 	// A relay that dies holding it: the lease goes with the bucket's TTL.
 	_, err = kv.Update(ctx, "a", []byte("dead-relay"), entry.Revision())
 	require.NoError(t, err)
-	testutil.Eventually(t, func() bool {
+	require.True(t, testutil.Within(3*streams.RefillLeaseTTL, func() bool {
 		moved, _, _, err = r.Refill(ctx, "a", "deliveries.s01.a", 0, 5)
 		return err == nil
-	}, "the lease of a dead relay was never taken over")
+	}), "the lease of a dead relay was never taken over")
 	require.Equal(t, 5, moved)
 }

@@ -166,7 +166,7 @@ func (r *Refiller) Busy(subscriber string) bool { return r.leases.busy(subscribe
 // set.
 func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from uint64, n int) (moved int, next uint64, more bool, err error) {
 	if r.leases == nil {
-		return r.refill(ctx, subscriber, subject, from, n, func() bool { return true })
+		return r.refill(ctx, subscriber, subject, from, n, time.Time{})
 	}
 	ls, ok, err := r.leases.take(ctx, subscriber)
 	if err != nil {
@@ -176,12 +176,21 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 		return 0, from, true, ErrLeased
 	}
 	defer func() { r.leases.release(ctx, ls, err == nil && !more) }()
-	return r.refill(ctx, subscriber, subject, from, n, func() bool { return r.leases.valid(ls) })
+	return r.refill(ctx, subscriber, subject, from, n, r.leases.until(ls))
 }
 
-// refill is [Refiller.Refill] once the lease is held; held reports whether it
-// still surely is.
-func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from uint64, n int, held func() bool) (moved int, next uint64, more bool, err error) {
+// refill is [Refiller.Refill] once the lease is held, until it stops surely
+// holding (zero: no lease). Its reads, writes and their waits end by then,
+// so that what it stored is purged before another relay can take the lease
+// and read the same messages (an eviction would dead-letter what this one
+// stored on the lane): only the purge itself may come later.
+func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from uint64, n int, until time.Time) (moved int, next uint64, more bool, err error) {
+	purgeCtx := ctx
+	if !until.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, until)
+		defer cancel()
+	}
 	msgs, err := Read(ctx, r.js.Conn(), subscriber, from, n)
 	next = from
 	if len(msgs) == 0 {
@@ -252,7 +261,7 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 		// same copy on the lane, and the two would both be delivered. Left
 		// in overflow, the next holder brings it back.
 		e := errLeaseLost
-		if held() {
+		if until.IsZero() || time.Now().Before(until) {
 			e = r.spill(ctx, subscriber, msgs, spill, ok)
 		}
 		failed = cmp.Or(failed, e)
@@ -266,7 +275,7 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 	err = failed
 	if stored > 0 {
 		next = msgs[stored-1].Seq + 1
-		if perr := r.stream.Purge(ctx, jetstream.WithPurgeSubject(Subject(subscriber)), jetstream.WithPurgeSequence(next)); perr != nil {
+		if perr := r.stream.Purge(purgeCtx, jetstream.WithPurgeSubject(Subject(subscriber)), jetstream.WithPurgeSequence(next)); perr != nil {
 			// The copies are stored: a later purge from a later sequence
 			// removes these too, and a reader before it is deduplicated.
 			err = cmp.Or(err, fmt.Errorf("overflow: purging %s: %w", subscriber, perr))
@@ -276,7 +285,7 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 		if !ok[i] {
 			continue
 		}
-		if derr := r.stream.DeleteMsg(ctx, msgs[i].Seq); derr != nil && !errors.Is(derr, jetstream.ErrMsgNotFound) {
+		if derr := r.stream.DeleteMsg(purgeCtx, msgs[i].Seq); derr != nil && !errors.Is(derr, jetstream.ErrMsgNotFound) {
 			err = cmp.Or(err, fmt.Errorf("overflow: removing %s's delivery %d: %w", subscriber, msgs[i].Seq, derr))
 		}
 	}
