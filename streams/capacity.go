@@ -237,6 +237,7 @@ func warnLimits(log *slog.Logger, def, cfg jetstream.StreamConfig, askedAge bool
 		Deliveries: "a backlog past it makes the fan-out wait",
 		Retries:    "parked retries and scheduled deliveries past it are dropped without a dead letter",
 		DLQ:        "dead letters go sooner",
+		Bodies:     "past it the fan-out waits for room, as for a full DELIVERIES",
 	}[cfg.Name]
 	advisedBytes := def.MaxBytes
 	if cfg.Name == Deliveries {

@@ -21,11 +21,15 @@ var ErrDirectGet = errors.New("streams: direct get")
 // one that reached it included (at its max_pending when zero). Any
 // replica of a stream that allows direct gets answers it, without its
 // leader.
+//
+// With MultiLast, it brings instead the last message of each of those
+// subjects that has one (Batch at most), in the order they were stored.
 type DirectGet struct {
-	Seq        uint64 `json:"seq"`
-	NextBySubj string `json:"next_by_subj,omitempty"`
-	Batch      int    `json:"batch"`
-	MaxBytes   int    `json:"max_bytes,omitempty"`
+	Seq        uint64   `json:"seq,omitempty"`
+	NextBySubj string   `json:"next_by_subj,omitempty"`
+	MultiLast  []string `json:"multi_last,omitempty"`
+	Batch      int      `json:"batch"`
+	MaxBytes   int      `json:"max_bytes,omitempty"`
 }
 
 // Stored is one message a direct get brought.

@@ -35,7 +35,13 @@ const (
 	// overflow: the DELIVERIES sequence it waited at. A lane takes such a
 	// message into its subscriber's queue whatever the queue holds, since
 	// it was brought back only because there was room for it.
-	HeaderOverflowSeq      = "Relay-Overflow-Seq"
+	HeaderOverflowSeq = "Relay-Overflow-Seq"
+	// HeaderEventSeq marks a delivery that carries no body: its body is the
+	// event's at this EVENTS sequence, stored once in BODIES (and in
+	// EVENTS) for all the event's deliveries. Whatever writes the delivery
+	// anew (a retry, a move to overflow, a dead letter) writes the body
+	// into it and drops this header.
+	HeaderEventSeq         = "Relay-Event-Seq"
 	HeaderContentType      = "Content-Type"
 	headerNatsPrefixLength = len("nats-")
 )

@@ -24,10 +24,15 @@ var definitions embed.FS
 // publish to EVENTS with `nats pub` and operators inspect the others with the
 // nats CLI.
 const (
-	Events            = "EVENTS"
-	Deliveries        = "DELIVERIES"
-	DLQ               = "DLQ"
-	Retries           = "RETRIES"
+	Events     = "EVENTS"
+	Deliveries = "DELIVERIES"
+	DLQ        = "DLQ"
+	Retries    = "RETRIES"
+	// Bodies holds the body of each event fanned out to several
+	// subscribers, once, on bodies.<EVENTS sequence> (see [BodySubject]):
+	// those deliveries carry the sequence (Relay-Event-Seq) instead of a
+	// copy of the body.
+	Bodies            = "BODIES"
 	SubscribersBucket = "relay_subscribers"
 	RateLimitBucket   = "relay_ratelimit"
 	// TimelinessBucket holds, per subscriber, how many deliveries were
@@ -130,7 +135,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	// look at the end.
 	var ensured []string
 	sizes := map[string]int64{}
-	for _, name := range []string{Events, Deliveries, DLQ, Retries} {
+	for _, name := range []string{Events, Deliveries, DLQ, Retries, Bodies} {
 		ensured = append(ensured, name)
 		def, err := Config(name)
 		if err != nil {
@@ -407,7 +412,7 @@ func (e *ensurer) logSizes(ctx context.Context, sizes map[string]int64) {
 	}
 	e.log.Info("streams sized",
 		"events_max_bytes", sizes[Events], "deliveries_max_bytes", sizes[Deliveries],
-		"retries_max_bytes", sizes[Retries], "dlq_max_bytes", sizes[DLQ],
+		"retries_max_bytes", sizes[Retries], "dlq_max_bytes", sizes[DLQ], "bodies_max_bytes", sizes[Bodies],
 		"deliveries", FormatBytes(sizes[Deliveries]),
 		"account_max_store", limit, "account_reserved", reserved,
 		"server_limited", e.probed)

@@ -1,6 +1,9 @@
 package streams
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // SubjectToken returns the i-th dot-separated token of subject, counted from
 // zero, and whether subject has a non-empty one: the subscriber of
@@ -14,3 +17,7 @@ func SubjectToken(subject string, i int) (string, bool) {
 	}
 	return parts[i], true
 }
+
+// BodySubject is the BODIES subject of the body of the event at EVENTS
+// sequence seq.
+func BodySubject(seq uint64) string { return "bodies." + strconv.FormatUint(seq, 10) }

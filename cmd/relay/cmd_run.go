@@ -342,6 +342,12 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err != nil {
 		return err
 	}
+	// The body keeper purges BODIES of the bodies no delivery on a lane
+	// may still need.
+	bodyKeeper, err := retention.NewBodyKeeper(retention.Config{JS: js, Logger: log})
+	if err != nil {
+		return err
+	}
 
 	var metricsAddr net.Addr
 	var wg conc.WaitGroup
@@ -369,6 +375,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		})
 	})
 	wg.Go(func() { keeper.Run(runCtx) })
+	wg.Go(func() { bodyKeeper.Run(runCtx) })
 	wg.Go(func() {
 		errs <- retry.Move(runCtx, retry.MoverConfig{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log,

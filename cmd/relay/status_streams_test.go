@@ -47,7 +47,7 @@ func TestStatusShowsTheStreamsUse(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &use); err != nil {
 		t.Fatalf("status --streams --json is not a JSON array: %v\n%s", err, out)
 	}
-	if len(use) != 4 || use[1].Name != streams.Deliveries || use[1].Messages != 3 || use[1].Used == nil || use[3].MaxBytes != 64<<20 {
+	if len(use) != 5 || use[1].Name != streams.Deliveries || use[1].Messages != 3 || use[1].Used == nil || use[3].MaxBytes != 64<<20 {
 		t.Fatalf("status --streams --json = %+v", use)
 	}
 	if rows := statusJSON(t, n.URL); len(rows) != 1 || rows["demo"].Pending != 3 {

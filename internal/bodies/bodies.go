@@ -1,21 +1,25 @@
-// Package bodies reads the bodies of events from EVENTS by their sequence,
-// for deliveries that carry a reference to their event rather than a copy
-// of its body.
+// Package bodies reads the bodies of events by their EVENTS sequence, for
+// deliveries that carry that sequence (Relay-Event-Seq) rather than a copy
+// of the body.
 //
 // A fan-out to a hundred subscribers would otherwise store a hundred copies
-// of each body in DELIVERIES: 1.6 MB per 16 KB event. Read from EVENTS
-// instead, a body is stored once, and each relay reads it once for all the
-// deliveries of the event it sends: a [Reader] keeps the bodies it read in
-// a cache bounded by bytes, makes one request for the many deliveries that
-// ask for the same event at once, and reads ahead (the events after it,
-// which the next deliveries usually want) in the same request.
+// of each body in DELIVERIES: 1.6 MB per 16 KB event. The fan-out stores a
+// body shared by several deliveries once, in BODIES on bodies.<sequence>
+// (relay's own stream, which an operator's purge or age limit of EVENTS
+// does not touch), and each relay reads it once for all the deliveries of
+// the event it sends: a [Reader] keeps the bodies it read in a cache
+// bounded by bytes, makes one request for the many deliveries that ask for
+// the same event at once, and reads ahead (the events after it, which the
+// next deliveries usually want) in the same request.
 package bodies
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -36,9 +40,9 @@ const (
 	CacheBytes = 64 << 20
 )
 
-// ErrGone is returned for an event that EVENTS no longer holds: purged, or
-// deleted.
-var ErrGone = errors.New("bodies: the event is no longer in EVENTS")
+// ErrGone is returned for an event whose body neither BODIES nor EVENTS
+// holds any more: purged by hand, or deleted.
+var ErrGone = errors.New("bodies: the body is in neither " + streams.Bodies + " nor " + streams.Events)
 
 // Reader reads and caches event bodies. Safe for concurrent use.
 type Reader struct {
@@ -133,9 +137,11 @@ func (r *Reader) hitLocked(seq uint64) ([]byte, bool) {
 	return e.Value.(*cached).data, true
 }
 
-// fetch reads the events from seq on (seq alone when alone) into the cache
-// and returns seq's body; ErrGone when the first event EVENTS holds from
-// seq on is a later one.
+// fetch reads the bodies of the events from seq on (seq alone when alone)
+// from BODIES into the cache and returns seq's body. One BODIES does not
+// hold (not stored yet: the fan-out stores it just before the deliveries
+// that carry its sequence, but another stream may take the deliveries
+// first) is read from EVENTS; ErrGone when neither holds it.
 func (r *Reader) fetch(ctx context.Context, seq uint64, alone bool) ([]byte, error) {
 	rd := &read{from: seq, n: ReadAhead, done: make(chan struct{})}
 	if alone {
@@ -155,25 +161,53 @@ func (r *Reader) fetch(ctx context.Context, seq uint64, alone bool) ([]byte, err
 		r.mu.Unlock()
 		close(rd.done)
 	}()
-	req := streams.DirectGet{Seq: seq, Batch: ReadAhead, MaxBytes: ReadBytes}
-	if alone {
-		req.Batch, req.MaxBytes = 1, 0
+	subjects := make([]string, rd.n)
+	for i := range subjects {
+		subjects[i] = streams.BodySubject(seq + uint64(i))
 	}
 	r.requests.Add(1)
-	got, _, err := streams.GetBatch(ctx, r.nc, streams.Events, req)
+	got, _, err := streams.GetBatch(ctx, r.nc, streams.Bodies,
+		streams.DirectGet{MultiLast: subjects, Batch: len(subjects), MaxBytes: ReadBytes})
+	var data []byte
+	found := false
 	r.mu.Lock()
 	for _, m := range got {
-		r.putLocked(m.Seq, m.Data)
+		at, ok := eventSeq(m.Subject)
+		if !ok {
+			continue
+		}
+		r.putLocked(at, m.Data)
+		if at == seq {
+			data, found = m.Data, true
+		}
 	}
 	r.mu.Unlock()
-	switch {
-	case len(got) > 0 && got[0].Seq == seq:
-		return got[0].Data, nil
-	case err != nil:
-		return nil, fmt.Errorf("bodies: reading event %d: %w", seq, err)
-	default:
-		return nil, fmt.Errorf("%w: sequence %d", ErrGone, seq)
+	if found {
+		return data, nil
 	}
+	r.requests.Add(1)
+	events, _, eerr := streams.GetBatch(ctx, r.nc, streams.Events, streams.DirectGet{Seq: seq, Batch: 1})
+	switch {
+	case len(events) > 0 && events[0].Seq == seq:
+		r.mu.Lock()
+		r.putLocked(seq, events[0].Data)
+		r.mu.Unlock()
+		return events[0].Data, nil
+	case err != nil || eerr != nil:
+		return nil, fmt.Errorf("bodies: reading the body of event %d: %w", seq, cmp.Or(err, eerr))
+	default:
+		return nil, fmt.Errorf("%w: event %d", ErrGone, seq)
+	}
+}
+
+// eventSeq reads the EVENTS sequence of a BODIES subject.
+func eventSeq(subject string) (uint64, bool) {
+	tok, ok := streams.SubjectToken(subject, 1)
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(tok, 10, 64)
+	return seq, err == nil
 }
 
 // putLocked caches a body, evicting the least recently used ones past the

@@ -20,16 +20,28 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // events starts a server with relay's streams and publishes n events of
-// size bytes each, the i-th body filled with byte i.
+// size bytes each, the i-th body filled with byte i, each body stored in
+// BODIES too, as the fan-out does.
 func events(t *testing.T, n, size int) *testutil.NATS {
 	t.Helper()
 	nats := testutil.StartRelayNATS(t)
 	ctx := testutil.Context(t)
 	for i := range n {
-		_, err := nats.JS.Publish(ctx, fmt.Sprintf("events.t%d", i%3), body(i, size))
+		ack, err := nats.JS.Publish(ctx, fmt.Sprintf("events.t%d", i%3), body(i, size))
+		require.NoError(t, err)
+		_, err = nats.JS.Publish(ctx, streams.BodySubject(ack.Sequence), body(i, size))
 		require.NoError(t, err)
 	}
 	return nats
+}
+
+// purge purges stream below sequence below.
+func purge(t *testing.T, n *testutil.NATS, stream string, below uint64) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	s, err := n.JS.Stream(ctx, stream)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSequence(below)))
 }
 
 func body(i, size int) []byte { return bytes.Repeat([]byte{byte(i)}, size) }
@@ -64,23 +76,36 @@ func TestBodyReadsAheadOnceForMany(t *testing.T) {
 	require.Equal(t, int64(2), r.Requests())
 }
 
-// TestBodyOfAPurgedEventIsGone: an event EVENTS no longer holds is
-// ErrGone, not another event's body, and not an error of the connection.
-func TestBodyOfAPurgedEventIsGone(t *testing.T) {
+// TestBodyOutlivesEventsAndFallsBackToIt: a body is read from BODIES once
+// EVENTS no longer holds its event (an operator's purge), and from EVENTS
+// while BODIES does not hold it (not stored yet, or purged); one that
+// neither holds is ErrGone, not another event's body, and not an error of
+// the connection.
+func TestBodyOutlivesEventsAndFallsBackToIt(t *testing.T) {
 	n := events(t, 10, 100)
 	ctx := testutil.Context(t)
+	purge(t, n, streams.Events, 5)
+	r := bodies.New(n.Conn, 0)
+	got, err := r.Body(ctx, 2)
+	require.NoError(t, err, "event 2 purged from EVENTS, in BODIES")
+	require.Equal(t, body(1, 100), got)
+
+	// BODIES' first ten messages are the bodies of events 1 to 10.
+	purge(t, n, streams.Bodies, 8)
 	s, err := n.JS.Stream(ctx, streams.Events)
 	require.NoError(t, err)
-	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSequence(5)))
-	require.NoError(t, s.DeleteMsg(ctx, 7))
-	r := bodies.New(n.Conn, 0)
-	for _, seq := range []uint64{1, 4, 7, 11} {
+	require.NoError(t, s.DeleteMsg(ctx, 6))
+	r = bodies.New(n.Conn, 0)
+	for _, seq := range []uint64{1, 4, 6, 11} {
 		_, err := r.Body(ctx, seq)
 		require.ErrorIs(t, err, bodies.ErrGone, "event %d", seq)
 	}
-	got, err := r.Body(ctx, 8)
+	got, err = r.Body(ctx, 7)
+	require.NoError(t, err, "event 7 purged from BODIES, in EVENTS")
+	require.Equal(t, body(6, 100), got)
+	got, err = r.Body(ctx, 9)
 	require.NoError(t, err)
-	require.Equal(t, body(7, 100), got)
+	require.Equal(t, body(8, 100), got)
 }
 
 // TestCacheStaysWithinItsBytes: the cache never keeps more than its

@@ -93,7 +93,7 @@ func ownedByRelay(name string) bool {
 }
 
 var relayOwned = []string{
-	streams.HeaderEventID, streams.HeaderEventType, streams.HeaderPublishedAt,
+	streams.HeaderEventSeq, streams.HeaderEventID, streams.HeaderEventType, streams.HeaderPublishedAt,
 	streams.HeaderAttempt, streams.HeaderFirstAttemptAt, streams.HeaderReason,
 	streams.HeaderAttempts, streams.HeaderLastStatus, streams.HeaderLastError,
 	streams.HeaderDeadAt, streams.HeaderOriginSeq, streams.HeaderOriginSubject, streams.HeaderOverflowSeq,

@@ -1,11 +1,13 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,9 +82,19 @@ var ErrConfig = errors.New("fanout: invalid config")
 // (DELIVERIES full, no leader) waits before it is tried again.
 const retryDelay = 2 * time.Second
 
+// BodyShared is the size past which the body of an event fanned out to
+// several subscribers is stored once, in BODIES, and its deliveries carry
+// its EVENTS sequence (Relay-Event-Seq) instead of a copy: a copy's own
+// headers weigh a few hundred bytes, so below it a copy of the body costs
+// about as much as the reference, and one write less.
+const BodyShared = 512
+
 // pending is an event whose copies are on their way.
 type pending struct {
-	msg     jetstream.Msg
+	msg jetstream.Msg
+	// body is the PubAck of its body in BODIES, nil when its copies carry
+	// the body themselves.
+	body    jetstream.PubAckFuture
 	futures []jetstream.PubAckFuture
 	// subs[i] is the subscriber of futures[i], for the metrics.
 	subs []*subscribers.Subscriber
@@ -321,6 +333,18 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	// One header for the event, a shallow copy of it per copy: publishing
 	// sets the copy's Nats-Msg-Id on its own map and changes no value.
 	header := CopyHeader(orig, id, eventType, md.Timestamp)
+	// A body shared by several deliveries is stored once, before them: the
+	// copies on the lanes carry its sequence. (Fanned out again, it is
+	// stored again, over the first: one a subject.)
+	shared := ""
+	if len(msg.Data()) > BodyShared && len(subs) > 1 {
+		f, err := waitingForRoom(ctx, js, func() (jetstream.PubAckFuture, error) {
+			return js.PublishMsgAsync(&nats.Msg{Subject: streams.BodySubject(md.Sequence.Stream), Data: msg.Data()})
+		})
+		if err == nil {
+			p.body, shared = f, strconv.FormatUint(md.Sequence.Stream, 10)
+		}
+	}
 	for i, sub := range subs {
 		h := header
 		if i < len(subs)-1 {
@@ -374,11 +398,15 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		case held:
 			m = retry.Scheduled(sub.ID, msg.Data(), h, t.deliverAt)
 		default:
-			subject := DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID)
-			if cfg.Backlogs.Has(sub.ID) {
-				subject = overflow.Subject(sub.ID)
+			m = &nats.Msg{Subject: DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID), Header: h, Data: msg.Data()}
+			switch {
+			case cfg.Backlogs.Has(sub.ID):
+				// Behind a backlog, it may wait long: whole.
+				m.Subject = overflow.Subject(sub.ID)
+			case shared != "":
+				h.Set(streams.HeaderEventSeq, shared)
+				m.Data = nil
 			}
-			m = &nats.Msg{Subject: subject, Header: h, Data: msg.Data()}
 		}
 		f, err := PublishCopy(ctx, js, m, CopyID(id, sub.ID))
 		if err != nil {
@@ -462,6 +490,13 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed *shedMemory, clk clock.Clock) {
 	for p := range acks {
 		err := p.err
+		if p.body != nil {
+			select {
+			case <-p.body.Ok():
+			case e := <-p.body.Err():
+				err = cmp.Or(err, fmt.Errorf("storing its body in %s: %w", streams.Bodies, e))
+			}
+		}
 		var stored []int // copies stored, remembered if the event is handed back
 		for i, f := range p.futures {
 			if f == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/bodies"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/requests"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -25,6 +26,9 @@ type engine struct {
 	// writes are the contexts and windows of the lanes' writes (see
 	// writes.go).
 	writes *writers
+	// bodies reads the bodies of deliveries that carry their event's
+	// sequence (see body.go), one cache for every lane.
+	bodies *bodies.Reader
 	// finishing is the context of the requests in flight: not cancelled by
 	// the relay's stop, but once Config.ShutdownTimeout has passed after it,
 	// so that a request that hangs cannot hold the exit. Settling what a
@@ -74,6 +78,7 @@ func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
 	e.refiller, e.deliveries, e.store, e.writes = refiller, deliveries, store, writes
+	e.bodies = bodies.New(cfg.JS.Conn(), 0)
 	return e, nil
 }
 

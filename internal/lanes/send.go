@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -128,7 +129,7 @@ func (d delivery) due(published time.Time) time.Time {
 
 // request builds the HTTP delivery of one DELIVERIES message, signed with
 // the subscriber's keys in force at now.
-func request(d delivery, sub *subscribers.Subscriber, now time.Time) (deliver.Request, error) {
+func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time) (deliver.Request, error) {
 	h := d.msg.Headers()
 	keys, err := sub.Keys(now)
 	if err != nil {
@@ -150,7 +151,7 @@ func request(d delivery, sub *subscribers.Subscriber, now time.Time) (deliver.Re
 	return deliver.Request{
 		URL:         sub.URL,
 		ID:          id,
-		Body:        d.msg.Data(),
+		Body:        body,
 		ContentType: streams.HeaderValue(h, streams.HeaderContentType),
 		Header:      header,
 		Keys:        keys,
@@ -188,7 +189,17 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.deadLetter(ctx, d, sub.ID, deadletter.Death{Reason: deadletter.MaxAttempts})
 		return out
 	}
-	req, err := request(d, sub, now)
+	body, err := l.env.bodyOf(reqCtx, d.msg)
+	switch {
+	case errors.Is(err, errBodyGone):
+		l.deadLetter(ctx, d, sub.ID, bodyLost(err))
+		return out
+	case err != nil:
+		l.log.Warn("lanes: reading a delivery's body", "subscriber", sub.ID, "err", err)
+		_ = d.msg.NakWithDelay(settleRetry)
+		return out
+	}
+	req, err := request(d, body, sub, now)
 	if err != nil {
 		l.log.Error("lanes: building request", "subscriber", sub.ID, "err", err)
 		_ = d.msg.NakWithDelay(settleRetry)
@@ -329,9 +340,17 @@ func publishedAt(d delivery) time.Time {
 // not counted).
 func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber, h nats.Header, at time.Time) {
 	w := l.env.writes
-	err := w.parks.enter(ctx)
+	body, err := l.env.bodyOf(ctx, d.msg)
+	if errors.Is(err, errBodyGone) {
+		l.deadLetter(ctx, d, sub.ID, bodyLost(err))
+		return
+	}
+	h.Del(streams.HeaderEventSeq)
 	if err == nil {
-		err = retry.Park(ctx, w.park, sub.ID, d.msg.Data(), h, at, "park."+strconv.FormatUint(d.seq, 10)+"."+strconv.Itoa(d.attempts))
+		err = w.parks.enter(ctx)
+	}
+	if err == nil {
+		err = retry.Park(ctx, w.park, sub.ID, body, h, at, "park."+strconv.FormatUint(d.seq, 10)+"."+strconv.Itoa(d.attempts))
 		w.parks.leave()
 	}
 	if err != nil {
@@ -348,9 +367,16 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 // acks the original; one that cannot be held is handed back until then.
 func (l *lane) hold(ctx context.Context, d delivery, id string) {
 	w := l.env.writes
-	err := w.parks.enter(ctx)
+	body, h, err := l.env.whole(ctx, d.msg)
+	if errors.Is(err, errBodyGone) {
+		l.deadLetter(ctx, d, id, bodyLost(err))
+		return
+	}
 	if err == nil {
-		err = retry.Hold(ctx, w.park, id, d.msg.Data(), d.msg.Headers(), d.deliverAt, "hold."+strconv.FormatUint(d.seq, 10))
+		err = w.parks.enter(ctx)
+	}
+	if err == nil {
+		err = retry.Hold(ctx, w.park, id, body, h, d.deliverAt, "hold."+strconv.FormatUint(d.seq, 10))
 		w.parks.leave()
 	}
 	if err != nil {
@@ -373,7 +399,19 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 	if subj := d.msg.Subject(); !strings.HasPrefix(subj, overflow.Prefix) {
 		death.OriginSubject = subj
 	}
-	if err := l.env.deadLetter(ctx, id, d.msg.Data(), d.msg.Headers(), death); err != nil {
+	body, h, err := l.env.whole(ctx, d.msg)
+	switch {
+	case errors.Is(err, errBodyGone):
+		// Nothing left to keep: the dead letter says why it has no body.
+		if death.LastError == "" {
+			death.LastError = deadletter.CleanError(err.Error())
+		}
+	case err != nil:
+		l.log.Warn("lanes: reading a delivery's body", "subscriber", id, "err", err)
+		_ = d.msg.NakWithDelay(settleRetry)
+		return false
+	}
+	if err := l.env.deadLetter(ctx, id, body, h, death); err != nil {
 		_ = d.msg.NakWithDelay(settleRetry)
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
@@ -118,11 +119,14 @@ type put struct {
 	stored func()
 }
 
-// putting is a put sent, waiting for its PubAck until until.
+// putting is a put sent, waiting for its PubAck until until, with the
+// body and headers it was written with (a spill writes them again).
 type putting struct {
 	put
-	f     jetstream.PubAckFuture
-	until time.Time
+	f      jetstream.PubAckFuture
+	until  time.Time
+	body   []byte
+	header nats.Header
 }
 
 // putter makes the overflow puts of one lane, apart from its pull loop: one
@@ -232,7 +236,18 @@ func (p *putter) send(pt put, stopping bool) {
 			pt.l.letGo(pt.d, pt.id)
 			return
 		}
-		f, err := overflow.PutAsync(p.js, pt.id, pt.d.msg.Data(), pt.d.msg.Headers(), pt.d.seq)
+		body, h, err := pt.l.env.whole(context.WithoutCancel(pt.l.ctx()), pt.d.msg)
+		if err != nil {
+			p.forget(pt)
+			if errors.Is(err, errBodyGone) {
+				pt.l.deadLetter(context.WithoutCancel(pt.l.ctx()), pt.d, pt.id, bodyLost(err))
+				return
+			}
+			p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
+			_ = pt.d.msg.NakWithDelay(settleRetry)
+			return
+		}
+		f, err := overflow.PutAsync(p.js, pt.id, body, h, pt.d.seq)
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && !stopping {
 			continue
 		}
@@ -247,7 +262,7 @@ func (p *putter) send(pt put, stopping bool) {
 			_ = pt.d.msg.NakWithDelay(settleRetry)
 			return
 		}
-		p.sent <- putting{put: pt, f: f, until: time.Now().Add(putAckWait)}
+		p.sent <- putting{put: pt, f: f, until: time.Now().Add(putAckWait), body: body, header: h}
 		return
 	}
 }
@@ -256,7 +271,7 @@ func (p *putter) send(pt put, stopping bool) {
 // to RETRIES instead (see overflow.SpillAsync), and its original is acked
 // once it is stored there, which frees its room; else it is handed back.
 func (p *putter) spill(pt putting) {
-	f, err := overflow.SpillAsync(p.js, pt.id, pt.d.msg.Data(), pt.d.msg.Headers(), pt.d.seq)
+	f, err := overflow.SpillAsync(p.js, pt.id, pt.body, pt.header, pt.d.seq)
 	if err == nil {
 		timeout := time.NewTimer(putAckWait)
 		defer timeout.Stop()

@@ -44,11 +44,6 @@ const Interval = time.Minute
 // at the next tick: what it did not purge stays one more interval.
 const passTimeout = 30 * time.Second
 
-// msgGetSubject is the JetStream API's message get on EVENTS, answered by
-// the stream's leader, which has every write: a direct get may be answered
-// by a replica behind it.
-const msgGetSubject = "$JS.API.STREAM.MSG.GET." + streams.Events
-
 // ErrConfig is returned by [New] for a Config missing a required field.
 var ErrConfig = errors.New("retention: invalid config")
 
@@ -147,7 +142,7 @@ func (k *Keeper) pass(ctx context.Context) (uint64, error) {
 	// floor is never above what was delivered; the smaller of the two is
 	// taken all the same.
 	copied := min(info.AckFloor.Stream, info.Delivered.Stream) + 1
-	young, found, err := k.firstSince(ctx, cutoff)
+	young, found, err := firstSince(ctx, k.js, streams.Events, cutoff)
 	if err != nil {
 		return 0, err
 	}
@@ -199,30 +194,32 @@ type msgGetResponse struct {
 	} `json:"message"`
 }
 
-// firstSince returns the sequence of the first event stored at or after t,
-// and false when every event was stored before it (or EVENTS is empty).
-// One request, whatever EVENTS holds: the server finds it by a binary
-// search of its blocks' times.
-func (k *Keeper) firstSince(ctx context.Context, t time.Time) (uint64, bool, error) {
+// firstSince returns the sequence of the first message of stream stored at
+// or after t, and false when every message was stored before it (or the
+// stream is empty). One request, whatever the stream holds: the server
+// finds it by a binary search of its blocks' times. It asks the stream's
+// leader, which has every write: a direct get may be answered by a replica
+// behind it.
+func firstSince(ctx context.Context, js jetstream.JetStream, stream string, t time.Time) (uint64, bool, error) {
 	req, err := json.Marshal(msgGetRequest{StartTime: t.UTC(), NextFor: ">", NoHeaders: true})
 	if err != nil {
 		return 0, false, fmt.Errorf("retention: %w", err)
 	}
-	msg, err := k.js.Conn().RequestWithContext(ctx, msgGetSubject, req)
+	msg, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
-		return 0, false, fmt.Errorf("retention: finding the first event of %s since %s: %w", streams.Events, t.UTC().Format(time.RFC3339), err)
+		return 0, false, fmt.Errorf("retention: finding the first message of %s since %s: %w", stream, t.UTC().Format(time.RFC3339), err)
 	}
 	var resp msgGetResponse
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, false, fmt.Errorf("retention: reading the answer to a message get on %s: %w", streams.Events, err)
+		return 0, false, fmt.Errorf("retention: reading the answer to a message get on %s: %w", stream, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
 		return 0, false, nil
 	case resp.Error != nil:
-		return 0, false, fmt.Errorf("retention: finding the first event of %s since %s: %w", streams.Events, t.UTC().Format(time.RFC3339), resp.Error)
+		return 0, false, fmt.Errorf("retention: finding the first message of %s since %s: %w", stream, t.UTC().Format(time.RFC3339), resp.Error)
 	case resp.Message == nil || resp.Message.Sequence == 0:
-		return 0, false, fmt.Errorf("retention: a message get on %s answered no message and no error", streams.Events)
+		return 0, false, fmt.Errorf("retention: a message get on %s answered no message and no error", stream)
 	}
 	return resp.Message.Sequence, true, nil
 }

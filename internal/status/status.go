@@ -185,8 +185,9 @@ type Report struct {
 	Summary Summary
 	// Subscribers are the rows, sorted by id.
 	Subscribers []Subscriber
-	// Streams are EVENTS, DELIVERIES, RETRIES and DLQ, in that order,
-	// from the stream infos the report reads anyway (see [Streams]).
+	// Streams are EVENTS, DELIVERIES, RETRIES, DLQ and BODIES (where it
+	// exists), in that order, from the stream infos the report reads
+	// anyway (see [Streams]).
 	Streams []Stream
 }
 
@@ -213,8 +214,10 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 		return Report{}, err
 	}
 	use := make([]Stream, 0, len(streamNames))
-	for _, s := range []jetstream.Stream{r.events, r.deliveries, r.retries, r.dlq} {
-		use = append(use, streamUse(s.CachedInfo()))
+	for _, s := range []jetstream.Stream{r.events, r.deliveries, r.retries, r.dlq, r.bodies} {
+		if s != nil {
+			use = append(use, streamUse(s.CachedInfo()))
+		}
 	}
 	if len(subs) == 0 {
 		return Report{Subscribers: out, Streams: use}, nil
@@ -247,15 +250,16 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 type reader struct {
 	nc                       *nats.Conn
 	deliveries, retries, dlq jetstream.Stream
-	// events is read for the streams' use alone.
-	events jetstream.Stream
+	// events and bodies are read for the streams' use alone; bodies is nil
+	// when the stream does not exist (relays older than it).
+	events, bodies jetstream.Stream
 	// timeliness is the relay_timeliness bucket's stream, nil when the
 	// bucket does not exist: relays older than it never created it, and
 	// their cluster's report shows no deadline counts rather than fail.
 	timeliness jetstream.Stream
 }
 
-// open looks up the streams and the buckets a report reads: six stream
+// open looks up the streams and the buckets a report reads: seven stream
 // infos without subjects, each a small request. EVENTS comes last: a user
 // who may not read the buckets is told so first, as before the report
 // showed the streams' use.
@@ -284,6 +288,9 @@ func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
 	}
 	if r.events, err = js.Stream(ctx, streams.Events); err != nil {
 		return nil, streamErr(streams.Events, err)
+	}
+	if r.bodies, err = js.Stream(ctx, streams.Bodies); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, streamErr(streams.Bodies, err)
 	}
 	return r, nil
 }

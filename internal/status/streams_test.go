@@ -31,8 +31,8 @@ func TestReportShowsEachStreamsUseAgainstItsLimits(t *testing.T) {
 
 	check := func(t *testing.T, got []Stream) {
 		t.Helper()
-		if len(got) != 4 {
-			t.Fatalf("%d streams, want EVENTS, DELIVERIES, RETRIES and DLQ: %+v", len(got), got)
+		if len(got) != 5 {
+			t.Fatalf("%d streams, want EVENTS, DELIVERIES, RETRIES, DLQ and BODIES: %+v", len(got), got)
 		}
 		byName := map[string]Stream{}
 		for i, st := range got {

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/fanout"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// writes counts what relay publishes on deliveries.> and bodies.>, as a
+// plain NATS subscriber sees it.
+type writes struct {
+	mu sync.Mutex
+	// bodies is the publishes on bodies.>; copies those of a fan-out copy
+	// (Nats-Msg-Id <event id>.<subscriber>) on a lane, carried the
+	// sequence of their event in place of a body.
+	bodies, copies, withBody int
+	bytes                    int
+}
+
+func countWrites(t *testing.T, nc *nats.Conn) *writes {
+	t.Helper()
+	w := &writes{}
+	for _, subject := range []string{"deliveries.>", "bodies.>"} {
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if strings.HasPrefix(m.Subject, "bodies.") {
+				w.bodies++
+				w.bytes += len(m.Data)
+				return
+			}
+			id := m.Header.Get(nats.MsgIdHdr)
+			if strings.HasPrefix(m.Subject, "deliveries.overflow.") || !strings.Contains(id, ".") {
+				return
+			}
+			w.copies++
+			for k, v := range m.Header {
+				w.bytes += len(k) + len(strings.Join(v, ""))
+			}
+			w.bytes += len(m.Data)
+			if len(m.Data) > 0 || m.Header.Get(streams.HeaderEventSeq) == "" {
+				w.withBody++
+			}
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	require.NoError(t, nc.Flush())
+	return w
+}
+
+// TestSharedBodyIsStoredOnce: 100 events of 16 KB fanned out to four
+// subscribers store each body once, in BODIES, and copies that carry the
+// event's sequence; every subscriber gets every body exactly as published
+// and signed over it, including one rate-limited so that its deliveries
+// wait while EVENTS is purged by hand, one paused (its deliveries move to
+// its overflow, and come back), and one whose first attempts fail (its
+// retries are parked in RETRIES).
+func TestSharedBodyIsStoredOnce(t *testing.T) {
+	const events, size = 100, 16 << 10
+	n := testutil.StartRelayNATS(t)
+	w := countWrites(t, n.Conn)
+	sinks := map[string]*webhookSink{}
+	for _, id := range []string{"fast", "slow", "paused", "failing"} {
+		sinks[id] = newReceiver(t)
+		args := []string{"sub", "add", id, "--nats", n.URL, "--url", sinks[id].URL, "--secret", testSecret, "--events", "x"}
+		switch id {
+		case "slow":
+			args = append(args, "--rate", "25")
+		case "failing":
+			args = append(args, "--retry-base", "1s", "--retry-max", "1s")
+		}
+		mustRelay(t, args...)
+	}
+	mustRelay(t, "sub", "pause", "paused", "--nats", n.URL)
+	sinks["failing"].setStatus(http.StatusServiceUnavailable)
+	startRelay(t, n.URL, "--allow-private-targets")
+
+	ctx := testutil.Context(t)
+	want := map[string][]byte{}
+	for i := range events {
+		id := fmt.Sprintf("big-%03d", i)
+		body := bytes.Repeat([]byte(id), size/len(id))
+		want[id] = body
+		m := &nats.Msg{Subject: fanout.SubjectPrefix + "x", Data: body, Header: nats.Header{}}
+		m.Header.Set(nats.MsgIdHdr, id)
+		_, err := n.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	testutil.Eventually(t, func() bool { return fannedOut(ctx, n.JS) }, "not fanned out")
+	// An operator's purge of EVENTS: the slow subscriber's deliveries
+	// still wait, and their bodies are in BODIES.
+	s, err := n.JS.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx))
+	require.Less(t, len(sinks["slow"].deliveries()), events, "the slow subscriber had nothing left to wait for")
+
+	sinks["failing"].setStatus(http.StatusOK)
+	mustRelay(t, "sub", "resume", "paused", "--nats", n.URL)
+	for id, sink := range sinks {
+		testutil.Eventually(t, func() bool { return distinctIDs(sink) >= events }, "%s: %d of %d", id, distinctIDs(sink), events)
+		for _, d := range sink.deliveries() {
+			if d.header.Get("webhook-id") == "" {
+				continue
+			}
+			require.Equal(t, want[d.header.Get("webhook-id")], d.body, "%s: the body of %s", id, d.header.Get("webhook-id"))
+			verify(t, d)
+		}
+	}
+	waitIdle(t, n.JS)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.Logf("%d bodies stored, %d copies on the lanes, %d of them with a body; %d bytes a delivery", w.bodies, w.copies, w.withBody, w.bytes/(4*events))
+	require.Equal(t, events, w.bodies, "each body stored once")
+	require.NotZero(t, w.copies)
+	require.Zero(t, w.withBody, "a copy on a lane carried its body")
+	require.Less(t, w.bytes/(4*events), 1024+size/4, "bytes written per delivery")
+}
+
+// TestDeliveryWhoseBodyIsGoneIsDeadLettered: a delivery that carries its
+// event's sequence, once BODIES and EVENTS both lost that event (both
+// purged by hand), is dead-lettered as expired with the reason in its
+// error, with no request.
+func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
+	n := testutil.StartRelayNATS(t)
+	sink := newReceiver(t)
+	mustRelay(t, "sub", "add", "a", "--nats", n.URL, "--url", sink.URL, "--secret", testSecret, "--events", "x")
+	startRelay(t, n.URL, "--allow-private-targets")
+	ctx := testutil.Context(t)
+	m := &nats.Msg{Subject: fanout.DeliverySubject(subscribers.Subscriber{ID: "a"}.Lane(4), "a"), Header: nats.Header{}}
+	m.Header.Set(streams.HeaderEventID, "lost")
+	m.Header.Set(streams.HeaderEventSeq, "4242")
+	_, err := n.JS.PublishMsg(ctx, m, jetstream.WithMsgID("lost.a"))
+	require.NoError(t, err)
+	var got []deadletter.Entry
+	testutil.Eventually(t, func() bool {
+		got = dlqEntries(t, n.URL)
+		return len(got) == 1
+	}, "not dead-lettered")
+	require.Equal(t, deadletter.Expired, got[0].Reason)
+	require.Contains(t, got[0].LastError, "purged from BODIES and EVENTS")
+	require.Empty(t, sink.deliveries())
+}

@@ -1,0 +1,75 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/bodies"
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/streams"
+)
+
+// A delivery of an event fanned out to several subscribers carries its
+// event's sequence (Relay-Event-Seq) instead of the body, which BODIES
+// holds once for all of them (see package bodies). The lane reads the body
+// when it sends the request, and writes it back into whatever it writes
+// anew (a parked retry, a copy held until due, a move to overflow or
+// RETRIES, a dead letter): only a delivery fresh from the fan-out, on its
+// lane, depends on BODIES, and BODIES keeps a body as long as such a
+// delivery may wait (see package retention).
+
+// errBodyGone wraps [bodies.ErrGone] for the dead letter of a delivery
+// whose body neither BODIES nor EVENTS holds any more: someone purged both.
+var errBodyGone = errors.New("the body of this delivery's event was purged from " + streams.Bodies + " and " + streams.Events + " before it could be sent")
+
+// bodyOf returns the body a delivery is sent with: its own, or its event's.
+func (e *engine) bodyOf(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+	seq, ok := eventSeqOf(msg.Headers())
+	if !ok {
+		return msg.Data(), nil
+	}
+	body, err := e.bodies.Body(ctx, seq)
+	if errors.Is(err, bodies.ErrGone) {
+		return nil, fmt.Errorf("%w (event sequence %d)", errBodyGone, seq)
+	}
+	return body, err
+}
+
+// whole returns a delivery as it is written anew: its body read into it
+// and its Relay-Event-Seq dropped, or, for one that carries its body, its
+// own body and headers (not copied: the writers copy the headers they
+// change). On errBodyGone the headers are still returned, for the dead
+// letter.
+func (e *engine) whole(ctx context.Context, msg jetstream.Msg) ([]byte, nats.Header, error) {
+	h := msg.Headers()
+	if _, ok := eventSeqOf(h); !ok {
+		return msg.Data(), h, nil
+	}
+	h = maps.Clone(h)
+	h.Del(streams.HeaderEventSeq)
+	body, err := e.bodyOf(ctx, msg)
+	return body, h, err
+}
+
+// eventSeqOf reads Relay-Event-Seq; false when the delivery carries its
+// body.
+func eventSeqOf(h nats.Header) (uint64, bool) {
+	v := h.Get(streams.HeaderEventSeq)
+	if v == "" {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(v, 10, 64)
+	return seq, err == nil && seq > 0
+}
+
+// bodyLost is the death of a delivery whose body is gone: expired, since it
+// can never be sent, with the reason in its error.
+func bodyLost(err error) deadletter.Death {
+	return deadletter.Death{Reason: deadletter.Expired, LastError: deadletter.CleanError(err.Error())}
+}

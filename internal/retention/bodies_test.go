@@ -1,0 +1,71 @@
+package retention_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relay-dev/relay/internal/clock"
+	"github.com/relay-dev/relay/internal/retention"
+	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
+)
+
+// TestBodyKeeperKeepsWhatALaneMayNeed: BODIES keeps every body stored
+// within BodySlack before the oldest delivery waiting on a lane, however
+// long it waits; the deliveries in a subscriber's overflow (which carry
+// their bodies) do not hold it; once the lanes are empty, what is older
+// than BodySlack goes, and what is younger stays.
+func TestBodyKeeperKeepsWhatALaneMayNeed(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	deliveries, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	_, err = deliveries.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "lane_s00", FilterSubject: "deliveries.s00.>", AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	waiting, err := n.JS.Publish(ctx, "deliveries.s00.a", nil)
+	require.NoError(t, err)
+	_, err = n.JS.Publish(ctx, "deliveries.overflow.b", []byte("whole"))
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 5; seq++ {
+		_, err := n.JS.Publish(ctx, streams.BodySubject(seq), []byte("body"))
+		require.NoError(t, err)
+	}
+	bodies := func() uint64 {
+		s, err := n.JS.Stream(ctx, streams.Bodies)
+		require.NoError(t, err)
+		return s.CachedInfo().State.Msgs
+	}
+
+	fake := clock.NewFake(time.Now())
+	k, err := retention.NewBodyKeeper(retention.Config{JS: n.JS, Clock: fake})
+	require.NoError(t, err)
+	for _, later := range []time.Duration{0, time.Hour, 24 * time.Hour} {
+		fake.Advance(later)
+		below, err := retention.BodyPass(ctx, k)
+		require.NoError(t, err)
+		require.Zero(t, below, "%v later: a delivery waits on a lane", later)
+		require.EqualValues(t, 5, bodies())
+	}
+
+	require.NoError(t, deliveries.DeleteMsg(ctx, waiting.Sequence))
+	below, err := retention.BodyPass(ctx, k)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, below, "the lanes are empty: every body older than the slack goes")
+	require.Zero(t, bodies())
+
+	// A body stored within the slack stays: its deliveries may not be on
+	// their lane yet.
+	_, err = n.JS.Publish(ctx, streams.BodySubject(6), []byte("body"))
+	require.NoError(t, err)
+	k, err = retention.NewBodyKeeper(retention.Config{JS: n.JS})
+	require.NoError(t, err)
+	_, err = retention.BodyPass(ctx, k)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, bodies())
+}
