@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -58,16 +59,21 @@ type Reader struct {
 	requests atomic.Int64
 }
 
+// cached is a body read, with the id of the event it is the body of.
 type cached struct {
 	seq  uint64
+	id   string
 	data []byte
 }
 
-// read is one request on its way, for the n events from sequence from on:
-// a caller that wants one of those waits for it rather than ask again.
+// read is one read on its way, for the bodies of the n events from
+// sequence from on: a caller that wants one of those waits for it rather
+// than ask again. err is the read's answer for from, set before done is
+// closed.
 type read struct {
 	from, n uint64
 	done    chan struct{}
+	err     error
 }
 
 func (r *read) covers(seq uint64) bool { return seq >= r.from && seq < r.from+r.n }
@@ -81,7 +87,7 @@ func New(nc *nats.Conn, cacheBytes int) *Reader {
 	return &Reader{nc: nc, max: cacheBytes, index: make(map[uint64]*list.Element), lru: list.New()}
 }
 
-// Requests is how many reads the Reader has sent to NATS.
+// Requests is how many requests the Reader has sent to NATS.
 func (r *Reader) Requests() int64 { return r.requests.Load() }
 
 // Size is the bytes of bodies the Reader keeps.
@@ -91,66 +97,83 @@ func (r *Reader) Size() int {
 	return r.size
 }
 
-// Body returns the body of the event stored at seq in EVENTS, exactly as it
-// was published; [ErrGone] when EVENTS no longer holds it. The slice is
+// Body returns the body of the event stored at seq in EVENTS whose event
+// id is id, exactly as it was published; [ErrGone] when neither BODIES nor
+// EVENTS holds it any more. A body stored for another event at that
+// sequence (EVENTS deleted and made again) is never returned. The slice is
 // shared: the caller must not change it.
-func (r *Reader) Body(ctx context.Context, seq uint64) ([]byte, error) {
-	r.mu.Lock()
-	if data, ok := r.hitLocked(seq); ok {
-		r.mu.Unlock()
-		return data, nil
-	}
-	var waiting *read
-	for _, rd := range r.reads {
-		if rd.covers(seq) {
-			waiting = rd
-			break
+//
+// However many callers want one body at once, one read is on its way for
+// it: a caller waits for a read that covers its sequence, and reads only
+// when none does; after a read that did not bring its body, it reads that
+// body alone once, and takes the answer of a read of it alone as final.
+func (r *Reader) Body(ctx context.Context, seq uint64, id string) ([]byte, error) {
+	ahead := true
+	for {
+		r.mu.Lock()
+		if data, ok := r.hitLocked(seq, id); ok {
+			r.mu.Unlock()
+			return data, nil
 		}
+		var waiting *read
+		for _, rd := range r.reads {
+			if rd.covers(seq) {
+				waiting = rd
+				break
+			}
+		}
+		if waiting == nil {
+			rd := &read{from: seq, n: 1, done: make(chan struct{})}
+			if ahead {
+				rd.n = ReadAhead
+			}
+			r.reads = append(r.reads, rd)
+			r.mu.Unlock()
+			return r.fetch(ctx, rd, id)
+		}
+		r.mu.Unlock()
+		select {
+		case <-waiting.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bodies: reading the body of event %d: %w", seq, ctx.Err())
+		}
+		if waiting.from == seq && waiting.n == 1 {
+			// A read of this body alone: its answer is this caller's.
+			r.mu.Lock()
+			data, ok := r.hitLocked(seq, id)
+			r.mu.Unlock()
+			if ok {
+				return data, nil
+			}
+			return nil, cmp.Or(waiting.err, fmt.Errorf("%w: event %d", ErrGone, seq))
+		}
+		ahead = false
 	}
-	r.mu.Unlock()
-	if waiting == nil {
-		return r.fetch(ctx, seq, false)
-	}
-	select {
-	case <-waiting.done:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("bodies: reading event %d: %w", seq, ctx.Err())
-	}
-	r.mu.Lock()
-	data, ok := r.hitLocked(seq)
-	r.mu.Unlock()
-	if ok {
-		return data, nil
-	}
-	// Not brought (that read stopped at its bytes, or failed), or evicted
-	// already: read it alone.
-	return r.fetch(ctx, seq, true)
 }
 
-// hitLocked returns a cached body; r.mu is held.
-func (r *Reader) hitLocked(seq uint64) ([]byte, bool) {
+// hitLocked returns a cached body of event id; r.mu is held.
+func (r *Reader) hitLocked(seq uint64, id string) ([]byte, bool) {
 	e, ok := r.index[seq]
 	if !ok {
 		return nil, false
 	}
+	c := e.Value.(*cached)
+	if c.id != id {
+		return nil, false
+	}
 	r.lru.MoveToFront(e)
-	return e.Value.(*cached).data, true
+	return c.data, true
 }
 
-// fetch reads the bodies of the events from seq on (seq alone when alone)
-// from BODIES into the cache and returns seq's body. One BODIES does not
-// hold (not stored yet: the fan-out stores it just before the deliveries
-// that carry its sequence, but another stream may take the deliveries
-// first) is read from EVENTS; ErrGone when neither holds it.
-func (r *Reader) fetch(ctx context.Context, seq uint64, alone bool) ([]byte, error) {
-	rd := &read{from: seq, n: ReadAhead, done: make(chan struct{})}
-	if alone {
-		rd.n = 1
-	}
-	r.mu.Lock()
-	r.reads = append(r.reads, rd)
-	r.mu.Unlock()
+// fetch makes the read rd and returns the body of event id at rd.from.
+// A read ahead asks BODIES for the bodies of rd.n events in one request
+// (the server stops at ReadBytes, in the order it stored them); a body it
+// did not bring is then read alone from BODIES, and one BODIES does not
+// hold (not stored yet: the fan-out stores a body just before its
+// deliveries, but the two streams store apart) from EVENTS.
+func (r *Reader) fetch(ctx context.Context, rd *read, id string) (data []byte, err error) {
 	defer func() {
+		rd.err = err
 		r.mu.Lock()
 		for i, x := range r.reads {
 			if x == rd {
@@ -161,13 +184,41 @@ func (r *Reader) fetch(ctx context.Context, seq uint64, alone bool) ([]byte, err
 		r.mu.Unlock()
 		close(rd.done)
 	}()
+	seq := rd.from
 	subjects := make([]string, rd.n)
 	for i := range subjects {
 		subjects[i] = streams.BodySubject(seq + uint64(i))
 	}
+	req := streams.DirectGet{MultiLast: subjects, Batch: len(subjects), MaxBytes: ReadBytes}
+	data, found, err := r.readBodies(ctx, req, seq, id)
+	if found || err != nil {
+		return data, err
+	}
+	if rd.n > 1 {
+		req = streams.DirectGet{MultiLast: subjects[:1], Batch: 1}
+		if data, found, err = r.readBodies(ctx, req, seq, id); found || err != nil {
+			return data, err
+		}
+	}
 	r.requests.Add(1)
-	got, _, err := streams.GetBatch(ctx, r.nc, streams.Bodies,
-		streams.DirectGet{MultiLast: subjects, Batch: len(subjects), MaxBytes: ReadBytes})
+	events, _, err := streams.GetBatch(ctx, r.nc, streams.Events, streams.DirectGet{Seq: seq, Batch: 1})
+	if err != nil {
+		return nil, fmt.Errorf("bodies: reading the body of event %d: %w", seq, err)
+	}
+	if len(events) == 0 || events[0].Seq != seq || fanout.EventID(events[0].Header, seq) != id {
+		return nil, fmt.Errorf("%w: event %d (%s)", ErrGone, seq, id)
+	}
+	r.mu.Lock()
+	r.putLocked(seq, id, events[0].Data)
+	r.mu.Unlock()
+	return events[0].Data, nil
+}
+
+// readBodies sends one read of BODIES, caches the bodies it brings and
+// returns the one of event id at seq, if it brought it.
+func (r *Reader) readBodies(ctx context.Context, req streams.DirectGet, seq uint64, id string) ([]byte, bool, error) {
+	r.requests.Add(1)
+	got, _, err := streams.GetBatch(ctx, r.nc, streams.Bodies, req)
 	var data []byte
 	found := false
 	r.mu.Lock()
@@ -176,28 +227,17 @@ func (r *Reader) fetch(ctx context.Context, seq uint64, alone bool) ([]byte, err
 		if !ok {
 			continue
 		}
-		r.putLocked(at, m.Data)
-		if at == seq {
+		of := m.Header.Get(streams.HeaderEventID)
+		r.putLocked(at, of, m.Data)
+		if at == seq && of == id {
 			data, found = m.Data, true
 		}
 	}
 	r.mu.Unlock()
-	if found {
-		return data, nil
+	if err != nil && !found {
+		return nil, false, fmt.Errorf("bodies: reading the body of event %d: %w", seq, err)
 	}
-	r.requests.Add(1)
-	events, _, eerr := streams.GetBatch(ctx, r.nc, streams.Events, streams.DirectGet{Seq: seq, Batch: 1})
-	switch {
-	case len(events) > 0 && events[0].Seq == seq:
-		r.mu.Lock()
-		r.putLocked(seq, events[0].Data)
-		r.mu.Unlock()
-		return events[0].Data, nil
-	case err != nil || eerr != nil:
-		return nil, fmt.Errorf("bodies: reading the body of event %d: %w", seq, cmp.Or(err, eerr))
-	default:
-		return nil, fmt.Errorf("%w: event %d", ErrGone, seq)
-	}
+	return data, found, nil
 }
 
 // eventSeq reads the EVENTS sequence of a BODIES subject.
@@ -210,13 +250,19 @@ func eventSeq(subject string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// putLocked caches a body, evicting the least recently used ones past the
-// bound; r.mu is held.
-func (r *Reader) putLocked(seq uint64, data []byte) {
-	if _, ok := r.index[seq]; ok {
-		return
+// putLocked caches a body, in place of one cached for another event at its
+// sequence, evicting the least recently used past the bound; r.mu is held.
+func (r *Reader) putLocked(seq uint64, id string, data []byte) {
+	if e, ok := r.index[seq]; ok {
+		c := e.Value.(*cached)
+		if c.id == id {
+			return
+		}
+		r.lru.Remove(e)
+		delete(r.index, seq)
+		r.size -= len(c.data)
 	}
-	r.index[seq] = r.lru.PushFront(&cached{seq: seq, data: data})
+	r.index[seq] = r.lru.PushFront(&cached{seq: seq, id: id, data: data})
 	r.size += len(data)
 	for r.size > r.max && r.lru.Len() > 0 {
 		oldest := r.lru.Back()

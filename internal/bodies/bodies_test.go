@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -19,20 +20,44 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// id is the event id of the event at seq in these tests.
+func id(seq uint64) string { return fmt.Sprintf("ev-%d", seq) }
+
+func body(i, size int) []byte { return bytes.Repeat([]byte{byte(i)}, size) }
+
 // events starts a server with relay's streams and publishes n events of
-// size bytes each, the i-th body filled with byte i, each body stored in
-// BODIES too, as the fan-out does.
-func events(t *testing.T, n, size int) *testutil.NATS {
+// size bytes each, the i-th body filled with byte i, with ids id(seq),
+// each body stored in BODIES too (unless inEventsOnly), as the fan-out
+// does.
+func events(t *testing.T, n, size int, inEventsOnly bool) *testutil.NATS {
 	t.Helper()
-	nats := testutil.StartRelayNATS(t)
-	ctx := testutil.Context(t)
+	nc := testutil.StartRelayNATS(t)
 	for i := range n {
-		ack, err := nats.JS.Publish(ctx, fmt.Sprintf("events.t%d", i%3), body(i, size))
-		require.NoError(t, err)
-		_, err = nats.JS.Publish(ctx, streams.BodySubject(ack.Sequence), body(i, size))
-		require.NoError(t, err)
+		seq := publish(t, nc, i, size)
+		if !inEventsOnly {
+			storeBody(t, nc, seq, id(seq), body(i, size))
+		}
 	}
-	return nats
+	return nc
+}
+
+func publish(t *testing.T, n *testutil.NATS, i, size int) uint64 {
+	t.Helper()
+	m := &nats.Msg{Subject: fmt.Sprintf("events.t%d", i%3), Data: body(i, size), Header: nats.Header{}}
+	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("ev-%d", i+1))
+	ack, err := n.JS.PublishMsg(testutil.Context(t), m)
+	require.NoError(t, err)
+	require.Equal(t, uint64(i+1), ack.Sequence)
+	return ack.Sequence
+}
+
+// storeBody stores a body in BODIES as the fan-out does.
+func storeBody(t *testing.T, n *testutil.NATS, seq uint64, eventID string, data []byte) {
+	t.Helper()
+	m := &nats.Msg{Subject: streams.BodySubject(seq), Data: data, Header: nats.Header{}}
+	m.Header.Set(streams.HeaderEventID, eventID)
+	_, err := n.JS.PublishMsg(testutil.Context(t), m)
+	require.NoError(t, err)
 }
 
 // purge purges stream below sequence below.
@@ -44,20 +69,18 @@ func purge(t *testing.T, n *testutil.NATS, stream string, below uint64) {
 	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSequence(below)))
 }
 
-func body(i, size int) []byte { return bytes.Repeat([]byte{byte(i)}, size) }
-
 // TestBodyReadsAheadOnceForMany: the body of each event exactly as
 // published, the next events read with the first, and many callers asking
 // for one event at once cost one read.
 func TestBodyReadsAheadOnceForMany(t *testing.T) {
-	n := events(t, 100, 1000)
+	n := events(t, 100, 1000, false)
 	r := bodies.New(n.Conn, 0)
 	ctx := testutil.Context(t)
 
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {
-			got, err := r.Body(ctx, 1)
+			got, err := r.Body(ctx, 1, id(1))
 			if err != nil || !bytes.Equal(got, body(0, 1000)) {
 				t.Errorf("event 1: %v, %d bytes", err, len(got))
 			}
@@ -66,14 +89,34 @@ func TestBodyReadsAheadOnceForMany(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, int64(1), r.Requests(), "50 callers of one event")
 	for seq := uint64(2); seq <= bodies.ReadAhead; seq++ {
-		got, err := r.Body(ctx, seq)
+		got, err := r.Body(ctx, seq, id(seq))
 		require.NoError(t, err)
 		require.Equal(t, body(int(seq-1), 1000), got)
 	}
 	require.Equal(t, int64(1), r.Requests(), "the events read ahead")
-	_, err := r.Body(ctx, bodies.ReadAhead+1)
+	_, err := r.Body(ctx, bodies.ReadAhead+1, id(bodies.ReadAhead+1))
 	require.NoError(t, err)
 	require.Equal(t, int64(2), r.Requests())
+}
+
+// TestManyCallersOfABodyNotInBodiesReadItOnce: a body BODIES does not hold
+// yet, asked for by the 50 deliveries of its event at once, costs the read
+// ahead, one read of it alone and one of EVENTS: not one each.
+func TestManyCallersOfABodyNotInBodiesReadItOnce(t *testing.T) {
+	n := events(t, 3, 1000, true)
+	r := bodies.New(n.Conn, 0)
+	ctx := testutil.Context(t)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			got, err := r.Body(ctx, 2, id(2))
+			if err != nil || !bytes.Equal(got, body(1, 1000)) {
+				t.Errorf("event 2: %v, %d bytes", err, len(got))
+			}
+		})
+	}
+	wg.Wait()
+	require.LessOrEqual(t, r.Requests(), int64(3))
 }
 
 // TestBodyOutlivesEventsAndFallsBackToIt: a body is read from BODIES once
@@ -82,11 +125,11 @@ func TestBodyReadsAheadOnceForMany(t *testing.T) {
 // neither holds is ErrGone, not another event's body, and not an error of
 // the connection.
 func TestBodyOutlivesEventsAndFallsBackToIt(t *testing.T) {
-	n := events(t, 10, 100)
+	n := events(t, 10, 100, false)
 	ctx := testutil.Context(t)
 	purge(t, n, streams.Events, 5)
 	r := bodies.New(n.Conn, 0)
-	got, err := r.Body(ctx, 2)
+	got, err := r.Body(ctx, 2, id(2))
 	require.NoError(t, err, "event 2 purged from EVENTS, in BODIES")
 	require.Equal(t, body(1, 100), got)
 
@@ -97,32 +140,66 @@ func TestBodyOutlivesEventsAndFallsBackToIt(t *testing.T) {
 	require.NoError(t, s.DeleteMsg(ctx, 6))
 	r = bodies.New(n.Conn, 0)
 	for _, seq := range []uint64{1, 4, 6, 11} {
-		_, err := r.Body(ctx, seq)
+		_, err := r.Body(ctx, seq, id(seq))
 		require.ErrorIs(t, err, bodies.ErrGone, "event %d", seq)
 	}
-	got, err = r.Body(ctx, 7)
+	got, err = r.Body(ctx, 7, id(7))
 	require.NoError(t, err, "event 7 purged from BODIES, in EVENTS")
 	require.Equal(t, body(6, 100), got)
-	got, err = r.Body(ctx, 9)
+	got, err = r.Body(ctx, 9, id(9))
 	require.NoError(t, err)
 	require.Equal(t, body(8, 100), got)
+}
+
+// TestBodyStoredAgainBehindLargerOnesIsRead: a body the fan-out stored
+// again (an event fanned out a second time) comes after the bodies of
+// later events, so a read ahead that stops at its bytes leaves it out; it
+// is then read alone, not taken as gone, with EVENTS purged.
+func TestBodyStoredAgainBehindLargerOnesIsRead(t *testing.T) {
+	const size = 200 << 10
+	n := events(t, 20, size, false)
+	storeBody(t, n, 1, id(1), body(0, size))
+	purge(t, n, streams.Events, 21)
+	r := bodies.New(n.Conn, 0)
+	got, err := r.Body(testutil.Context(t), 1, id(1))
+	require.NoError(t, err)
+	require.Equal(t, body(0, size), got)
+}
+
+// TestBodyOfAnotherEventIsNeverReturned: a body BODIES or the cache holds
+// for another event at the same sequence (EVENTS deleted and made again)
+// is not the body of this one: it is read from EVENTS, and is gone when
+// EVENTS holds another event there too.
+func TestBodyOfAnotherEventIsNeverReturned(t *testing.T) {
+	n := events(t, 3, 100, true)
+	storeBody(t, n, 2, "old-event", []byte("old body"))
+	r := bodies.New(n.Conn, 0)
+	ctx := testutil.Context(t)
+	got, err := r.Body(ctx, 2, "old-event")
+	require.NoError(t, err)
+	require.Equal(t, []byte("old body"), got)
+	got, err = r.Body(ctx, 2, id(2))
+	require.NoError(t, err, "cached and in BODIES for another event, in EVENTS for this one")
+	require.Equal(t, body(1, 100), got)
+	_, err = r.Body(ctx, 3, "another-event")
+	require.ErrorIs(t, err, bodies.ErrGone)
 }
 
 // TestCacheStaysWithinItsBytes: the cache never keeps more than its
 // bound, evicting the least recently used, and a body larger than the
 // whole cache is still returned.
 func TestCacheStaysWithinItsBytes(t *testing.T) {
-	n := events(t, 200, 10_000)
+	n := events(t, 200, 10_000, false)
 	r := bodies.New(n.Conn, 50_000)
 	ctx := testutil.Context(t)
 	for seq := uint64(1); seq <= 200; seq++ {
-		got, err := r.Body(ctx, seq)
+		got, err := r.Body(ctx, seq, id(seq))
 		require.NoError(t, err)
 		require.Equal(t, body(int(seq-1), 10_000), got)
 		require.LessOrEqual(t, r.Size(), 50_000)
 	}
 	tiny := bodies.New(n.Conn, 100)
-	got, err := tiny.Body(ctx, 3)
+	got, err := tiny.Body(ctx, 3, id(3))
 	require.NoError(t, err)
 	require.Len(t, got, 10_000)
 }
@@ -130,10 +207,10 @@ func TestCacheStaysWithinItsBytes(t *testing.T) {
 // TestBodyGivesUpWithItsContext: a read is no longer than its caller's
 // context.
 func TestBodyGivesUpWithItsContext(t *testing.T) {
-	n := events(t, 1, 10)
+	n := events(t, 1, 10, false)
 	r := bodies.New(n.Conn, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := r.Body(ctx, 1)
+	_, err := r.Body(ctx, 1, id(1))
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
 }

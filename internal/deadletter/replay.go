@@ -310,9 +310,12 @@ func replayHeader(h nats.Header, dropDeadline bool) nats.Header {
 }
 
 // isAttemptHeader reports the headers a delivery's attempts and its trips
-// through overflow leave on it, which a replay resets.
+// through overflow leave on it, which a replay resets; and Relay-Event-Seq,
+// which a dead letter (it holds its body) never needs, and which would make
+// the replayed copy look for its body elsewhere.
 func isAttemptHeader(name string) bool {
-	return strings.EqualFold(name, streams.HeaderAttempt) || strings.EqualFold(name, streams.HeaderOverflowSeq)
+	return strings.EqualFold(name, streams.HeaderAttempt) || strings.EqualFold(name, streams.HeaderOverflowSeq) ||
+		strings.EqualFold(name, streams.HeaderEventSeq)
 }
 
 // Skips reports whether Run would leave e in the DLQ for its deadline.

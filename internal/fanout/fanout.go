@@ -89,6 +89,22 @@ const retryDelay = 2 * time.Second
 // about as much as the reference, and one write less.
 const BodyShared = 512
 
+// copyHeaderBytes is about what a copy whose body is shared weighs in
+// DELIVERIES: its subject and headers.
+const copyHeaderBytes = 400
+
+// onLanes counts the subscribers whose copies go on their lanes rather than
+// behind a backlog in their overflow.
+func onLanes(subs []*subscribers.Subscriber, backlogs *overflow.Backlogged) int {
+	n := 0
+	for _, sub := range subs {
+		if !backlogs.Has(sub.ID) {
+			n++
+		}
+	}
+	return n
+}
+
 // pending is an event whose copies are on their way.
 type pending struct {
 	msg jetstream.Msg
@@ -333,14 +349,14 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	// One header for the event, a shallow copy of it per copy: publishing
 	// sets the copy's Nats-Msg-Id on its own map and changes no value.
 	header := CopyHeader(orig, id, eventType, md.Timestamp)
-	// A body shared by several deliveries is stored once, before them: the
-	// copies on the lanes carry its sequence. (Fanned out again, it is
-	// stored again, over the first: one a subject.)
+	// A body shared by several copies on the lanes is stored once, before
+	// them, with its event's id: those copies carry its sequence. (Fanned
+	// out again, it is stored again, over the first: one a subject.)
 	shared := ""
-	if len(msg.Data()) > BodyShared && len(subs) > 1 {
-		f, err := waitingForRoom(ctx, js, func() (jetstream.PubAckFuture, error) {
-			return js.PublishMsgAsync(&nats.Msg{Subject: streams.BodySubject(md.Sequence.Stream), Data: msg.Data()})
-		})
+	if len(msg.Data()) > BodyShared && !held && t.tooLate == "" && onLanes(subs, cfg.Backlogs) > 1 {
+		body := &nats.Msg{Subject: streams.BodySubject(md.Sequence.Stream), Data: msg.Data(), Header: nats.Header{}}
+		body.Header.Set(streams.HeaderEventID, id)
+		f, err := waitingForRoom(ctx, js, func() (jetstream.PubAckFuture, error) { return js.PublishMsgAsync(body) })
 		if err == nil {
 			p.body, shared = f, strconv.FormatUint(md.Sequence.Stream, 10)
 		}
@@ -369,15 +385,21 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			p.futures = append(p.futures, nil)
 			continue
 		}
+		// What the copy weighs in DELIVERIES: a few hundred bytes of
+		// headers when its body is shared, else the body.
+		size := len(msg.Data())
+		if shared != "" && !cfg.Backlogs.Has(sub.ID) {
+			size = copyHeaderBytes
+		}
 		v, why := backlog.Queue, ""
 		switch {
 		case md.NumDelivered == 1:
-			v, why = cfg.Backlog.Admit(sub, len(msg.Data()))
+			v, why = cfg.Backlog.Admit(sub, size)
 		case cfg.shed.shed(md.Sequence.Stream, sub.ID):
 			v, why = backlog.Shed, "shed when first fanned out"
 		default:
 			// Fanned out again: its copy may be stored already.
-			cfg.Backlog.Count(sub.ID, len(msg.Data()))
+			cfg.Backlog.Count(sub.ID, size)
 		}
 		if v == backlog.Shed {
 			cfg.shed.record(md.Sequence.Stream, sub.ID, cfg.Clock.Now())

@@ -34,7 +34,7 @@ func (e *engine) bodyOf(ctx context.Context, msg jetstream.Msg) ([]byte, error) 
 	if !ok {
 		return msg.Data(), nil
 	}
-	body, err := e.bodies.Body(ctx, seq)
+	body, err := e.bodies.Body(ctx, seq, msg.Headers().Get(streams.HeaderEventID))
 	if errors.Is(err, bodies.ErrGone) {
 		return nil, fmt.Errorf("%w (event sequence %d)", errBodyGone, seq)
 	}

@@ -198,6 +198,11 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.log.Warn("lanes: reading a delivery's body", "subscriber", sub.ID, "err", err)
 		_ = d.msg.NakWithDelay(settleRetry)
 		return out
+	case !l.alive(d):
+		// The read outlasted what was left of its ack wait: JetStream may
+		// give it to another relay, which would send it at the same time.
+		l.letGo(d, sub.ID)
+		return out
 	}
 	req, err := request(d, body, sub, now)
 	if err != nil {

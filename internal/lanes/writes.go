@@ -183,7 +183,9 @@ func (p *putter) offer(pt put) bool {
 // handed back or let go.
 func (p *putter) forget(pt put) {
 	p.mu.Lock()
-	delete(p.pending, pt.d.seq)
+	if p.pending[pt.d.seq] == pt.d.msg { // not a later delivery of it, put again
+		delete(p.pending, pt.d.seq)
+	}
 	p.mu.Unlock()
 }
 

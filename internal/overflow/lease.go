@@ -167,6 +167,9 @@ func (l *leases) sawBusy(id string) error {
 	return nil
 }
 
+// expires is when the bucket's TTL ends the lease at the earliest.
+func (l *leases) expires(ls lease) time.Time { return ls.at.Add(l.ttl) }
+
 // until is when the lease stops surely holding: the bucket's TTL after its
 // take was sent, less a margin for the time the take took to be stored.
 func (l *leases) until(ls lease) time.Time {

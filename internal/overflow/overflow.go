@@ -166,7 +166,7 @@ func (r *Refiller) Busy(subscriber string) bool { return r.leases.busy(subscribe
 // set.
 func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from uint64, n int) (moved int, next uint64, more bool, err error) {
 	if r.leases == nil {
-		return r.refill(ctx, subscriber, subject, from, n, time.Time{})
+		return r.refill(ctx, subscriber, subject, from, n, time.Time{}, time.Time{})
 	}
 	ls, ok, err := r.leases.take(ctx, subscriber)
 	if err != nil {
@@ -175,21 +175,34 @@ func (r *Refiller) Refill(ctx context.Context, subscriber, subject string, from 
 	if !ok {
 		return 0, from, true, ErrLeased
 	}
-	defer func() { r.leases.release(ctx, ls, err == nil && !more) }()
-	return r.refill(ctx, subscriber, subject, from, n, r.leases.until(ls))
+	defer func() {
+		if !errors.Is(err, errUnanswered) {
+			r.leases.release(ctx, ls, err == nil && !more)
+		}
+		// Else a write may still land: the lease is left to run out, so
+		// that no relay reads what it may have stored before it is purged.
+	}()
+	return r.refill(ctx, subscriber, subject, from, n, r.leases.until(ls), r.leases.expires(ls))
 }
+
+// errUnanswered marks a refill some of whose writes got no answer in time:
+// they may be stored still.
+var errUnanswered = errors.New("overflow: writes not answered in time")
 
 // refill is [Refiller.Refill] once the lease is held, until it stops surely
 // holding (zero: no lease). Its reads, writes and their waits end by then,
 // so that what it stored is purged before another relay can take the lease
 // and read the same messages (an eviction would dead-letter what this one
-// stored on the lane): only the purge itself may come later.
-func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from uint64, n int, until time.Time) (moved int, next uint64, more bool, err error) {
+// stored on the lane): only the purge comes later, and ends when the lease
+// expires.
+func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from uint64, n int, until, expires time.Time) (moved int, next uint64, more bool, err error) {
 	purgeCtx := ctx
 	if !until.IsZero() {
-		var cancel context.CancelFunc
+		var cancel, cancelPurge context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
+		purgeCtx, cancelPurge = context.WithDeadline(purgeCtx, expires)
+		defer cancelPurge()
 	}
 	msgs, err := Read(ctx, r.js.Conn(), subscriber, from, n)
 	next = from
@@ -254,7 +267,9 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 			failed = cmp.Or(failed, e)
 		}
 	}
-	failed = cmp.Or(failed, w.over)
+	if w.over != nil {
+		failed = cmp.Or(failed, fmt.Errorf("%w: %w", errUnanswered, w.over))
+	}
 	if len(spill) > 0 {
 		// A copy the lane refused goes to RETRIES only under a lease that
 		// surely holds: a relay that took it over since may have stored the
@@ -338,7 +353,9 @@ func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx
 		}
 		ok[idx[j]] = true
 	}
-	failed = cmp.Or(failed, w.over)
+	if w.over != nil {
+		failed = cmp.Or(failed, fmt.Errorf("%w: %w", errUnanswered, w.over))
+	}
 	if failed != nil {
 		return fmt.Errorf("overflow: spilling %s to %s: %w", subscriber, streams.Retries, failed)
 	}

@@ -88,13 +88,25 @@ func (k *BodyKeeper) pass(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("retention: looking up %s: %w", streams.Bodies, err)
 	}
-	last := bodies.CachedInfo().State.LastSeq
+	state := bodies.CachedInfo().State
+	last := state.LastSeq
 	if last < k.purged {
 		return 0, nil
 	}
-	oldest, err := k.oldestOnLanes(ctx)
+	// With the lanes empty, the bound is now, by this host's clock, but
+	// never past the newest body by more than the slack, by the server's:
+	// a host clock ahead purges no body stored within the slack before
+	// the newest.
+	oldest := k.clock.Now()
+	if !state.LastTime.IsZero() {
+		oldest = minTime(oldest, state.LastTime.Add(BodySlack))
+	}
+	onLanes, err := k.oldestOnLanes(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if !onLanes.IsZero() {
+		oldest = minTime(oldest, onLanes)
 	}
 	cutoff := oldest.Add(-BodySlack)
 	below, found, err := firstSince(ctx, k.js, streams.Bodies, cutoff)
@@ -115,13 +127,21 @@ func (k *BodyKeeper) pass(ctx context.Context) (uint64, error) {
 	return below, nil
 }
 
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // oldestOnLanes returns when the oldest delivery waiting on a lane was
-// stored (now when none waits): one direct get per lane consumer, for the
+// stored (zero when none waits): one direct get per lane consumer, for the
 // first message on its subjects. A work-queue stream holds only what is not
 // acknowledged, so that is the oldest one its lane has not finished. The
 // subscribers' overflows are not lanes: what they hold carries its body.
 func (k *BodyKeeper) oldestOnLanes(ctx context.Context) (time.Time, error) {
-	oldest := k.clock.Now()
+	var oldest time.Time
 	deliveries, err := k.js.Stream(ctx, streams.Deliveries)
 	if err != nil {
 		return oldest, fmt.Errorf("retention: looking up %s: %w", streams.Deliveries, err)
@@ -136,7 +156,7 @@ func (k *BodyKeeper) oldestOnLanes(ctx context.Context) (time.Time, error) {
 		if err != nil {
 			return oldest, fmt.Errorf("retention: reading the oldest delivery on %s: %w", filter, err)
 		}
-		if len(got) > 0 && got[0].Time.Before(oldest) {
+		if len(got) > 0 && (oldest.IsZero() || got[0].Time.Before(oldest)) {
 			oldest = got[0].Time
 		}
 	}

@@ -105,7 +105,9 @@ func moveOne(js jetstream.JetStream, cfg MoverConfig, msg jetstream.Msg) (moving
 	if md, err := msg.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	out := &nats.Msg{Subject: "deliveries." + lane + "." + id, Header: streams.CopyHeader(msg.Headers(), 0), Data: msg.Data()}
+	h := streams.CopyHeader(msg.Headers(), 0)
+	h.Del(streams.HeaderEventSeq) // what RETRIES holds carries its body
+	out := &nats.Msg{Subject: "deliveries." + lane + "." + id, Header: h, Data: msg.Data()}
 	f, err := js.PublishMsgAsync(out, jetstream.WithMsgID(movedID(msg.Headers(), seq)))
 	if err != nil {
 		retryMove(msg, id, err, cfg.Logger)

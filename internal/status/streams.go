@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,8 +46,8 @@ func Streams(ctx context.Context, js jetstream.JetStream) ([]Stream, error) {
 	out := make([]Stream, 0, len(streamNames))
 	for _, name := range streamNames {
 		s, err := js.Stream(ctx, name)
-		if name == streams.Bodies && errors.Is(err, jetstream.ErrStreamNotFound) {
-			continue // relays older than it
+		if name == streams.Bodies && err != nil {
+			continue // relays older than it, or a user not granted its info
 		}
 		if err != nil {
 			return nil, streamErr(name, err)
