@@ -110,6 +110,26 @@ func (s *Stalls) Ran(from, to time.Time) time.Duration {
 	return max(0, ran)
 }
 
+// Late is the most this process ran late, from from to to: the longest
+// gap between ticks that overlaps the span, less the tick. Requests that
+// reached a receiver in this process within a span may have been sent over
+// the span and that much more: they waited for the process to run, and
+// were handled together after.
+func (s *Stalls) Late(from, to time.Time) time.Duration {
+	s.mu.Lock()
+	ticks := append([]time.Time(nil), s.ticks...)
+	s.mu.Unlock()
+	ticks = append(ticks, time.Now())
+	var late time.Duration
+	for i := 1; i < len(ticks); i++ {
+		a, b := ticks[i-1], ticks[i]
+		if b.After(from) && a.Before(to) {
+			late = max(late, b.Sub(a)-stallTick)
+		}
+	}
+	return late
+}
+
 func earlier(a, b time.Time) time.Time {
 	if a.Before(b) {
 		return a
