@@ -226,6 +226,10 @@ type ensurer struct {
 	// probed reports whether the server refused a size for lack of
 	// storage, which the account info did not foresee.
 	probed bool
+	// replicas is the most replicas of the relay streams found existing:
+	// without --replicas, a stream made new beside them (one a newer
+	// version adds) gets as many.
+	replicas int
 }
 
 // stream creates the stream of definition def when have is nil (it does
@@ -233,9 +237,15 @@ type ensurer struct {
 // stream's settings.
 func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *jetstream.StreamConfig) (jetstream.StreamConfig, error) {
 	askedAge := def.Name == DLQ && e.opts.DLQMaxAge > 0
+	if have != nil {
+		e.replicas = max(e.replicas, have.Replicas)
+	}
 	if have == nil {
 		cfg := def
 		cfg.Replicas = max(e.opts.Replicas, 1)
+		if e.opts.Replicas == 0 && e.replicas > 1 {
+			cfg.Replicas = e.replicas
+		}
 		if askedAge {
 			cfg.MaxAge = e.opts.DLQMaxAge
 		}

@@ -144,3 +144,25 @@ func TestEveryStreamHasTheDuplicateWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsureGivesANewStreamTheReplicasOfThoseThatExist: a stream a newer
+// relay adds (BODIES) on a cluster whose streams were made R3 is made R3
+// too, without --replicas: an R1 one would stop the fan-out when its one
+// node is lost.
+func TestEnsureGivesANewStreamTheReplicasOfThoseThatExist(t *testing.T) {
+	t.Parallel()
+	c := testutil.StartRelayCluster(t)
+	_, js := c.ConnectJS(t, 0)
+	ctx := testutil.Context(t)
+	if err := js.DeleteStream(ctx, streams.Bodies); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, func() bool { return streams.Ensure(ctx, js, streams.Options{}) == nil }, "Ensure failed")
+	s, err := js.Stream(ctx, streams.Bodies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Replicas; got != 3 {
+		t.Fatalf("BODIES made with %d replicas beside R3 streams, want 3", got)
+	}
+}
