@@ -26,6 +26,7 @@ const fanoutSolo = "solo"
 // subscribers, against one subscriber alone on the same relay.
 type fanoutResult struct {
 	subscribers, events int
+	payload             int // the body's bytes
 
 	solo burstRun // -throughput-events to fanoutSolo alone
 	// fan counts deliveries (events × subscribers): delivered/s from the
@@ -36,6 +37,48 @@ type fanoutResult struct {
 	complete   int // subscribers that got every event
 	fewest     int // distinct webhook-ids at the subscriber that got the fewest
 	duplicates int // requests beyond the distinct webhook-ids, over all subscribers
+
+	// writes are the relay's publishes on deliveries.> and bodies.>
+	// during the fan-out run (see writeCounts), and stored the messages
+	// the server stored in DELIVERIES and BODIES meanwhile (the growth of
+	// their last sequences).
+	writes writeCounts
+	stored int64
+	// peakRSS is the relay's VmHWM at the end of the run.
+	peakRSS int64
+}
+
+// bytesPerDelivery is what the relay wrote to DELIVERIES and BODIES for
+// each delivery of the fan-out run.
+func (r fanoutResult) bytesPerDelivery() float64 {
+	if r.fan.delivered <= 0 {
+		return 0
+	}
+	return float64(r.writes.stored) / float64(r.fan.delivered)
+}
+
+// bytesTarget is the most a delivery may write: 1 KB and its share of
+// the body.
+func (r fanoutResult) bytesTarget() float64 {
+	return 1024 + float64(r.payload)/float64(max(1, r.subscribers))
+}
+
+// fanouts runs the fan-out scenario once for each size of -fanout-payloads,
+// each on a fresh stack.
+func (e *env) fanouts(ctx context.Context) ([]fanoutResult, error) {
+	body := e.body
+	defer func() { e.body = body }()
+	var out []fanoutResult
+	for _, size := range e.cfg.fanoutPayloads {
+		e.body = payload(size)
+		res, err := e.fanout(ctx)
+		res.payload = size
+		out = append(out, res)
+		if err != nil {
+			return out, fmt.Errorf("%d bytes: %w", size, err)
+		}
+	}
+	return out, nil
 }
 
 // ratio is the fan-out's deliveries/s over one subscriber's alone.
@@ -70,8 +113,8 @@ func (e *env) fanout(ctx context.Context) (res fanoutResult, err error) {
 	cfg := e.cfg
 	res = fanoutResult{subscribers: cfg.fanoutSubscribers, events: cfg.fanoutEvents}
 	deliveries := res.subscribers * res.events
-	fmt.Fprintf(os.Stderr, "fanout: %d events to each of %d subscribers (%d deliveries) against %d to one subscriber alone, on one relay\n",
-		res.events, res.subscribers, deliveries, cfg.throughputEvents)
+	fmt.Fprintf(os.Stderr, "fanout: %d events of %d bytes to each of %d subscribers (%d deliveries) against %d to one subscriber alone, on one relay\n",
+		res.events, len(e.body), res.subscribers, deliveries, cfg.throughputEvents)
 	s, err := e.up(ctx, "fanout")
 	if err != nil {
 		return res, err
@@ -136,7 +179,18 @@ func (e *env) fanout(ctx context.Context) (res fanoutResult, err error) {
 	res.solo.requests = snap.requests
 	fmt.Fprintf(os.Stderr, "  one subscriber alone: %d in %.2fs (%.0f/s)\n", res.solo.delivered, res.solo.total.Seconds(), res.solo.rate())
 
-	// Every event to every fan-out subscriber.
+	// Every event to every fan-out subscriber, its writes counted.
+	counter, cnc, err := s.counter()
+	if err != nil {
+		return res, err
+	}
+	defer cnc.Close()
+	defer counter.stop()
+	c0 := counter.counts()
+	seq0, err := s.lastSeqs(ctx)
+	if err != nil {
+		return res, err
+	}
 	published := false
 	res.fan, err = e.measure(ctx, s, deliveries, func() error {
 		start = time.Now()
@@ -176,41 +230,47 @@ func (e *env) fanout(ctx context.Context) (res fanoutResult, err error) {
 		return res, fmt.Errorf("fan-out: %w", err)
 	}
 	res.fan.total = last.Sub(start)
+	res.writes = counter.counts().minus(c0)
+	if seq1, err := s.lastSeqs(ctx); err == nil {
+		res.stored = seq1.minus(seq0)
+	}
+	_, res.peakRSS, _ = memory(s.relay.pid())
+	fmt.Fprintf(os.Stderr, "  wrote %.0f bytes a delivery to DELIVERIES and BODIES (%d bodies; %d messages stored); relay peak RSS %.0f MB\n",
+		res.bytesPerDelivery(), res.writes.bodies, res.stored, mb(res.peakRSS))
 	fmt.Fprintf(os.Stderr, "  fan-out: %d deliveries in %.2fs (%.0f/s, %.0f events/s; fanned out after %.1fs); %d of %d subscribers got every event; fan-out / one subscriber %.2f\n",
 		res.fan.delivered, res.fan.total.Seconds(), res.fan.rate(), res.eventRate(), res.fannedOut.Seconds(),
 		res.complete, res.subscribers, res.ratio())
 	return res, nil
 }
 
-// fanoutTable reports a fan-out run: both measurements, their ratio and
-// the per-subscriber check.
-func fanoutTable(r fanoutResult) string {
+// fanoutTable reports the fan-out runs, one per body size: both
+// measurements, their ratio, the bytes written per delivery and the
+// per-subscriber check.
+func fanoutTable(runs []fanoutResult) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "### Fan-out: %s events to each of %s subscribers on one event type (--rate 0 --max-in-flight %d), against one subscriber alone, on one relay\n\n",
-		thousands(int64(r.events)), thousands(int64(r.subscribers)), unlimitedInFlight)
-	sb.WriteString("Both on the same relay, one subscriber first, after a warm-up of both; delivered ÷ (last arrival − first publish).\n\n")
-	sb.WriteString("| run | events | deliveries | publish, s | fanned out, s | all delivered, s | events/s | deliveries/s | relay CPU s per 1,000 deliveries |\n")
-	sb.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	cpu := func(b burstRun) string {
-		if per, ok := b.cpuPer1000(); ok {
-			return fmt.Sprintf("%.3f", per)
-		}
-		return "-"
-	}
-	fmt.Fprintf(&sb, "| one subscriber alone | %s | %s | %.2f | | %.2f | %s | %s | %s |\n",
-		thousands(int64(r.solo.events)), thousands(int64(r.solo.delivered)), r.solo.publish.Seconds(), r.solo.total.Seconds(),
-		thousands(int64(r.solo.rate())), thousands(int64(r.solo.rate())), cpu(r.solo))
-	fmt.Fprintf(&sb, "| fan-out to %s | %s | %s | %.2f | %.1f | %.2f | %s | %s | %s |\n",
-		thousands(int64(r.subscribers)), thousands(int64(r.events)), thousands(int64(r.fan.delivered)), r.fan.publish.Seconds(),
-		r.fannedOut.Seconds(), r.fan.total.Seconds(), thousands(int64(r.eventRate())), thousands(int64(r.fan.rate())), cpu(r.fan))
-	fmt.Fprintf(&sb, "\nfan-out deliveries/s ÷ one subscriber's: **%.2f**; subscribers that got every event: %s of %s (the fewest: %s of %s)",
-		r.ratio(), thousands(int64(r.complete)), thousands(int64(r.subscribers)), thousands(int64(r.fewest)), thousands(int64(r.events)))
-	if r.duplicates > 0 {
-		fmt.Fprintf(&sb, "; %d duplicate requests in the fan-out", r.duplicates)
-	}
-	if dup := r.solo.requests - r.solo.delivered; dup > 0 {
-		fmt.Fprintf(&sb, "; %d duplicate requests to the one subscriber", dup)
+	r0 := runs[0]
+	fmt.Fprintf(&sb, "### Fan-out: %s events to each of %s subscribers on one event type (--rate 0 --max-in-flight %d), against one subscriber alone, on one relay, by body size\n\n",
+		thousands(int64(r0.events)), thousands(int64(r0.subscribers)), unlimitedInFlight)
+	sb.WriteString("Each size on a fresh relay, one subscriber first, after a warm-up of both; delivered ÷ (last arrival − first publish). " +
+		"Written: the bytes of the relay's publishes on deliveries.> and bodies.> (subject, headers, body) during the fan-out run, per delivery; " +
+		"target 1 KB + body ÷ subscribers. Stored: messages DELIVERIES, RETRIES and BODIES stored meanwhile (the growth of their last sequences).\n\n")
+	sb.WriteString("| body, bytes | one alone, deliveries/s | fan-out, deliveries/s | fan-out ÷ one | fanned out, s | all delivered, s | written per delivery, bytes | target, bytes | stored | duplicate requests | relay peak RSS, MB |\n")
+	sb.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range runs {
+		fmt.Fprintf(&sb, "| %s | %s | %s | **%.2f** | %.1f | %.2f | %s | %s | %s | %d | %.0f |\n",
+			thousands(int64(r.payload)), thousands(int64(r.solo.rate())), thousands(int64(r.fan.rate())), r.ratio(),
+			r.fannedOut.Seconds(), r.fan.total.Seconds(), thousands(int64(r.bytesPerDelivery())), thousands(int64(r.bytesTarget())),
+			thousands(r.stored), r.duplicates, mb(r.peakRSS))
 	}
 	sb.WriteString("\n")
+	for _, r := range runs {
+		if r.complete < r.subscribers {
+			fmt.Fprintf(&sb, "%s bytes: %s of %s subscribers got every event (the fewest: %s of %s).\n",
+				thousands(int64(r.payload)), thousands(int64(r.complete)), thousands(int64(r.subscribers)), thousands(int64(r.fewest)), thousands(int64(r.events)))
+		}
+		if dup := r.solo.requests - r.solo.delivered; dup > 0 {
+			fmt.Fprintf(&sb, "%s bytes: %d duplicate requests to the one subscriber.\n", thousands(int64(r.payload)), dup)
+		}
+	}
 	return sb.String()
 }

@@ -482,7 +482,12 @@ type writeCounts struct {
 	parks      int64 // retries.wait.>
 	due        int64 // retries.due.> (if the server's schedule firing is visible to subscribers)
 	retries    int64 // any other publish on retries.>
-	dropped    int   // messages this counter missed (slow consumer)
+	bodies     int64 // bodies.>: a body stored once for an event's copies
+	// stored is the bytes of every publish on deliveries.> and bodies.>
+	// (subject, headers and body, as JetStream stores them, less its own
+	// few bytes of framing a message).
+	stored  int64
+	dropped int // messages this counter missed (slow consumer)
 }
 
 // minus is what was counted between b and a, b taken first.
@@ -490,7 +495,7 @@ func (a writeCounts) minus(b writeCounts) writeCounts {
 	return writeCounts{
 		copies: a.copies - b.copies, puts: a.puts - b.puts, bringBacks: a.bringBacks - b.bringBacks,
 		other: a.other - b.other, parks: a.parks - b.parks, due: a.due - b.due, retries: a.retries - b.retries,
-		dropped: a.dropped - b.dropped,
+		bodies: a.bodies - b.bodies, stored: a.stored - b.stored, dropped: a.dropped - b.dropped,
 	}
 }
 
@@ -498,9 +503,9 @@ func (a writeCounts) minus(b writeCounts) writeCounts {
 // kind, from the NATS subscriptions that countWrites makes; the counters are
 // atomic because the subscriptions' handlers run on goroutines of their own.
 type writeCounter struct {
-	eventPrefix                                      string
-	copies, puts, bringBacks, other, parks, due, ret atomic.Int64
-	subs                                             []*nats.Subscription
+	eventPrefix                                                     string
+	copies, puts, bringBacks, other, parks, due, ret, bodies, bytes atomic.Int64
+	subs                                                            []*nats.Subscription
 }
 
 // countWrites subscribes on nc to deliveries.> and retries.>; event ids
@@ -516,7 +521,16 @@ func countWrites(nc *nats.Conn, eventPrefix string) (*writeCounter, error) {
 		_ = d.Unsubscribe()
 		return nil, err
 	}
-	c.subs = []*nats.Subscription{d, r}
+	b, err := nc.Subscribe("bodies.>", func(m *nats.Msg) {
+		c.bodies.Add(1)
+		c.bytes.Add(msgBytes(m))
+	})
+	if err != nil {
+		_ = d.Unsubscribe()
+		_ = r.Unsubscribe()
+		return nil, err
+	}
+	c.subs = []*nats.Subscription{d, r, b}
 	for _, s := range c.subs {
 		_ = s.SetPendingLimits(-1, -1)
 	}
@@ -526,6 +540,7 @@ func countWrites(nc *nats.Conn, eventPrefix string) (*writeCounter, error) {
 // delivery classifies a publish on deliveries.>: a put to overflow, a
 // bring-back, a fan-out copy of this program's events or anything else.
 func (c *writeCounter) delivery(m *nats.Msg) {
+	c.bytes.Add(msgBytes(m))
 	if strings.HasPrefix(m.Subject, overflowPrefix) {
 		c.puts.Add(1)
 		return
@@ -559,13 +574,28 @@ func (c *writeCounter) retry(m *nats.Msg) {
 func (c *writeCounter) counts() writeCounts {
 	w := writeCounts{
 		copies: c.copies.Load(), puts: c.puts.Load(), bringBacks: c.bringBacks.Load(), other: c.other.Load(),
-		parks: c.parks.Load(), due: c.due.Load(), retries: c.ret.Load(),
+		parks: c.parks.Load(), due: c.due.Load(), retries: c.ret.Load(), bodies: c.bodies.Load(), stored: c.bytes.Load(),
 	}
 	for _, s := range c.subs {
 		n, _ := s.Dropped()
 		w.dropped += n
 	}
 	return w
+}
+
+// msgBytes is what a message weighs in a stream: its subject, its headers
+// as NATS encodes them, and its body.
+func msgBytes(m *nats.Msg) int64 {
+	n := len(m.Subject) + len(m.Data)
+	if len(m.Header) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				n += len(k) + len(": \r\n") + len(v)
+			}
+		}
+	}
+	return int64(n)
 }
 
 // stop ends the subscriptions.

@@ -32,7 +32,16 @@ type scaleResult struct {
 	status            time.Duration // wall time of relay status --json
 	scrape            time.Duration // wall time of one GET /metrics, its NATS-read gauges refreshed
 	scrapeBytes       int64         // the size of that /metrics, uncompressed
+	// broadcast is one event of broadcastBody bytes to every subscriber:
+	// first publish → fanned out, and → the last arrival, and the relay's
+	// warnings meanwhile.
+	broadcastFanned, broadcastAll time.Duration
+	broadcastWarnings             int
 }
+
+// broadcastBody is the body of the event sent to every subscriber: a
+// full payload, 16 KB, which the fan-out stores once for all of them.
+const broadcastBody = 16 << 10
 
 // scaleIdle is how long the idle CPU is measured.
 const scaleIdle = 10 * time.Second
@@ -62,7 +71,7 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 	for i := range res.subscribers {
 		p.Go(func(ctx context.Context) error {
 			return store.Put(ctx, subscribers.Subscriber{ID: id(i), URL: e.hook.URL + "/" + id(i),
-				Secrets: []string{e.secret}, Events: []string{"t" + strconv.Itoa(i) + ".*"}})
+				Secrets: []string{e.secret}, Events: []string{"t" + strconv.Itoa(i) + ".*", "all.*"}})
 		})
 	}
 	if err := p.Wait(); err != nil {
@@ -110,6 +119,44 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 	if err != nil {
 		return res, err
 	}
+
+	// One event to every subscriber.
+	warned, err := warnings(s.relay.logPath)
+	if err != nil {
+		return res, err
+	}
+	before := e.rcv.distinctWithPrefix("sc")
+	body := e.body
+	e.body = payload(broadcastBody)
+	start = time.Now()
+	err = e.publishFrom(ctx, s, "all.x", "all-", 0, 1)
+	e.body = body
+	if err != nil {
+		return res, err
+	}
+	if err := s.waitUntil(ctx, "the event to every subscriber", e.cfg.timeout, func() (bool, error) {
+		if res.broadcastFanned == 0 {
+			if done, _, err := s.fannedOut(ctx); err == nil && done {
+				res.broadcastFanned = time.Since(start)
+			}
+		}
+		return e.rcv.distinctWithPrefix("sc")-before >= res.subscribers, nil
+	}, func() string {
+		return fmt.Sprintf("%d of %d arrived", e.rcv.distinctWithPrefix("sc")-before, res.subscribers)
+	}); err != nil {
+		return res, err
+	}
+	res.broadcastAll = time.Since(start)
+	if res.broadcastFanned == 0 {
+		res.broadcastFanned = res.broadcastAll // delivered before a poll saw the fan-out done: an upper bound
+	}
+	after, err := warnings(s.relay.logPath)
+	if err != nil {
+		return res, err
+	}
+	res.broadcastWarnings = after - warned
+	fmt.Fprintf(os.Stderr, "  one event of %d bytes to all %d: fanned out in %.2fs, delivered in %.2fs, %d warnings\n",
+		broadcastBody, res.subscribers, res.broadcastFanned.Seconds(), res.broadcastAll.Seconds(), res.broadcastWarnings)
 	_, res.peakRSS, _ = memory(pid)
 
 	// A new subscriber's first delivery.
@@ -142,6 +189,15 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 		e.rcv.forget(id(i))
 	}
 	return res, nil
+}
+
+// warnings counts the lines logged at Warn or above in a relay's log.
+func warnings(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(string(data), "level=WARN") + strings.Count(string(data), "level=ERROR"), nil
 }
 
 // scrapeMetrics reads the relay's /metrics once, as Prometheus would
@@ -233,6 +289,8 @@ func scaleTable(r scaleResult) string {
 	if h := r.hot.rate(); h > 0 {
 		row("spread / one subscriber", fmt.Sprintf("%.2f", r.spread.rate()/h))
 	}
+	row(fmt.Sprintf("one event of %s bytes to every subscriber: fanned out / all delivered, s (relay warnings)", thousands(broadcastBody)),
+		fmt.Sprintf("%.2f / %.2f (%d)", r.broadcastFanned.Seconds(), r.broadcastAll.Seconds(), r.broadcastWarnings))
 	row("peak RSS (VmHWM), MB", fmt.Sprintf("%.0f", float64(r.peakRSS)/(1<<20)))
 	row("relay sub add → first delivery, s", fmt.Sprintf("%.2f", r.firstDelivery.Seconds()))
 	row("relay status --json, s", fmt.Sprintf("%.2f", r.status.Seconds()))

@@ -448,24 +448,27 @@ func waitAcks(ctx context.Context, acks []jetstream.PubAckFuture) error {
 	return nil
 }
 
-// seqs are the last sequences of DELIVERIES and RETRIES: each stored
-// message, whatever its subject, adds one.
-type seqs struct{ deliveries, retries uint64 }
+// seqs are the last sequences of DELIVERIES, RETRIES and BODIES: each
+// stored message, whatever its subject, adds one.
+type seqs struct{ deliveries, retries, bodies uint64 }
 
 // minus is how many messages were stored between b and a, b read first.
 func (a seqs) minus(b seqs) int64 {
-	return int64(a.deliveries-b.deliveries) + int64(a.retries-b.retries)
+	return int64(a.deliveries-b.deliveries) + int64(a.retries-b.retries) + int64(a.bodies-b.bodies)
 }
 
-// lastSeqs reads the last sequences of DELIVERIES and RETRIES from their
-// stream info.
+// lastSeqs reads the last sequences of DELIVERIES, RETRIES and BODIES from
+// their stream info (BODIES 0 against a relay older than it).
 func (s *stack) lastSeqs(ctx context.Context) (seqs, error) {
 	var out seqs
 	for _, x := range []struct {
 		name string
 		seq  *uint64
-	}{{streams.Deliveries, &out.deliveries}, {streams.Retries, &out.retries}} {
+	}{{streams.Deliveries, &out.deliveries}, {streams.Retries, &out.retries}, {streams.Bodies, &out.bodies}} {
 		st, err := s.js.Stream(ctx, x.name)
+		if x.name == streams.Bodies && errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
 		if err != nil {
 			return out, err
 		}
