@@ -129,6 +129,10 @@ func (p *puller) close() { _ = p.sub.Unsubscribe() }
 // run is [Pull]'s loop.
 func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstream.Msg)) error {
 	failures := 0
+	// late counts the requests given up on in a row: one is a busy
+	// server's or host's moment, said at Info; more in a row are
+	// worth a warning.
+	late := 0
 	for {
 		if ctx.Err() == nil && p.wantMore() {
 			if err := p.send(p.body); err != nil {
@@ -145,7 +149,11 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 				// The server neither filled nor ended it in time (the time
 				// spent handling aside): it had lost it, or this process got
 				// no CPU for a while. Anything it still sends arrives here.
-				log.Warn("pull request not ended by the server in time, pulling again", "consumer", p.name)
+				level := slog.LevelInfo
+				if late++; late > 1 {
+					level = slog.LevelWarn
+				}
+				log.Log(ctx, level, "pull request not ended by the server in time, pulling again", "consumer", p.name, "in_a_row", late)
 				p.giveUp()
 			}
 			continue
@@ -153,6 +161,7 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 		if err != nil {
 			return fmt.Errorf("pulling from %s: %w", p.name, err)
 		}
+		late = 0
 		if isStatus(msg) {
 			err := p.ended(msg)
 			if err == nil {
