@@ -90,8 +90,8 @@ func (k *BodyKeeper) pass(ctx context.Context) (uint64, error) {
 	}
 	state := bodies.CachedInfo().State
 	last := state.LastSeq
-	if last < k.purged {
-		return 0, nil
+	if last < k.purged || state.Msgs == 0 {
+		return 0, nil // nothing to purge: an idle relay's pass is this one read
 	}
 	// With the lanes empty, the bound is now, by this host's clock, but
 	// never past the newest body by more than the slack, by the server's:
