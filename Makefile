@@ -23,7 +23,7 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1)
 	$(GO) vet ./...
 
-bench: ## bench/engine, every scenario (the built relay end to end, the rate rule): about 21 minutes, 11 of them the scheduled scenario's span; tables on stdout, bench/results.json; see bench/README.md
+bench: ## bench/engine, every scenario (the built relay end to end, the rate rule): about 23 minutes, 11 of them the scheduled scenario's span; tables on stdout, bench/results.json; see bench/README.md
 	$(GO) run ./bench/engine -json bench/results.json
 
 # Each fuzz target and its package, fuzzed one after another (go test fuzzes

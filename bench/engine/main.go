@@ -101,7 +101,7 @@
 //
 // Run it from the module root:
 //
-//	go run ./bench/engine                                  # everything, about 21 minutes on 2 cores (scheduled alone 11)
+//	go run ./bench/engine                                  # everything, about 23 minutes on 2 cores (scheduled alone 11)
 //	go run ./bench/engine -scenarios burst -burst-runs 3   # one scenario, fewer runs
 //	go run ./bench/engine -scenarios throughput            # relay against the simplest loop and the two-hop loop
 //	go run ./bench/engine -backlog-events 100000           # a smaller backlog
