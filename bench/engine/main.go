@@ -20,7 +20,9 @@
 //   - scale: -scale-subscribers subscribers on one relay, each with an
 //     event type of its own: the time to load them, idle CPU and RSS, one
 //     subscriber alone against every subscriber getting -scale-events-each
-//     events, peak RSS, `relay sub add` → first delivery, `relay status`.
+//     events, one event of 16 KB to every subscriber (fanned out, delivered,
+//     the relay's warnings meanwhile), peak RSS, `relay sub add` → first
+//     delivery, `relay status`.
 //   - throughput: relay against the simplest correct loop and the two-hop
 //     loop, in turn (baseline, two-hop, relay, baseline…), -throughput-runs
 //     of each with -throughput-events. The baseline, on a fresh server and a
