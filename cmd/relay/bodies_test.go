@@ -133,7 +133,7 @@ func TestSharedBodyIsStoredOnce(t *testing.T) {
 // TestDeliveryWhoseBodyIsGoneIsDeadLettered: a delivery that carries its
 // event's sequence, once BODIES and EVENTS both lost that event (both
 // purged by hand), is dead-lettered as expired with the reason in its
-// error, with no request.
+// error, with no request, and a replay leaves that dead letter alone.
 func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	sink := newReceiver(t)
@@ -152,5 +152,10 @@ func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
 	}, "not dead-lettered")
 	require.Equal(t, deadletter.Expired, got[0].Reason)
 	require.Contains(t, got[0].LastError, "purged from BODIES and EVENTS")
+	require.Empty(t, sink.deliveries())
+
+	// Never replayed: it would be sent with an empty body.
+	mustRelay(t, "dlq", "replay", "--nats", n.URL, "--lanes", "4", "--ignore-deadline")
+	require.Len(t, dlqEntries(t, n.URL), 1)
 	require.Empty(t, sink.deliveries())
 }

@@ -273,6 +273,11 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	if err != nil {
 		return false, err
 	}
+	if m.Header.Get(streams.HeaderEventSeq) != "" && len(m.Body) == 0 {
+		// Its body was lost before it could be sent (BODIES and EVENTS
+		// purged by hand): a replay would send an empty one.
+		return false, nil
+	}
 	msg := &nats.Msg{
 		Subject: "deliveries." + lane + "." + m.Subscriber,
 		Header:  replayHeader(m.Header, r.IgnoreDeadline),
@@ -311,8 +316,8 @@ func replayHeader(h nats.Header, dropDeadline bool) nats.Header {
 
 // isAttemptHeader reports the headers a delivery's attempts and its trips
 // through overflow leave on it, which a replay resets; and Relay-Event-Seq,
-// which a dead letter (it holds its body) never needs, and which would make
-// the replayed copy look for its body elsewhere.
+// which a dead letter that holds its body never needs, and which would
+// make the replayed copy look for its body elsewhere.
 func isAttemptHeader(name string) bool {
 	return strings.EqualFold(name, streams.HeaderAttempt) || strings.EqualFold(name, streams.HeaderOverflowSeq) ||
 		strings.EqualFold(name, streams.HeaderEventSeq)

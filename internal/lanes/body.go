@@ -44,17 +44,21 @@ func (e *engine) bodyOf(ctx context.Context, msg jetstream.Msg) ([]byte, error) 
 // whole returns a delivery as it is written anew: its body read into it
 // and its Relay-Event-Seq dropped, or, for one that carries its body, its
 // own body and headers (not copied: the writers copy the headers they
-// change). On errBodyGone the headers are still returned, for the dead
-// letter.
+// change). On errBodyGone the headers are returned as they are, for the
+// dead letter: its Relay-Event-Seq says that it has no body, and a replay
+// leaves it alone.
 func (e *engine) whole(ctx context.Context, msg jetstream.Msg) ([]byte, nats.Header, error) {
 	h := msg.Headers()
 	if _, ok := eventSeqOf(h); !ok {
 		return msg.Data(), h, nil
 	}
+	body, err := e.bodyOf(ctx, msg)
+	if err != nil {
+		return nil, h, err
+	}
 	h = maps.Clone(h)
 	h.Del(streams.HeaderEventSeq)
-	body, err := e.bodyOf(ctx, msg)
-	return body, h, err
+	return body, h, nil
 }
 
 // eventSeqOf reads Relay-Event-Seq; false when the delivery carries its
