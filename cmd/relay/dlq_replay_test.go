@@ -385,3 +385,35 @@ func TestDLQReplayKilledHalfWayThenRunAgainDeliversEachOnce(t *testing.T) {
 		t.Fatalf("%d distinct deliveries, want %d; %d left in the DLQ", len(seen), entries, left())
 	}
 }
+
+// TestReplayAndACopyNeverShareAnID: the copy of an event published with id
+// "replay" for subscriber "42" and the replay of DLQ entry 42 are both
+// delivered: relay's own ids hold no dot, so neither is taken for a
+// duplicate of the other (with replay.<seq>, the replay was dropped as a
+// duplicate within DELIVERIES' window and its entry removed: lost).
+func TestReplayAndACopyNeverShareAnID(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	rcv := newReceiver(t)
+	mustRelay(t, "sub", "add", "42", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--events", "x")
+	startRelay(t, n.URL, "--allow-private-targets")
+	waitLanes(t, n, 4)
+	ctx := testutil.Context(t)
+	for i := 1; i <= 42; i++ {
+		h := nats.Header{streams.HeaderEventID: {"dead-" + strconv.Itoa(i)}, streams.HeaderEventType: {"x"}}
+		if err := deadletter.Publish(ctx, n.JS, []byte(`{}`), h, deadletter.Death{Subscriber: "42", Reason: deadletter.MaxAttempts, OriginSeq: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(t, n.JS, "x", "replay", []byte(`{"copy":true}`))
+	testutil.Eventually(t, func() bool { return rcv.count() == 1 }, "the copy of event replay not delivered")
+	mustRelay(t, "dlq", "replay", "--nats", n.URL, "--lanes", "4", "--seq", "42")
+	testutil.Eventually(t, func() bool { return rcv.count() == 2 }, "the replay of DLQ entry 42 not delivered")
+	ids := map[string]bool{}
+	for _, d := range rcv.deliveries() {
+		ids[d.header.Get("webhook-id")] = true
+	}
+	if !ids["replay"] || !ids["dead-42"] || len(ids) != 2 {
+		t.Fatalf("webhook-ids %v, want replay and dead-42", ids)
+	}
+}

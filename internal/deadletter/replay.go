@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,12 +30,10 @@ const removeTimeout = 5 * time.Second
 const replayWorkers = 16
 
 // replayMsgID is the Nats-Msg-Id of the copy a replay puts back on
-// DELIVERIES (docs/dead-letters.md: replay.<DLQ sequence>), so that two replays of one
+// DELIVERIES (docs/dead-letters.md: replay-<DLQ sequence>), so that two replays of one
 // entry at once, or a replay run again after a crash between its publish and
 // its removal of the entry, enqueue one copy.
-func replayMsgID(seq uint64) string {
-	return "replay." + strconv.FormatUint(seq, 10)
-}
+func replayMsgID(seq uint64) string { return streams.ReplayID(seq) }
 
 // Replayer puts dead letters back on their subscriber's lane, where they go
 // through the lane's rate limit, pause and breaker like any delivery, and

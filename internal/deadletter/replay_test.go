@@ -111,8 +111,8 @@ func TestReplayReEnqueuesWithTheSameEventIDAndFreshAttempts(t *testing.T) {
 
 	q := env.queued(t)
 	require.Len(t, q, 2)
-	m := q["replay.1"]
-	require.NotNil(t, m, "Nats-Msg-Id replay.<DLQ seq>; got %v", q)
+	m := q["replay-1"]
+	require.NotNil(t, m, "Nats-Msg-Id replay-<DLQ seq>; got %v", q)
 	require.Equal(t, "deliveries."+subscribers.LaneFor("demo", 16)+".demo", m.Subject)
 	require.Equal(t, `{"n":1}`, string(m.Data))
 	require.Equal(t, "evt_1", m.Header.Get(streams.HeaderEventID))
@@ -185,7 +185,7 @@ func TestReplaySkipsLateEntriesUnlessTheDeadlineIsIgnored(t *testing.T) {
 	sum, err := r.Run(ctx, plan)
 	require.NoError(t, err)
 	require.Equal(t, Summary{Replayed: 1, Skipped: 3}, sum)
-	require.Equal(t, "2999-01-01T00:00:00Z", env.queued(t)["replay.4"].Header.Get(streams.HeaderDeadline), "a deadline to come is kept")
+	require.Equal(t, "2999-01-01T00:00:00Z", env.queued(t)["replay-4"].Header.Get(streams.HeaderDeadline), "a deadline to come is kept")
 
 	r.IgnoreDeadline = true
 	plan, err = r.Plan(ctx, Filter{})
@@ -193,7 +193,7 @@ func TestReplaySkipsLateEntriesUnlessTheDeadlineIsIgnored(t *testing.T) {
 	sum, err = r.Run(ctx, plan)
 	require.NoError(t, err)
 	require.Equal(t, Summary{Replayed: 3}, sum)
-	for _, id := range []string{"replay.1", "replay.2", "replay.3"} {
+	for _, id := range []string{"replay-1", "replay-2", "replay-3"} {
 		m := env.queued(t)[id]
 		require.NotNil(t, m, id)
 		require.Empty(t, m.Header.Get(streams.HeaderDeadline), "--ignore-deadline drops the deadline")

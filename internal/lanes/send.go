@@ -355,7 +355,7 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 		err = w.parks.enter(ctx)
 	}
 	if err == nil {
-		err = retry.Park(ctx, w.park, sub.ID, body, h, at, "park."+strconv.FormatUint(d.seq, 10)+"."+strconv.Itoa(d.attempts))
+		err = retry.Park(ctx, w.park, sub.ID, body, h, at, streams.ParkID(d.seq, d.attempts))
 		w.parks.leave()
 	}
 	if err != nil {
@@ -381,7 +381,7 @@ func (l *lane) hold(ctx context.Context, d delivery, id string) {
 		err = w.parks.enter(ctx)
 	}
 	if err == nil {
-		err = retry.Hold(ctx, w.park, id, body, h, d.deliverAt, "hold."+strconv.FormatUint(d.seq, 10))
+		err = retry.Hold(ctx, w.park, id, body, h, d.deliverAt, streams.HoldID(d.seq))
 		w.parks.leave()
 	}
 	if err != nil {

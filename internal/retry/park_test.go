@@ -62,7 +62,7 @@ func testParkAndMove(t *testing.T, in time.Duration) {
 	at := time.Now().Add(in)
 	// Parking twice with one dedupe id (a crash between park and ack) parks once.
 	for range 2 {
-		if err := retry.Park(ctx, n.JS, "s1", []byte("body"), h, at, "park.42.3"); err != nil {
+		if err := retry.Park(ctx, n.JS, "s1", []byte("body"), h, at, "park-42-3"); err != nil {
 			t.Fatal(err)
 		}
 	}

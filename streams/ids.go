@@ -1,0 +1,23 @@
+package streams
+
+import "strconv"
+
+// relay's own Nats-Msg-Ids (a replay's, a park's, a hold's, and the
+// overflow's overflow-, refill- and spill- ids, the mover's retry-) never
+// hold a dot, while the id of a fan-out copy, <event id>.<subscriber>,
+// always does: whatever a publisher names an event, no copy id is ever one
+// of relay's, so no stream's duplicate window drops one for the other.
+
+// ReplayID is the Nats-Msg-Id of the copy a replay of DLQ sequence seq
+// puts back on DELIVERIES: two replays of one entry enqueue one copy.
+func ReplayID(seq uint64) string { return "replay-" + strconv.FormatUint(seq, 10) }
+
+// ParkID is the Nats-Msg-Id of the retry parked in RETRIES for the
+// delivery at DELIVERIES sequence seq after its attempt-th attempt.
+func ParkID(seq uint64, attempt int) string {
+	return "park-" + strconv.FormatUint(seq, 10) + "-" + strconv.Itoa(attempt)
+}
+
+// HoldID is the Nats-Msg-Id of the delivery at DELIVERIES sequence seq held
+// in RETRIES until its Relay-Deliver-At.
+func HoldID(seq uint64) string { return "hold-" + strconv.FormatUint(seq, 10) }
