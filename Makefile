@@ -33,6 +33,7 @@ FUZZ_TARGETS := \
 	FuzzParseRateLimitReset:./internal/deliver/ \
 	FuzzSignVerify:./internal/deliver/ \
 	FuzzCheckAddr:./internal/deliver/ \
+	FuzzWebhookID:./internal/deliver/ \
 	FuzzFilterIndex:./internal/subscribers/ \
 	FuzzDecode:./internal/subscribers/ \
 	FuzzEntryFromMsg:./internal/deadletter/

@@ -324,8 +324,9 @@ func (c *Client) CloseIdleConnections() {
 type Request struct {
 	// URL is the subscriber's endpoint, absolute http or https.
 	URL string
-	// ID is the event id, sent as webhook-id; the same on every attempt so
-	// that the subscriber can deduplicate.
+	// ID is the event id. It is sent as webhook-id by [WebhookID] (the same
+	// on every attempt, so that the subscriber can deduplicate), and as it
+	// is in Relay-Event-Id when that differs and a header can hold it.
 	ID string
 	// Body is sent byte for byte as published.
 	Body []byte
@@ -400,9 +401,6 @@ func (c *Client) newRequest(ctx context.Context, r Request) (*http.Request, erro
 	if r.ID == "" {
 		return nil, fmt.Errorf("%w: empty ID (webhook-id is required)", ErrInvalidRequest)
 	}
-	if !validHeaderValue(r.ID) {
-		return nil, fmt.Errorf("%w: ID %q is not a valid header value", ErrInvalidRequest, r.ID)
-	}
 	if r.ContentType != "" && !validHeaderValue(r.ContentType) {
 		return nil, fmt.Errorf("%w: content type %q is not a valid header value", ErrInvalidRequest, r.ContentType)
 	}
@@ -447,10 +445,14 @@ func (c *Client) newRequest(ctx context.Context, r Request) (*http.Request, erro
 		set("User-Agent", c.userAgent)
 	}
 	ts := c.now().Unix()
-	set("Webhook-Id", r.ID)
+	id := WebhookID(r.ID)
+	set("Webhook-Id", id)
 	set("Webhook-Timestamp", strconv.FormatInt(ts, 10))
 	if len(r.Keys) > 0 {
-		set("Webhook-Signature", Signatures(r.Keys, r.ID, ts, r.Body))
+		set("Webhook-Signature", Signatures(r.Keys, id, ts, r.Body))
+	}
+	if id != r.ID && validHeaderValue(r.ID) {
+		h["Relay-Event-Id"] = []string{r.ID}
 	}
 	ct := r.ContentType
 	if ct == "" {
@@ -549,7 +551,7 @@ func reservedHeader(key string) bool {
 		return true
 	}
 	switch key {
-	case "Content-Type", "Content-Length", "Transfer-Encoding", "Connection", "Host":
+	case "Content-Type", "Content-Length", "Transfer-Encoding", "Connection", "Host", "Relay-Event-Id":
 		return true
 	}
 	return false

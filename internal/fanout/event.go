@@ -15,19 +15,16 @@ import (
 // rest of the subject.
 const SubjectPrefix = "events."
 
-// maxIDLen bounds an event id taken from the Nats-Msg-Id header, since it becomes
-// part of a Nats-Msg-Id and of every webhook-id header.
-const maxIDLen = 200
-
 // EventID returns the id of an event as docs/headers.md defines it: the
-// Nats-Msg-Id header, else EVENTS-<stream sequence>. The body is opaque
-// bytes and never parsed: a body's own "id" is often an entity's, shared by
-// many events ({"id":"ord_1","status":"paid"}, then "shipped"), and taking
-// it would make the second a duplicate of the first. A header that is
-// empty, too long or holds spaces or control characters is not usable as a
-// webhook-id and falls back to the sequence.
+// Nats-Msg-Id header, whatever it holds, else EVENTS-<stream sequence>. The
+// body is opaque bytes and never parsed: a body's own "id" is often an
+// entity's, shared by many events ({"id":"ord_1","status":"paid"}, then
+// "shipped"), and taking it would make the second a duplicate of the
+// first. An id a webhook-id cannot carry as it is (a dot, a space, a
+// control character, too long) is made into one by deliver.WebhookID, the
+// same way on every relay: the same event published again keeps its id.
 func EventID(h nats.Header, seq uint64) string {
-	if id := h.Get(jetstream.MsgIDHeader); validID(id) {
+	if id := h.Get(jetstream.MsgIDHeader); id != "" {
 		return id
 	}
 	return "EVENTS-" + strconv.FormatUint(seq, 10)
@@ -45,18 +42,6 @@ func IsCopyID(msgID, eventID, subscriber string) bool {
 	return len(msgID) == len(eventID)+1+len(subscriber) &&
 		strings.HasPrefix(msgID, eventID) && msgID[len(eventID)] == '.' &&
 		strings.HasSuffix(msgID, subscriber)
-}
-
-func validID(id string) bool {
-	if id == "" || len(id) > maxIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // EventType is the subject after "events.".
