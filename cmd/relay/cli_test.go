@@ -52,6 +52,8 @@ func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
 		{"unknown flag", add(append([]string{"s", "--colour", "red"}, ok...)...), "unknown flag"},
 		{"two ids", add(append([]string{"s", "t"}, ok...)...), "expects a subscriber ID, got 2 arguments (see relay sub add --help)"},
 		{"unknown command", []string{"frobnicate"}, "unknown command"},
+		{"unknown sub command", []string{"sub", "tset", "x"}, `unknown command "tset" for "relay sub"; its commands: add,`},
+		{"unknown dlq command", []string{"dlq", "replya"}, `unknown command "replya" for "relay dlq"; its commands: ls,`},
 		{"run lanes zero", []string{"run", "--nats", n.URL, "--lanes", "0"}, "--lanes"},
 		{"run bad listen", []string{"run", "--listen", "nowhere"}, "--listen"},
 		{"run bad log level", []string{"run", "--nats", n.URL, "--log-level", "loud"}, "--log-level"},

@@ -36,13 +36,13 @@ const tableChunk = 1000
 const maxSeqRange = 1_000_000
 
 func newDLQCmd(conn *connFlags) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "dlq",
 		Short: "List, show, replay and purge dead-lettered deliveries",
 		Long: `Deliveries that could not succeed are kept in the DLQ stream, on subjects
 dlq.<subscriber>.<reason>, with why and when they died, for --dlq-max-age of
 relay run (30 days by default). Reasons: ` + reasonNames() + `.`,
-	}
+	})
 	cmd.AddCommand(
 		newDLQLsCmd(conn),
 		newDLQShowCmd(conn),

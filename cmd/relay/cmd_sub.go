@@ -24,10 +24,10 @@ import (
 const cmdTimeout = 15 * time.Second
 
 func newSubCmd(conn *connFlags) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "sub",
 		Short: "Add, change, list, show, remove, pause, enable and disable subscribers",
-	}
+	})
 	cmd.AddCommand(
 		newSubAddCmd(conn),
 		newSubUpdateCmd(conn),

@@ -67,6 +67,26 @@ func isCobraUsage(err error) bool {
 	return false
 }
 
+// group makes cmd, a command of commands, refuse an argument that names
+// none of them: cobra prints the group's help and succeeds otherwise, so a
+// mistyped `relay sub tset x` would do nothing and exit 0.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		var names []string
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				names = append(names, c.Name())
+			}
+		}
+		return usagef("unknown command %q for %q; its commands: %s", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+	}
+	return cmd
+}
+
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
