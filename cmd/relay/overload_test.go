@@ -245,10 +245,11 @@ func TestFailingSubscriberNeverHoldsAFullDeliveries(t *testing.T) {
 		"the healthy subscriber's deliveries beside a failing one in a full DELIVERIES")
 	testutil.Eventually(t, func() bool { return fannedOut(ctx, n.JS) }, "events not all fanned out")
 	var waiting, dead int
-	testutil.Eventually(t, func() bool {
+	settled := testutil.Within(30*time.Second, func() bool {
 		waiting, dead = waitingFor(t, n, "failing"), deadFor(t, n, "failing", deadletter.Backlog)
 		return waiting+dead == events
-	}, "of the failing subscriber's %d events, %d waiting and %d dead-lettered", events, waiting, dead)
+	})
+	require.True(t, settled, "of the failing subscriber's %d events, %d waiting and %d dead-lettered", events, waiting, dead)
 	t.Logf("DELIVERIES of 1 MiB: %d waiting for the failing subscriber, %d dead-lettered as backlog, %d requests to it",
 		waiting, dead, failing.count())
 	require.Equal(t, events, distinctIDs(healthy))

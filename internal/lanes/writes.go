@@ -142,6 +142,8 @@ type putter struct {
 	sent  chan putting
 	done  chan struct{}
 	work  conc.WaitGroup
+	// spills bounds the spills waiting for their PubAck at once.
+	spills chan struct{}
 
 	// mu guards pending: the originals of the puts queued or waiting for
 	// their PubAck, by DELIVERIES sequence. The lane's keep-alive rounds
@@ -155,7 +157,7 @@ type putter struct {
 
 func newPutter(js jetstream.JetStream, log *slog.Logger) *putter {
 	p := &putter{js: js, log: log, queue: make(chan put, putQueue), sent: make(chan putting, putWindow),
-		done: make(chan struct{}), pending: make(map[uint64]jetstream.Msg)}
+		done: make(chan struct{}), pending: make(map[uint64]jetstream.Msg), spills: make(chan struct{}, settleWindow)}
 	p.work.Go(p.sendLoop)
 	p.work.Go(p.ackLoop)
 	return p
@@ -272,24 +274,55 @@ func (p *putter) send(pt put, stopping bool) {
 // spill settles a put that a full DELIVERIES refused: the delivery goes
 // to RETRIES instead (see overflow.SpillAsync), and its original is acked
 // once it is stored there, which frees its room; else it is handed back.
+// It runs apart from the loop that settles the puts in order, at most
+// settleWindow at once: a full stream refuses puts by the hundred, and
+// their spills one after another would hold the others' settling past
+// their wait.
 func (p *putter) spill(pt putting) {
-	f, err := overflow.SpillAsync(p.js, pt.id, pt.body, pt.header, pt.d.seq)
-	if err == nil {
-		timeout := time.NewTimer(putAckWait)
-		defer timeout.Stop()
-		select {
-		case <-f.Ok():
-			if err := pt.d.msg.Ack(); err != nil {
-				p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
+	p.spills <- struct{}{}
+	p.work.Go(func() {
+		defer func() { <-p.spills }()
+		defer p.forget(pt.put)
+		f, err := overflow.SpillAsync(p.js, pt.id, pt.body, pt.header, pt.d.seq)
+		if err == nil {
+			var answered bool
+			if answered, err = awaitAck(f, time.Now().Add(putAckWait)); answered && err == nil {
+				if err := pt.d.msg.Ack(); err != nil {
+					p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
+				}
+				return
 			}
-			return
-		case err = <-f.Err():
-		case <-timeout.C:
-			err = errors.New("no PubAck")
+			if !answered {
+				err = errors.New("no PubAck")
+			}
 		}
+		p.log.Warn("lanes: DELIVERIES is full, and moving a delivery to RETRIES failed", "subscriber", pt.id, "err", err)
+		_ = pt.d.msg.NakWithDelay(settleRetry)
+	})
+}
+
+// awaitAck waits for f's PubAck until until; answered is false when none
+// came. An answer already there is taken, however late the caller looks:
+// a settling loop that fell behind must not take a stored copy for one
+// that got no answer.
+func awaitAck(f jetstream.PubAckFuture, until time.Time) (answered bool, err error) {
+	select {
+	case <-f.Ok():
+		return true, nil
+	case err := <-f.Err():
+		return true, err
+	default:
 	}
-	p.log.Warn("lanes: DELIVERIES is full, and moving a delivery to RETRIES failed", "subscriber", pt.id, "err", err)
-	_ = pt.d.msg.NakWithDelay(settleRetry)
+	timeout := time.NewTimer(time.Until(until))
+	defer timeout.Stop()
+	select {
+	case <-f.Ok():
+		return true, nil
+	case err := <-f.Err():
+		return true, err
+	case <-timeout.C:
+		return false, nil
+	}
 }
 
 func (p *putter) ackLoop() {
@@ -302,26 +335,24 @@ func (p *putter) ackLoop() {
 // one whose copy the server refused or did not confirm in time: it comes
 // again, and a copy stored after all deduplicates its next put.
 func (p *putter) settle(pt putting) {
-	timeout := time.NewTimer(time.Until(pt.until))
-	defer timeout.Stop()
-	defer p.forget(pt.put)
-	select {
-	case <-pt.f.Ok():
+	answered, err := awaitAck(pt.f, pt.until)
+	switch {
+	case answered && err == nil:
 		if pt.stored != nil {
 			pt.stored()
 		}
 		if err := pt.d.msg.Ack(); err != nil {
 			p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
 		}
-	case err := <-pt.f.Err():
-		if streams.NoRoom(err) {
-			p.spill(pt)
-			return
-		}
+	case answered && streams.NoRoom(err):
+		p.spill(pt) // forgets it once settled
+		return
+	case answered:
 		p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
 		_ = pt.d.msg.NakWithDelay(settleRetry)
-	case <-timeout.C:
+	default:
 		p.log.Warn("lanes: moving a delivery to overflow: no PubAck", "subscriber", pt.id)
 		_ = pt.d.msg.NakWithDelay(settleRetry)
 	}
+	p.forget(pt.put)
 }
