@@ -497,7 +497,7 @@ with the same event id (the receiver sees the same webhook-id) and a fresh
 attempt count. Replayed deliveries go through the lane like any other: they obey
 the subscriber's rate, pause and circuit. An entry leaves the DLQ only once
 JetStream has acknowledged its copy, and each copy has Nats-Msg-Id
-replay.<DLQ seq>: two replays at once, or a replay run again after it was
+replay-<DLQ seq>: two replays at once, or a replay run again after it was
 stopped, deliver each entry once.
 
 Nothing is replayed when a selected subscriber does not exist; a disabled one

@@ -73,7 +73,7 @@ func isCobraUsage(err error) bool {
 func group(cmd *cobra.Command) *cobra.Command {
 	cmd.Args = cobra.ArbitraryArgs
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if len(args) == 0 {
+		if len(args) == 0 || args[0] == "help" {
 			return cmd.Help()
 		}
 		var names []string

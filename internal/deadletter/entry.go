@@ -17,8 +17,10 @@ import (
 type Entry struct {
 	// Subscriber is the subscriber the delivery was for, from the subject.
 	Subscriber string `json:"subscriber"`
-	// EventID is the event's id (Relay-Event-Id), the webhook-id the
-	// subscriber saw on every attempt.
+	// EventID is the event's id (Relay-Event-Id), from which the
+	// webhook-id the subscriber saw on every attempt was made
+	// (deliver.WebhookID: the same, unless it held other bytes than
+	// letters, digits, '_', '-' and ':').
 	EventID string `json:"event_id"`
 	// EventType is the event's type (Relay-Event-Type).
 	EventType string `json:"event_type"`

@@ -178,7 +178,7 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 // deliveries.<lane>.<subscriber> with its body and event headers (so the
 // same webhook-id), without the DLQ's headers and the attempt headers (a
 // fresh attempt count and first-attempt time) and with Nats-Msg-Id
-// replay.<DLQ sequence>; only once JetStream has acknowledged the copy is
+// replay-<DLQ sequence>; only once JetStream has acknowledged the copy is
 // the entry removed from the DLQ. Late entries are skipped unless
 // IgnoreDeadline, which drops their Relay-Deadline. With Enable, the
 // disabled subscribers of the plan are enabled first.

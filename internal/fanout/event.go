@@ -23,11 +23,33 @@ const SubjectPrefix = "events."
 // first. An id a webhook-id cannot carry as it is (a dot, a space, a
 // control character, too long) is made into one by deliver.WebhookID, the
 // same way on every relay: the same event published again keeps its id.
+//
+// An id a copy's headers cannot carry byte for byte falls back to the
+// sequence as before: longer than [MaxEventID] (a copy holds it twice, and a
+// header block over 64 KiB is refused), or with a control character or
+// leading or trailing spaces (NATS header values are trimmed, and a line
+// break becomes a space, so two events would share one copy id).
 func EventID(h nats.Header, seq uint64) string {
-	if id := h.Get(jetstream.MsgIDHeader); id != "" {
+	if id := h.Get(jetstream.MsgIDHeader); headerStable(id) {
 		return id
 	}
 	return "EVENTS-" + strconv.FormatUint(seq, 10)
+}
+
+// MaxEventID bounds an event id taken from Nats-Msg-Id, in bytes.
+const MaxEventID = 1024
+
+// headerStable reports whether id is carried as it is by a NATS header.
+func headerStable(id string) bool {
+	if id == "" || len(id) > MaxEventID || id[0] == ' ' || id[len(id)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // CopyID is the Nats-Msg-Id of the copy of event eventID for subscriber,

@@ -15,10 +15,10 @@ import (
 )
 
 // TestEventID proves the event id rule of docs/headers.md: the Nats-Msg-Id header,
-// whatever it holds, else EVENTS-<sequence>; the body is never read. An id
-// with spaces, control characters or of any length stays the publisher's
-// (the webhook-id made of it is safe: deliver.WebhookID), so that the same
-// event published again has the same id.
+// else EVENTS-<sequence>; the body is never read. An id with dots or spaces
+// inside, or of up to 1 KiB, stays the publisher's (the webhook-id made of it
+// is safe: deliver.WebhookID), so that the same event published again has
+// the same id; one a NATS header cannot carry as it is falls back.
 func TestEventID(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("x", 201)
@@ -32,10 +32,14 @@ func TestEventID(t *testing.T) {
 		{"header", msgID("hdr-1"), "hdr-1"},
 		{"header of 200 bytes is kept", msgID(longest), longest},
 		{"header with a space", msgID("a b"), "a b"},
-		{"header with a tab", msgID("a\tb"), "a\tb"},
-		{"header with DEL", msgID("a\x7fb"), "a\x7fb"},
 		{"header with dots", msgID("order.42.created"), "order.42.created"},
 		{"header longer than 200 bytes", msgID(long), long},
+		{"header of 1 KiB", msgID(strings.Repeat("k", fanout.MaxEventID)), strings.Repeat("k", fanout.MaxEventID)},
+		{"header over 1 KiB", msgID(strings.Repeat("k", fanout.MaxEventID+1)), "EVENTS-7"},
+		{"header with a tab", msgID("a\tb"), "EVENTS-7"},
+		{"header with a line break", msgID("a\rb"), "EVENTS-7"},
+		{"header with DEL", msgID("a\x7fb"), "EVENTS-7"},
+		{"header with a trailing space", msgID("abc "), "EVENTS-7"},
 		{"empty header", msgID(""), "EVENTS-7"},
 		{"other headers are not ids", nats.Header{"X-Id": {"nope"}}, "EVENTS-7"},
 		{"no header", nil, "EVENTS-7"},

@@ -89,7 +89,7 @@ func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, 
 	if _, err := l.consumer(createCtx); err != nil {
 		return nil, err
 	}
-	l.puts = newPutter(env.writes.put, l.log)
+	l.puts = newPutter(env.writes.put, env.writes.spills, l.log)
 	return l, nil
 }
 

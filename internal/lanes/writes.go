@@ -80,9 +80,10 @@ type writers struct {
 	// put is the context of the overflow puts, its window putWindow.
 	put jetstream.JetStream
 	// park stores parks and holds in RETRIES, dead stores dead letters;
-	// parks and deads bound how many of each are in flight.
-	park, dead   jetstream.JetStream
-	parks, deads window
+	// parks and deads bound how many of each are in flight, spills how
+	// many spills of refused puts.
+	park, dead           jetstream.JetStream
+	parks, deads, spills window
 }
 
 func newWriters(js jetstream.JetStream) (*writers, error) {
@@ -107,7 +108,7 @@ func newWriters(js jetstream.JetStream) (*writers, error) {
 	}
 	return &writers{
 		refill: refill, put: put, park: park, dead: dead,
-		parks: make(window, settleWindow), deads: make(window, settleWindow),
+		parks: make(window, settleWindow), deads: make(window, settleWindow), spills: make(window, settleWindow),
 	}, nil
 }
 
@@ -142,8 +143,9 @@ type putter struct {
 	sent  chan putting
 	done  chan struct{}
 	work  conc.WaitGroup
-	// spills bounds the spills waiting for their PubAck at once.
-	spills chan struct{}
+	// spills bounds the spills waiting for their PubAck at once, over all
+	// lanes (the writers' window).
+	spills window
 
 	// mu guards pending: the originals of the puts queued or waiting for
 	// their PubAck, by DELIVERIES sequence. The lane's keep-alive rounds
@@ -155,9 +157,9 @@ type putter struct {
 	pending map[uint64]jetstream.Msg
 }
 
-func newPutter(js jetstream.JetStream, log *slog.Logger) *putter {
+func newPutter(js jetstream.JetStream, spills window, log *slog.Logger) *putter {
 	p := &putter{js: js, log: log, queue: make(chan put, putQueue), sent: make(chan putting, putWindow),
-		done: make(chan struct{}), pending: make(map[uint64]jetstream.Msg), spills: make(chan struct{}, settleWindow)}
+		done: make(chan struct{}), pending: make(map[uint64]jetstream.Msg), spills: spills}
 	p.work.Go(p.sendLoop)
 	p.work.Go(p.ackLoop)
 	return p
@@ -204,7 +206,8 @@ func (p *putter) outstanding() []jetstream.Msg {
 }
 
 // stop makes the puts queued, waits for their PubAcks (each within
-// putAckWait) and returns once both loops have ended.
+// putAckWait) and for the spills of those a full DELIVERIES refused, and
+// returns once both loops and the spills have ended.
 func (p *putter) stop() {
 	close(p.done)
 	p.work.Wait()
@@ -275,9 +278,9 @@ func (p *putter) send(pt put, stopping bool) {
 // to RETRIES instead (see overflow.SpillAsync), and its original is acked
 // once it is stored there, which frees its room; else it is handed back.
 // It runs apart from the loop that settles the puts in order, at most
-// settleWindow at once: a full stream refuses puts by the hundred, and
-// their spills one after another would hold the others' settling past
-// their wait.
+// settleWindow at once over all lanes: a full stream refuses puts by the
+// hundred, and their spills one after another would hold the others'
+// settling past their wait.
 func (p *putter) spill(pt putting) {
 	p.spills <- struct{}{}
 	p.work.Go(func() {

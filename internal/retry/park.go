@@ -81,7 +81,10 @@ func held(prefix, subscriber string, body []byte, header nats.Header, at time.Ti
 // from RETRIES: its schedule fired, by the server's clock, so it is due
 // whatever this host's clock says.
 func Moved(h nats.Header) bool {
-	return strings.HasPrefix(h.Get(jetstream.MsgIDHeader), movedPrefix)
+	id := h.Get(jetstream.MsgIDHeader)
+	// A fan-out copy's id, <event id>.<subscriber>, holds a dot, whatever
+	// its event id starts with; the mover's never does.
+	return strings.HasPrefix(id, movedPrefix) && !strings.Contains(id, ".")
 }
 
 // movedPrefix starts the Nats-Msg-Id of every copy the mover stores.

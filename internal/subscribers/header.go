@@ -21,9 +21,6 @@ var reservedHeaders = map[string]bool{
 	"trailer":           true,
 	"transfer-encoding": true,
 	"upgrade":           true,
-	// relay-event-id carries the event id as published beside a webhook-id
-	// made from it.
-	"relay-event-id": true,
 }
 
 // reservedHeaderPrefix starts the Standard Webhooks headers (webhook-id,
