@@ -16,16 +16,16 @@ import (
 const SubjectPrefix = "events."
 
 // EventID returns the id of an event as docs/headers.md defines it: the
-// Nats-Msg-Id header, whatever it holds, else EVENTS-<stream sequence>. The
-// body is opaque bytes and never parsed: a body's own "id" is often an
-// entity's, shared by many events ({"id":"ord_1","status":"paid"}, then
-// "shipped"), and taking it would make the second a duplicate of the
-// first. An id a webhook-id cannot carry as it is (a dot, a space, a
-// control character, too long) is made into one by deliver.WebhookID, the
-// same way on every relay: the same event published again keeps its id.
+// Nats-Msg-Id header, else EVENTS-<stream sequence>. The body is opaque
+// bytes and never parsed: a body's own "id" is often an entity's, shared
+// by many events ({"id":"ord_1","status":"paid"}, then "shipped"), and
+// taking it would make the second a duplicate of the first. An id a
+// webhook-id cannot carry as it is (a dot, a space) is made into one by
+// deliver.WebhookID, the same way on every relay: the same event published
+// again keeps its id.
 //
 // An id a copy's headers cannot carry byte for byte falls back to the
-// sequence as before: longer than [MaxEventID] (a copy holds it twice, and a
+// sequence: longer than [MaxEventID] (a copy holds it twice, and a
 // header block over 64 KiB is refused), or with a control character or
 // leading or trailing spaces (NATS header values are trimmed, and a line
 // break becomes a space, so two events would share one copy id).
