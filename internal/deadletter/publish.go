@@ -129,7 +129,8 @@ func isOwnHeader(name string) bool {
 // replacing any value the original had. Its Nats-Msg-Id is
 // dlq.<d.OriginSeq> (or d.ID), so that a crash between this publish and the Term cannot
 // create a second entry: a publish JetStream reports as a duplicate is a
-// success. header is not modified.
+// success; a PubAck that does not come is asked for again with the same id
+// (see [streams.StoreOnce]). header is not modified.
 //
 // An invalid d returns an error wrapping [ErrInvalidDeath] and publishes
 // nothing.
@@ -138,7 +139,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	if err != nil {
 		return err
 	}
-	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
+	if _, err := streams.StoreOnce(ctx, js, msg, id); err != nil {
 		return fmt.Errorf("deadletter: storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
 	}
 	return nil

@@ -64,6 +64,10 @@ type lane struct {
 	work conc.WaitGroup
 	// puts makes the lane's moves to overflow; it stops after work.
 	puts *putter
+	// holding holds the originals of the holds on their way to RETRIES,
+	// renewed by the keep-alive rounds (a hold runs apart from any
+	// scheduler).
+	holding *renewed
 	// dispatching is held by the pull loop while it stamps a message as
 	// held and hands it to its scheduler, and taken by a keep-alive round
 	// as it begins: a message stamped before a round began is among those
@@ -73,13 +77,14 @@ type lane struct {
 
 func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, error) {
 	l := &lane{
-		cfg:    cfg,
-		env:    env,
-		name:   name,
-		runCtx: ctx,
-		log:    cfg.Logger.With("lane", name),
-		scheds: make(map[string]*scheduler),
-		flight: cfg.Metrics.Lane(name),
+		cfg:     cfg,
+		env:     env,
+		name:    name,
+		runCtx:  ctx,
+		log:     cfg.Logger.With("lane", name),
+		scheds:  make(map[string]*scheduler),
+		flight:  cfg.Metrics.Lane(name),
+		holding: newRenewed(),
 	}
 	l.confirmed.Store(time.Now().UnixNano())
 	// Bounded: the manager tries a lane that cannot start again later,
@@ -335,7 +340,10 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		for _, msg := range returning {
 			keep(msg)
 		}
-		for _, msg := range l.puts.outstanding() {
+		for _, msg := range l.puts.pending.list() {
+			keep(msg)
+		}
+		for _, msg := range l.holding.list() {
 			keep(msg)
 		}
 		var err error

@@ -355,11 +355,16 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 		err = w.parks.enter(ctx)
 	}
 	if err == nil {
-		err = retry.Park(ctx, w.park, sub.ID, body, h, at, streams.ParkID(d.seq, d.attempts))
+		// Until answered, with one id (see streams.StoreOnce): a PubAck
+		// lost after the parked copy was stored must not hand the
+		// original back to make a second retry chain. The original is in
+		// flight meanwhile, and renewed; a relay that stops waits no
+		// longer than for its requests.
+		err = retry.Park(l.env.finishing, w.park, sub.ID, body, h, at, streams.ParkID(d.seq, d.attempts))
 		w.parks.leave()
 	}
 	if err != nil {
-		l.log.Warn("lanes: parking a delivery", "subscriber", sub.ID, "err", err)
+		l.log.Warn("lanes: parking a delivery", "subscriber", sub.ID, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
 		_ = d.msg.NakWithDelay(max(settleRetry, at.Sub(l.cfg.Clock.Now())))
 		return
 	}
@@ -371,6 +376,8 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 // hold keeps a delivery that is not due yet in RETRIES until it is, then
 // acks the original; one that cannot be held is handed back until then.
 func (l *lane) hold(ctx context.Context, d delivery, id string) {
+	l.holding.add(d.seq, d.msg)
+	defer l.holding.forget(d.seq, d.msg)
 	w := l.env.writes
 	body, h, err := l.env.whole(ctx, d.msg)
 	if errors.Is(err, errBodyGone) {
@@ -381,11 +388,11 @@ func (l *lane) hold(ctx context.Context, d delivery, id string) {
 		err = w.parks.enter(ctx)
 	}
 	if err == nil {
-		err = retry.Hold(ctx, w.park, id, body, h, d.deliverAt, streams.HoldID(d.seq))
+		err = retry.Hold(l.env.finishing, w.park, id, body, h, d.deliverAt, streams.HoldID(d.seq))
 		w.parks.leave()
 	}
 	if err != nil {
-		l.log.Warn("lanes: holding a delivery until it is due", "subscriber", id, "err", err)
+		l.log.Warn("lanes: holding a delivery until it is due", "subscriber", id, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
 		_ = d.msg.NakWithDelay(max(settleRetry, time.Until(d.deliverAt)))
 		return
 	}
@@ -439,7 +446,9 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 	}
 	err := e.writes.deads.enter(ctx)
 	if err == nil {
-		err = deadletter.Publish(ctx, e.writes.dead, body, h, death)
+		// Until answered, as a park: a dead letter whose PubAck was lost
+		// must not come back to be sent again.
+		err = deadletter.Publish(e.finishing, e.writes.dead, body, h, death)
 		e.writes.deads.leave()
 	}
 	if err != nil {

@@ -53,6 +53,47 @@ const (
 	settleWindow = 256
 )
 
+// renewed is a set of originals waiting on a write (a put, a hold), by
+// DELIVERIES sequence, that the lane's keep-alive rounds renew as they do
+// held messages: a write that waits for its place or its PubAck on a slow
+// server must not outlast its original's ack wait, or JetStream gives the
+// original to another relay while its copy is being stored, and it is
+// sent twice.
+type renewed struct {
+	mu   sync.Mutex
+	msgs map[uint64]jetstream.Msg
+}
+
+func newRenewed() *renewed { return &renewed{msgs: make(map[uint64]jetstream.Msg)} }
+
+// add renews msg from the next keep-alive round on.
+func (r *renewed) add(seq uint64, msg jetstream.Msg) {
+	r.mu.Lock()
+	r.msgs[seq] = msg
+	r.mu.Unlock()
+}
+
+// forget stops renewing msg: it was acked, handed back or let go. A later
+// delivery of the same sequence, added since, is kept.
+func (r *renewed) forget(seq uint64, msg jetstream.Msg) {
+	r.mu.Lock()
+	if r.msgs[seq] == msg {
+		delete(r.msgs, seq)
+	}
+	r.mu.Unlock()
+}
+
+// list returns the messages renewed, for a keep-alive round.
+func (r *renewed) list() []jetstream.Msg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]jetstream.Msg, 0, len(r.msgs))
+	for _, msg := range r.msgs {
+		out = append(out, msg)
+	}
+	return out
+}
+
 // window bounds the writes of one kind in flight at once.
 type window chan struct{}
 
@@ -146,20 +187,14 @@ type putter struct {
 	// spills bounds the spills waiting for their PubAck at once, over all
 	// lanes (the writers' window).
 	spills window
-
-	// mu guards pending: the originals of the puts queued or waiting for
-	// their PubAck, by DELIVERIES sequence. The lane's keep-alive rounds
-	// renew them as they do held messages (see [putter.outstanding]): a
-	// put that waits for its place or its PubAck on a slow server must not
-	// outlast its original's ack wait, or JetStream gives the original to
-	// another relay while its copy is being stored, and it is sent twice.
-	mu      sync.Mutex
-	pending map[uint64]jetstream.Msg
+	// pending holds the originals of the puts queued or waiting for their
+	// PubAck, which the lane's keep-alive rounds renew.
+	pending *renewed
 }
 
 func newPutter(js jetstream.JetStream, spills window, log *slog.Logger) *putter {
 	p := &putter{js: js, log: log, queue: make(chan put, putQueue), sent: make(chan putting, putWindow),
-		done: make(chan struct{}), pending: make(map[uint64]jetstream.Msg), spills: spills}
+		done: make(chan struct{}), pending: newRenewed(), spills: spills}
 	p.work.Go(p.sendLoop)
 	p.work.Go(p.ackLoop)
 	return p
@@ -170,9 +205,7 @@ func newPutter(js jetstream.JetStream, spills window, log *slog.Logger) *putter 
 // stamped as kept, so a round that began after the stamp lists it (see
 // [lane.renewedAt]).
 func (p *putter) offer(pt put) bool {
-	p.mu.Lock()
-	p.pending[pt.d.seq] = pt.d.msg
-	p.mu.Unlock()
+	p.pending.add(pt.d.seq, pt.d.msg)
 	pt.d.kept = time.Now().UnixNano()
 	select {
 	case p.queue <- pt:
@@ -185,25 +218,7 @@ func (p *putter) offer(pt put) bool {
 
 // forget takes a put's original out of the renewed messages: it was acked,
 // handed back or let go.
-func (p *putter) forget(pt put) {
-	p.mu.Lock()
-	if p.pending[pt.d.seq] == pt.d.msg { // not a later delivery of it, put again
-		delete(p.pending, pt.d.seq)
-	}
-	p.mu.Unlock()
-}
-
-// outstanding returns the originals of the puts not settled yet, for the
-// lane's keep-alive round.
-func (p *putter) outstanding() []jetstream.Msg {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]jetstream.Msg, 0, len(p.pending))
-	for _, msg := range p.pending {
-		out = append(out, msg)
-	}
-	return out
-}
+func (p *putter) forget(pt put) { p.pending.forget(pt.d.seq, pt.d.msg) }
 
 // stop makes the puts queued, waits for their PubAcks (each within
 // putAckWait) and for the spills of those a full DELIVERIES refused, and

@@ -39,10 +39,13 @@ const (
 // next attempt needs (Relay-Attempt and the like); its Nats-* headers are
 // dropped. dedupeID makes the park idempotent (use one derived from the
 // DELIVERIES sequence of the message being parked). Park returns once the
-// parked copy is stored, so the caller may then ack the original.
+// parked copy is stored, so the caller may then ack the original. A PubAck
+// that does not come is asked for again with the same id (see
+// [streams.StoreOnce]) until ctx ends or a minute has passed; then the
+// error is [streams.ErrUnanswered], and the parked copy may be stored.
 func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
 	m := held(WaitPrefix, subscriber, body, header, at)
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(dedupeID)); err != nil {
+	if _, err := streams.StoreOnce(ctx, js, m, dedupeID); err != nil {
 		return fmt.Errorf("retry: parking a delivery for %s: %w", subscriber, err)
 	}
 	return nil
@@ -53,7 +56,7 @@ func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body [
 // AtPrefix, counted as scheduled rather than as a retry.
 func Hold(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
 	m := Scheduled(subscriber, body, header, at)
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(dedupeID)); err != nil {
+	if _, err := streams.StoreOnce(ctx, js, m, dedupeID); err != nil {
 		return fmt.Errorf("retry: holding a delivery for %s until it is due: %w", subscriber, err)
 	}
 	return nil

@@ -1,7 +1,11 @@
 package testutil
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -19,6 +23,9 @@ type LatencyProxy struct {
 	ln     net.Listener
 	target string
 	delay  time.Duration
+	// drop, when set, is asked about every message the server sends (its
+	// payload, headers included); true drops it (see [StartDropProxy]).
+	drop func(payload []byte) bool
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -103,6 +110,10 @@ func (p *LatencyProxy) accept() {
 			continue
 		}
 		p.work.Go(func() { p.pipe(client, server) })
+		if p.drop != nil {
+			p.work.Go(func() { p.filter(server, client) })
+			continue
+		}
 		p.work.Go(func() { p.pipe(server, client) })
 	}
 }
@@ -147,4 +158,71 @@ func (p *LatencyProxy) pipe(src, dst net.Conn) {
 			return
 		}
 	}
+}
+
+// StartDropProxy is [StartLatencyProxy] without the delay, that drops the
+// messages (MSG and HMSG frames) from the server for which drop returns
+// true: a PubAck lost on the way back, as after a server's failover or on
+// a link that fails between the store and the reply. drop is called from
+// the proxy's goroutines, one per connection.
+func StartDropProxy(t testing.TB, target string, drop func(payload []byte) bool) *LatencyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testutil: drop proxy: %v", err)
+	}
+	p := &LatencyProxy{ln: ln, target: target, drop: drop, conns: make(map[net.Conn]struct{})}
+	p.work.Go(p.accept)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// filter copies the server's protocol from src to dst frame by frame,
+// leaving out the messages p.drop refuses, until either side closes.
+func (p *LatencyProxy) filter(src, dst net.Conn) {
+	defer func() {
+		_ = dst.Close()
+		_ = src.Close()
+	}()
+	r := bufio.NewReaderSize(src, 64<<10)
+	for {
+		frame, payload, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		if payload != nil && p.drop(payload) {
+			continue
+		}
+		if _, err := dst.Write(frame); err != nil {
+			return
+		}
+	}
+}
+
+// readFrame reads one operation of the NATS protocol a server sends: a
+// control line, or a MSG or HMSG line with its payload. payload is nil for
+// a control line.
+func readFrame(r *bufio.Reader) (frame, payload []byte, err error) {
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return nil, nil, err
+	}
+	fields := bytes.Fields(line)
+	if len(fields) == 0 {
+		return line, nil, nil
+	}
+	op := string(bytes.ToUpper(fields[0]))
+	if op != "MSG" && op != "HMSG" {
+		return line, nil, nil
+	}
+	var size int
+	if _, err := fmt.Sscan(string(fields[len(fields)-1]), &size); err != nil || size < 0 {
+		return nil, nil, fmt.Errorf("testutil: bad %s line %q", op, line)
+	}
+	frame = make([]byte, len(line)+size+2)
+	copy(frame, line)
+	if _, err := io.ReadFull(r, frame[len(line):]); err != nil {
+		return nil, nil, err
+	}
+	return frame, frame[len(line) : len(line)+size], nil
 }
