@@ -71,6 +71,9 @@ type runFlags struct {
 	maxPause     time.Duration
 	replicas     int
 	ackWait      time.Duration
+	// ackWaitGiven is true when --ack-wait was given: the cluster's own is
+	// then changed, or refused while other relays run with another.
+	ackWaitGiven bool
 	maxRequests  int
 	logFormat    string
 	// shutdownTimeout bounds how long a stop waits for requests in flight.
@@ -117,6 +120,7 @@ holds it.`,
 			case f.dlqMaxAge < minDLQMaxAge:
 				return usagef("--dlq-max-age: must be at least %s, got %s", minDLQMaxAge, f.dlqMaxAge)
 			}
+			f.ackWaitGiven = cmd.Flags().Changed("ack-wait")
 			return runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
 		},
 	}
@@ -128,7 +132,7 @@ holds it.`,
 	fl.BoolVar(&f.allowPrivate, "allow-private-targets", false, "allow subscriber URLs on loopback and private addresses (for local testing)")
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and buckets relay creates: 1, 3 or 5 (default: keep those of existing streams, 1 for new ones)")
 	fl.DurationVar(&f.maxPause, "max-pause", retry.DefaultMaxPause, "longest Retry-After relay obeys")
-	fl.DurationVar(&f.ackWait, "ack-wait", maxAckWait, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed (1s to 1m)")
+	fl.DurationVar(&f.ackWait, "ack-wait", maxAckWait, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed (1s to 1m); one for the whole cluster: without it a relay takes the one the running relays use")
 	fl.IntVar(&f.maxRequests, "max-requests", lanes.DefaultMaxRequests, "most HTTP requests in flight over all subscribers, shared fairly among them (0: unlimited)")
 	fl.DurationVar(&f.dlqMaxAge, "dlq-max-age", defaultDLQMaxAge, "how long dead letters are kept; a DLQ that exists keeps its age (nats stream edit DLQ --max-age) unless this is given")
 	fl.DurationVar(&f.eventsMaxAge, "events-max-age", defaultEventsMaxAge, "how long EVENTS keeps an event the fan-out has copied; one it has not copied stays until it has (at least the 2m duplicate window)")
@@ -300,6 +304,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas, DLQMaxAge: f.dlqMaxAge, Logger: log}); err != nil {
 		return refused.explain(err)
 	}
+	if f.ackWait, err = clusterAckWait(setupCtx, js, f.ackWait, f.ackWaitGiven, log); err != nil {
+		return refused.explain(err)
+	}
 	store, err := subscribers.Open(setupCtx, js)
 	if err != nil {
 		return refused.explain(err)
@@ -461,4 +468,40 @@ func idleConns(maxRequests int) int {
 		return deliver.DefaultIdleConns * 4
 	}
 	return maxRequests
+}
+
+// clusterAckWait is the ack wait this relay runs with: the one the lane
+// consumers of the cluster have (see lanes.AckWaitUse), unless --ack-wait
+// was given. A --ack-wait other than the consumers' changes them, and is
+// refused while a relay pulls from them: relays with two ack waits would
+// send deliveries twice. With no lane consumer yet, it is --ack-wait (or
+// its default).
+func clusterAckWait(ctx context.Context, js jetstream.JetStream, flag time.Duration, given bool, log *slog.Logger) (time.Duration, error) {
+	use, err := lanes.AckWaitInUse(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	usable := !use.Mixed && use.Wait >= time.Second && use.Wait <= maxAckWait
+	switch {
+	case use.Wait == 0:
+		return flag, nil
+	case !given && usable:
+		if use.Wait != flag {
+			log.Info("relay: using the ack wait of the cluster's lane consumers", "ack_wait", use.Wait)
+		}
+		return use.Wait, nil
+	case usable && use.Wait == flag:
+		return flag, nil
+	case use.Pulling:
+		inUse := use.Wait.String()
+		if use.Mixed {
+			inUse = "several ack waits, up to " + inUse
+		}
+		return 0, usagef("--ack-wait %s: the relays running on this cluster use %s, and every relay must use one ack wait; "+
+			"to change it, stop every relay, then start them with --ack-wait %s (see docs/deploy.md)", flag, inUse, flag)
+	default:
+		log.Warn("relay: changing the ack wait of the cluster's lane consumers; start every relay of the cluster with it",
+			"from", use.Wait, "to", flag, "mixed", use.Mixed)
+		return flag, nil
+	}
 }
