@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
@@ -103,7 +104,7 @@ func newSubAddCmd(conn *connFlags) *cobra.Command {
 		force bool
 	)
 	cmd := &cobra.Command{
-		Use:   "add ID --url URL (--secret whsec_...|--secret-file PATH|--secret-env NAME)",
+		Use:   "add ID --url URL [--secret whsec_...|--secret-file PATH|--secret-env NAME]",
 		Short: "Create or replace a subscriber",
 		Long: `Creates a subscriber, or replaces the one with the same ID. A running relay
 picks the change up within a second, without a restart. The subscriber receives
@@ -111,9 +112,15 @@ the events published after it was added whose type matches --events (NATS
 wildcards: video.* matches video.trending, video.> matches video.a.b; no
 --events means every event).
 
-The secret is given with exactly one of --secret, --secret-file (one secret a
+The secret is given with at most one of --secret, --secret-file (one secret a
 line, newest first) or --secret-env (the name of an environment variable); the
-last two keep it out of the process list and the shell history.
+last two keep it out of the process list and the shell history. Without any,
+relay generates one (whsec_ and 32 random bytes) and prints it alone on stdout,
+once: no command prints it again.
+
+A URL on a loopback or private address (127.0.0.1, 10.0.0.5, localhost) is
+stored, with a note: a relay refuses to deliver there unless it runs with
+--allow-private-targets.
 
 Replacing a subscriber with another --url needs --force: an add repeated with
 an id already taken would otherwise send that subscriber's events elsewhere.
@@ -132,10 +139,15 @@ secrets of a rotation still in its grace.
 			if err != nil {
 				return err
 			}
-			if secretFlag == "" {
-				return usagef("--secret: one of --secret, --secret-file or --secret-env is required: whsec_ followed by base64 of 24-64 bytes")
-			}
 			change(&sub)
+			generated := secretFlag == ""
+			if generated {
+				secret, err := subscribers.NewSecret()
+				if err != nil {
+					return err
+				}
+				sub.Secrets = []string{secret}
+			}
 			sub.SetDefaults()
 			if err := sub.Validate(); err != nil {
 				return secretErr(err, secretFlag)
@@ -148,6 +160,12 @@ secrets of a rotation still in its grace.
 				err := s.Put(ctx, sub, opts...)
 				var changed *subscribers.URLChangedError
 				switch {
+				case err != nil && generated && !errors.Is(err, subscribers.ErrInvalid) && !errors.As(err, &changed) &&
+					!errors.Is(err, subscribers.ErrTooManyDedicated):
+					// The write may have landed with its reply lost: then
+					// nobody but this command knows the secret.
+					fmt.Fprintln(cmd.OutOrStdout(), sub.Secrets[0])
+					return fmt.Errorf("adding subscriber %s: %w; the secret printed may or may not be stored: relay sub get %s shows whether it is", sub.ID, err, sub.ID)
 				case errors.As(err, &changed):
 					return usagef("subscriber %s exists with URL %s, not %s: add --force to replace it, or change only what you give with relay sub update %s",
 						sub.ID, subscribers.RedactURL(changed.Stored), subscribers.RedactURL(changed.Given), sub.ID)
@@ -156,7 +174,14 @@ secrets of a rotation still in its grace.
 				case err != nil:
 					return secretErr(err, secretFlag)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
+				if generated {
+					// As rotate-secret: the secret alone on stdout, once.
+					fmt.Fprintln(cmd.OutOrStdout(), sub.Secrets[0])
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; its secret, printed above, was generated and is never printed again\n", sub.ID, summary(sub))
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
+				}
+				warnPrivate(cmd.ErrOrStderr(), sub.URL)
 				return nil
 			})
 		},
@@ -457,5 +482,14 @@ func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command 
 				return nil
 			})
 		},
+	}
+}
+
+// warnPrivate says, after a subscriber is saved, that relays refuse its URL
+// unless they run with --allow-private-targets: the relay that dials
+// decides, by its own flag, so the subscriber is stored all the same.
+func warnPrivate(w io.Writer, rawURL string) {
+	if why := deliver.PrivateTarget(rawURL); why != "" {
+		fmt.Fprintf(w, "note: %s: relay run refuses to deliver there (its dead letters say refused) unless it runs with --allow-private-targets\n", why)
 	}
 }

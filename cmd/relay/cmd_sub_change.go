@@ -58,6 +58,9 @@ during which the old one still signs, use relay sub rotate-secret instead.`,
 					return secretErr(err, secretFlag)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
+				if cmd.Flags().Changed("url") {
+					warnPrivate(cmd.ErrOrStderr(), sub.URL)
+				}
 				return nil
 			})
 		},

@@ -74,7 +74,12 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	var events []string
 	for _, e := range f.events {
 		for _, part := range strings.Split(e, ",") {
-			if part = strings.TrimSpace(part); part != "" {
+			part = strings.TrimSpace(part)
+			if rest, ok := strings.CutPrefix(part, "events."); ok {
+				return nil, "", usagef("--events %s: filters are event types, the subject after events. (this one matches only events.%s); give %s",
+					part, part, rest)
+			}
+			if part != "" {
 				events = append(events, part)
 			}
 		}

@@ -133,7 +133,6 @@ func TestSubSecretsFromAFileOrTheEnvironment(t *testing.T) {
 		args []string
 		want string
 	}{
-		{add(), "one of --secret, --secret-file or --secret-env is required"},
 		{add("--secret", testSecret, "--secret-file", file), "give only one"},
 		{add("--secret-file", file, "--secret-env", "RELAY_TEST_SECRET"), "give only one"},
 		{add("--secret-file", bad), "--secret-file: secret 2 of 2"},

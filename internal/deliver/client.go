@@ -495,7 +495,7 @@ func transportOutcome(parent, attempt context.Context, req *http.Request, timeou
 	}
 	switch {
 	case errors.Is(err, ErrRefused):
-		return Outcome{Class: Refused, Err: err}
+		return Outcome{Class: Refused, Err: fmt.Errorf("%w (relay run --allow-private-targets allows it)", err)}
 	case errors.Is(parent.Err(), context.Canceled):
 		// The caller's cancellation, not the attempt's timeout (which ends
 		// only the derived context, with DeadlineExceeded). The transport's

@@ -3,6 +3,8 @@ package deliver
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
+	"strings"
 	"syscall"
 )
 
@@ -161,4 +163,28 @@ func guardControl(network, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("%w: cannot parse dialled address %q on %s", ErrRefused, address, network)
 	}
 	return CheckAddr(ap.Addr())
+}
+
+// PrivateTarget says why a relay would refuse to deliver to rawURL unless it
+// runs with --allow-private-targets ("" when nothing tells so yet): its host
+// is an address [CheckAddr] refuses, or localhost. A name is judged only by
+// the address dialled, so `relay sub add` can warn of a literal address or
+// localhost, not of a name that resolves to one.
+func PrivateTarget(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return host + " is loopback"
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return ""
+	}
+	if err := CheckAddr(ip); err != nil {
+		return strings.TrimPrefix(err.Error(), ErrRefused.Error()+": ")
+	}
+	return ""
 }
