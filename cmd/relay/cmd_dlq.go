@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -500,8 +501,9 @@ JetStream has acknowledged its copy, and each copy has Nats-Msg-Id
 replay-<DLQ seq>: two replays at once, or a replay run again after it was
 stopped, deliver each entry once.
 
-Nothing is replayed when a selected subscriber does not exist; a disabled one
-needs --enable. Entries that died of their deadline (deadline, expired) or whose
+Entries of subscribers removed since are skipped, and stay in the DLQ (with
+--subscriber naming a removed one, nothing is replayed); a disabled one needs
+--enable. --seq naming no entry at all exits 1. Entries that died of their deadline (deadline, expired) or whose
 Relay-Deadline has passed would die again: they are skipped unless
 --ignore-deadline, which replays them without it. Each subscriber's lane is
 computed from relay run's --lanes, which the replay reads from the lane
@@ -555,6 +557,17 @@ func replay(ctx context.Context, cmd *cobra.Command, r *deadletter.Replayer, f d
 	if err != nil {
 		fmt.Fprintf(errOut, "relay: %v; it is left in the DLQ\n", err)
 	}
+	if plan.Selected == 0 && len(f.Seqs) > 0 {
+		return fmt.Errorf("no dead letter with DLQ sequence %s (relay dlq ls lists them); nothing was replayed", seqsText(f.Seqs))
+	}
+	unknown := 0
+	for _, n := range plan.Unknown {
+		unknown += n
+	}
+	if unknown > 0 {
+		fmt.Fprintf(errOut, "relay: %d dead letters of removed subscribers (%s) are skipped and left in the DLQ\n",
+			unknown, strings.Join(slices.Sorted(maps.Keys(plan.Unknown)), ", "))
+	}
 	skipLate := 0
 	if !r.IgnoreDeadline {
 		skipLate = plan.Late
@@ -566,8 +579,10 @@ func replay(ctx context.Context, cmd *cobra.Command, r *deadletter.Replayer, f d
 	}
 	if dryRun {
 		p := newEntryPrinter(out, false)
+		skipped := 0
 		err := deadletter.Scan(ctx, r.JS, f, func(e deadletter.Entry) error {
-			if r.Skips(e) {
+			if r.Skips(e) || plan.Unknown[e.Subscriber] > 0 {
+				skipped++
 				return nil
 			}
 			return p.add(e)
@@ -578,7 +593,7 @@ func replay(ctx context.Context, cmd *cobra.Command, r *deadletter.Replayer, f d
 		if err := p.close(); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "dry run: would replay %d, skip %d\n", plan.Selected-skipLate, skipLate)
+		fmt.Fprintf(out, "dry run: would replay %d, skip %d\n", plan.Selected-skipped, skipped)
 		if len(plan.Disabled) > 0 && !enable {
 			fmt.Fprintf(errOut, "relay: disabled subscribers need --enable: %s\n", strings.Join(plan.Disabled, ", "))
 		}
@@ -589,7 +604,7 @@ func replay(ctx context.Context, cmd *cobra.Command, r *deadletter.Replayer, f d
 	r.Progress = progress.update
 	sum, err := r.Run(ctx, plan)
 	progress.done()
-	fmt.Fprintf(out, "replayed %d, skipped %d, failed %d\n", sum.Replayed, sum.Skipped, sum.Failed)
+	fmt.Fprintf(out, "replayed %d, skipped %d%s, failed %d\n", sum.Replayed, sum.Skipped, skippedBy(sum.SkippedBy), sum.Failed)
 	lateNote()
 	if err != nil {
 		return fmt.Errorf("replay: %w (what was not replayed is still in the DLQ; run the same command again)", err)
@@ -673,4 +688,30 @@ Without --yes it only says how many would go, and exits 2. A selection by
 	filter.add(cmd, true)
 	cmd.Flags().BoolVar(&yes, "yes", false, "really purge")
 	return cmd
+}
+
+// skippedBy is " (N why, …)" for a replay's skipped entries, "" for none.
+func skippedBy(by map[string]int) string {
+	if len(by) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(by))
+	for _, why := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%d %s", by[why], why))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// seqsText lists DLQ sequences for a message, the first few of many.
+func seqsText(seqs []uint64) string {
+	const most = 5
+	parts := make([]string, 0, min(len(seqs), most))
+	for _, seq := range seqs[:min(len(seqs), most)] {
+		parts = append(parts, strconv.FormatUint(seq, 10))
+	}
+	text := strings.Join(parts, ", ")
+	if len(seqs) > most {
+		text += fmt.Sprintf(" and %d more", len(seqs)-most)
+	}
+	return text
 }

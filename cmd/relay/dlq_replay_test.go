@@ -143,6 +143,12 @@ func TestDLQReplayEndToEnd(t *testing.T) {
 		t.Fatalf("unknown subscriber: exit %d: %s", code, stderr)
 	}
 
+	// A sequence that names no entry: said, exit 1.
+	code, out, stderr = relayCmd(t, append([]string{"dlq", "replay", "--seq", "999999"}, base...)...)
+	if code != exitFailure || !strings.Contains(stderr, "no dead letter with DLQ sequence 999999") {
+		t.Fatalf("replay --seq 999999: exit %d: %s%s", code, out, stderr)
+	}
+
 	out = mustRelay(t, append([]string{"dlq", "replay", "--seq", strconv.FormatUint(dead[0].DLQSeq, 10)}, base...)...)
 	if !strings.Contains(out, "replayed 1, skipped 0, failed 0") {
 		t.Fatalf("replay --seq: %s", out)

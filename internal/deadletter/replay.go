@@ -72,6 +72,10 @@ type Plan struct {
 	Disabled []string
 	// Subscribers counts the selected entries by subscriber.
 	Subscribers map[string]int
+	// Unknown counts the selected entries by subscriber that no longer
+	// exists (removed since they died): they are skipped, and stay in the
+	// DLQ.
+	Unknown map[string]int
 
 	entries []planned
 	lanes   map[string]string
@@ -94,6 +98,29 @@ type Summary struct {
 	Skipped int
 	// Failed entries could not be re-enqueued and stay in the DLQ.
 	Failed int
+	// SkippedBy counts the skipped entries by why (the Skip… reasons).
+	SkippedBy map[string]int
+}
+
+// Why a replay skips an entry, as [Summary.SkippedBy] counts them.
+const (
+	// SkipUnknown: its subscriber no longer exists.
+	SkipUnknown = "subscriber removed"
+	// SkipLate: it died of its deadline, or is past it.
+	SkipLate = "past its deadline"
+	// SkipNoBody: its body was purged before it could be sent.
+	SkipNoBody = "no body"
+	// SkipGone: replayed or purged meanwhile, by another command.
+	SkipGone = "gone meanwhile"
+)
+
+// skip counts one skipped entry.
+func (s *Summary) skip(why string) {
+	s.Skipped++
+	if s.SkippedBy == nil {
+		s.SkippedBy = map[string]int{}
+	}
+	s.SkippedBy[why]++
 }
 
 func (r *Replayer) now() time.Time {
@@ -103,10 +130,10 @@ func (r *Replayer) now() time.Time {
 	return time.Now()
 }
 
-// Plan selects the entries f names and checks that all of them can be
-// replayed: every subscriber of the selection exists (else an error
-// wrapping [ErrUnknownSubscriber], also for f.Subscriber when nothing is
-// selected), none is disabled unless Enable (else [ErrSubscriberDisabled]),
+// Plan selects the entries f names and checks that they can be replayed:
+// f.Subscriber, when given, exists (else an error wrapping
+// [ErrUnknownSubscriber]); the entries of other subscribers that no longer
+// exist are counted in Unknown and skipped; none is disabled unless Enable (else [ErrSubscriberDisabled]),
 // and every lane they go to has its consumer on DELIVERIES (else
 // [ErrNoLane]: a lane no relay reads would hold them for ever). Nothing is
 // changed. A plan keeps 8 bytes or so per entry, not the entries.
@@ -114,7 +141,7 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 	if r.JS == nil || r.Store == nil || r.SharedLanes < 1 {
 		return nil, errors.New("deadletter: a Replayer needs JS, Store and SharedLanes")
 	}
-	p := &Plan{Subscribers: map[string]int{}, lanes: map[string]string{}}
+	p := &Plan{Subscribers: map[string]int{}, Unknown: map[string]int{}, lanes: map[string]string{}}
 	now := r.now()
 	names := map[string]string{} // interned subscriber ids
 	err := Scan(ctx, r.JS, f, func(e Entry) error {
@@ -142,6 +169,10 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 	}
 	for _, id := range ids {
 		sub, err := r.Store.Get(ctx, id)
+		if errors.Is(err, subscribers.ErrNotFound) && id != f.Subscriber {
+			p.Unknown[id] = p.Subscribers[id]
+			continue
+		}
 		if errors.Is(err, subscribers.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s (relay sub ls lists them; relay sub add it again, or purge its dead letters)", ErrUnknownSubscriber, id)
 		}
@@ -219,7 +250,7 @@ func (r *Replayer) Run(ctx context.Context, p *Plan) (Summary, error) {
 			if work.Err() != nil {
 				return
 			}
-			ok, err := r.replay(work, stream, e, p.lanes[e.subscriber])
+			why, err := r.replay(work, stream, e, p.lanes[e.subscriber])
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -234,11 +265,11 @@ func (r *Replayer) Run(ctx context.Context, p *Plan) (Summary, error) {
 				if streak >= maxFailStreak {
 					stop(fmt.Errorf("deadletter: stopped after %d failures in a row: %w", streak, err))
 				}
-			case ok:
+			case why == "":
 				sum.Replayed++
 				streak = 0
 			default:
-				sum.Skipped++
+				sum.skip(why)
 				streak = 0
 			}
 			done++
@@ -257,23 +288,26 @@ func (r *Replayer) Run(ctx context.Context, p *Plan) (Summary, error) {
 	return sum, firstErr
 }
 
-// replay re-enqueues one entry and removes it from the DLQ. It reports
-// false, without an error, for an entry it skipped.
-func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planned, lane string) (bool, error) {
-	if e.late && !r.IgnoreDeadline {
-		return false, nil
+// replay re-enqueues one entry and removes it from the DLQ. It returns why
+// it skipped the entry (a Skip… reason), or "" once it replayed it.
+func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planned, lane string) (string, error) {
+	switch {
+	case lane == "":
+		return SkipUnknown, nil
+	case e.late && !r.IgnoreDeadline:
+		return SkipLate, nil
 	}
 	m, err := get(ctx, stream, e.seq)
 	if errors.Is(err, ErrNotFound) {
-		return false, nil // replayed or purged meanwhile
+		return SkipGone, nil
 	}
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if m.Header.Get(streams.HeaderEventSeq) != "" && len(m.Body) == 0 {
 		// Its body was lost before it could be sent (BODIES and EVENTS
 		// purged by hand): a replay would send an empty one.
-		return false, nil
+		return SkipNoBody, nil
 	}
 	msg := &nats.Msg{
 		Subject: "deliveries." + lane + "." + m.Subscriber,
@@ -282,7 +316,7 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	}
 	ack, err := r.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(replayMsgID(e.seq)))
 	if err != nil {
-		return false, fmt.Errorf("deadletter: re-enqueueing DLQ sequence %d on %s: %w", e.seq, msg.Subject, err)
+		return "", fmt.Errorf("deadletter: re-enqueueing DLQ sequence %d on %s: %w", e.seq, msg.Subject, err)
 	}
 	// Once its copy is stored the entry must go, even when the replay is
 	// being stopped: left behind, it would be enqueued again by a run after
@@ -290,10 +324,13 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
 	if err := remove(rmCtx, stream, e.seq); err != nil {
-		return false, fmt.Errorf("deadletter: DLQ sequence %d was re-enqueued but not removed (a replay run again will not enqueue it twice within %s): %w",
+		return "", fmt.Errorf("deadletter: DLQ sequence %d was re-enqueued but not removed (a replay run again will not enqueue it twice within %s): %w",
 			e.seq, "the DELIVERIES duplicate window", err)
 	}
-	return !ack.Duplicate, nil
+	if ack.Duplicate {
+		return SkipGone, nil // re-enqueued already, by a replay at the same time
+	}
+	return "", nil
 }
 
 // replayHeader is the header of a replayed copy: the dead letter's without

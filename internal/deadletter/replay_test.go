@@ -144,7 +144,9 @@ func TestReplayRefusesWhatWouldNotBeDelivered(t *testing.T) {
 
 	r := env.replayer()
 	_, err := r.Plan(ctx, Filter{})
-	require.ErrorIs(t, err, ErrUnknownSubscriber)
+	require.ErrorIs(t, err, ErrSubscriberDisabled, "a disabled subscriber still needs Enable")
+	_, err = r.Plan(ctx, Filter{Subscriber: "ghost"})
+	require.ErrorIs(t, err, ErrUnknownSubscriber, "a removed --subscriber is refused")
 	require.Contains(t, err.Error(), "ghost")
 	_, err = r.Plan(ctx, Filter{Subscriber: "nobody"})
 	require.ErrorIs(t, err, ErrUnknownSubscriber, "an unknown --subscriber is refused even with nothing selected")
@@ -184,7 +186,7 @@ func TestReplaySkipsLateEntriesUnlessTheDeadlineIsIgnored(t *testing.T) {
 	require.Equal(t, 3, plan.Late)
 	sum, err := r.Run(ctx, plan)
 	require.NoError(t, err)
-	require.Equal(t, Summary{Replayed: 1, Skipped: 3}, sum)
+	require.Equal(t, Summary{Replayed: 1, Skipped: 3, SkippedBy: map[string]int{SkipLate: 3}}, sum)
 	require.Equal(t, "2999-01-01T00:00:00Z", env.queued(t)["replay-4"].Header.Get(streams.HeaderDeadline), "a deadline to come is kept")
 
 	r.IgnoreDeadline = true
@@ -336,4 +338,26 @@ func TestScanEndsWhenTheRestIsRemovedMeanwhile(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Less(t, seen, n, "the purged entries were not all listed")
+}
+
+// TestReplaySkipsRemovedSubscribersAndReplaysTheRest: with no --subscriber,
+// the entries of a subscriber removed since stay in the DLQ, counted by
+// why, and the others are replayed.
+func TestReplaySkipsRemovedSubscribersAndReplaysTheRest(t *testing.T) {
+	t.Parallel()
+	env := newReplayEnv(t, "demo")
+	ctx := testutil.Context(t)
+	env.kill(t, "ghost", "evt_1", Unroutable, 1)
+	env.kill(t, "demo", "evt_2", Gone, 2)
+	env.kill(t, "ghost", "evt_3", Gone, 3)
+
+	r := env.replayer()
+	plan, err := r.Plan(ctx, Filter{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"ghost": 2}, plan.Unknown)
+	sum, err := r.Run(ctx, plan)
+	require.NoError(t, err)
+	require.Equal(t, Summary{Replayed: 1, Skipped: 2, SkippedBy: map[string]int{SkipUnknown: 2}}, sum)
+	require.Equal(t, uint64(2), dlqCount(t, env.n.JS), "the removed subscriber's entries stay")
+	require.Len(t, env.queued(t), 1)
 }
