@@ -98,3 +98,52 @@ func AttemptsOf(h nats.Header) (attempts int, firstAt time.Time) {
 	}
 	return attempts, firstAt
 }
+
+// TimeOf reads a business-time header (Relay-Deliver-At, Relay-Deadline):
+// zero when absent; malformed, naming the header and its value, when it is
+// not RFC 3339. An unreadable time is never taken for none: a deadline
+// ignored would send late, a due time ignored would send early.
+func TimeOf(h nats.Header, name string) (at time.Time, malformed string) {
+	v := HeaderValue(h, name)
+	if v == "" {
+		return time.Time{}, ""
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, name + " " + strconv.Quote(cut(v, 64)) + " is not an RFC 3339 time (such as 2026-12-04T10:00:00Z)"
+	}
+	return at, ""
+}
+
+// Malformed says why an event's (or a delivery's) headers cannot be
+// honoured, "" when they can: a Relay-Deliver-At or Relay-Deadline that is
+// not RFC 3339, or a Content-Type that holds a control character (it cannot
+// go into an HTTP request). Such an event is dead-lettered as malformed,
+// with no request made.
+func Malformed(h nats.Header) string {
+	for _, name := range []string{HeaderDeliverAt, HeaderDeadline} {
+		if _, why := TimeOf(h, name); why != "" {
+			return why
+		}
+	}
+	return MalformedContentType(h)
+}
+
+// MalformedContentType is the part of [Malformed] about Content-Type.
+func MalformedContentType(h nats.Header) string {
+	if ct := HeaderValue(h, HeaderContentType); strings.ContainsFunc(ct, isControl) {
+		return HeaderContentType + " " + strconv.Quote(cut(ct, 64)) + " holds a control character"
+	}
+	return ""
+}
+
+// isControl reports the runes an HTTP header value cannot hold.
+func isControl(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f }
+
+// cut shortens s to at most n bytes, for a message.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

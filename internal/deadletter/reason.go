@@ -42,11 +42,16 @@ const (
 	// subscriber's outage from taking the stream's room, and with it every
 	// other subscriber's fan-out; `relay dlq replay` queues it again.
 	Backlog Reason = "backlog"
+	// Malformed means the event's Relay-Deliver-At or Relay-Deadline is not
+	// an RFC 3339 time, or its Content-Type holds a control character: it
+	// cannot be sent as its publisher asked, so no request was made. Its
+	// last error names the header and its value.
+	Malformed Reason = "malformed"
 )
 
 // reasons lists every valid reason in the order of docs/dead-letters.md, for messages
 // and help texts.
-var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable, Backlog}
+var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable, Backlog, Malformed}
 
 // Reasons returns every valid reason, in the order docs/dead-letters.md lists them, so
 // that a command can list them in its help and in its errors. The slice is a

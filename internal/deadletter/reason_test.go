@@ -48,7 +48,7 @@ func TestParseReason(t *testing.T) {
 func TestReasonsIsACopy(t *testing.T) {
 	t.Parallel()
 	rs := Reasons()
-	require.Len(t, rs, 8)
+	require.Len(t, rs, 9)
 	rs[0] = "changed"
 	require.Equal(t, Gone, Reasons()[0])
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -119,21 +120,32 @@ type times struct {
 	// horizon (EVENTS' max age; 0: none), where it would outlive its own
 	// record.
 	tooLate string
+	// malformed, when not empty, names a header that cannot be honoured
+	// (see [streams.Malformed]): the event is dead-lettered as malformed.
+	malformed string
+}
+
+// unsendable says why none of the event's copies can be sent, and under
+// which reason it is dead-lettered; "" when they can.
+func (t times) unsendable() (string, deadletter.Reason) {
+	switch {
+	case t.malformed != "":
+		return t.malformed, deadletter.Malformed
+	case t.tooLate != "":
+		return t.tooLate, deadletter.Expired
+	}
+	return "", ""
 }
 
 // timesOf reads an event's Relay-Deliver-At and Relay-Deadline. A value
-// that is not RFC 3339 is ignored, as the lanes ignore such a deadline:
-// the event is then due at once, or has no deadline.
+// that is not RFC 3339 is never taken for none: the event is malformed.
 func timesOf(h nats.Header, published time.Time, horizon time.Duration) times {
 	t := times{due: published}
-	if v := streams.HeaderValue(h, streams.HeaderDeliverAt); v != "" {
-		if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			t.deliverAt, t.due = at, at
-		}
+	if at, _ := streams.TimeOf(h, streams.HeaderDeliverAt); !at.IsZero() {
+		t.deliverAt, t.due = at, at
 	}
-	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
-		t.deadline, _ = time.Parse(time.RFC3339Nano, v)
-	}
+	t.deadline, _ = streams.TimeOf(h, streams.HeaderDeadline)
+	t.malformed = streams.Malformed(h)
 	switch {
 	case t.deliverAt.IsZero():
 	case !t.deadline.IsZero() && !t.deliverAt.Before(t.deadline):

@@ -353,7 +353,8 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	// them, with its event's id: those copies carry its sequence. (Fanned
 	// out again, it is stored again, over the first: one a subject.)
 	shared := ""
-	if len(msg.Data()) > BodyShared && !held && t.tooLate == "" && onLanes(subs, cfg.Backlogs) > 1 {
+	unsendable, reason := t.unsendable()
+	if len(msg.Data()) > BodyShared && !held && unsendable == "" && onLanes(subs, cfg.Backlogs) > 1 {
 		body := &nats.Msg{Subject: streams.BodySubject(md.Sequence.Stream), Data: msg.Data(), Header: nats.Header{}}
 		body.Header.Set(streams.HeaderEventID, id)
 		f, err := waitingForRoom(ctx, js, func() (jetstream.PubAckFuture, error) { return js.PublishMsgAsync(body) })
@@ -371,8 +372,8 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 				h.Set(streams.HeaderDeadline, d.UTC().Format(time.RFC3339Nano))
 			}
 		}
-		if t.tooLate != "" {
-			if err := deadLetterLate(ctx, cfg, sub.ID, id, msg.Data(), h, t.tooLate); err != nil {
+		if unsendable != "" {
+			if err := deadLetterUnsent(ctx, cfg, sub.ID, id, msg.Data(), h, reason, unsendable); err != nil {
 				p.err = err
 				return p
 			}
@@ -440,14 +441,15 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	return p
 }
 
-// deadLetterLate stores the DLQ copy of an event's copy that is due after
-// its deadline, or beyond the horizon, without an attempt: reason expired.
-// Its Nats-Msg-Id is the copy's own, prefixed, so that fanning the event
-// out again makes no second entry.
-func deadLetterLate(ctx context.Context, cfg Config, sub, id string, body []byte, h nats.Header, why string) error {
+// deadLetterUnsent stores the DLQ copy of an event's copy that can never
+// be sent, without an attempt: expired (due after its deadline, or beyond
+// the horizon) or malformed (a header that cannot be honoured). Its
+// Nats-Msg-Id is the copy's own, prefixed, so that fanning the event out
+// again makes no second entry.
+func deadLetterUnsent(ctx context.Context, cfg Config, sub, id string, body []byte, h nats.Header, reason deadletter.Reason, why string) error {
 	err := deadletter.Publish(ctx, cfg.JS, body, h, deadletter.Death{
 		Subscriber: sub,
-		Reason:     deadletter.Expired,
+		Reason:     reason,
 		LastError:  why,
 		DeadAt:     cfg.Clock.Now(),
 		ID:         "dlq.fanout." + id + "." + sub,
@@ -455,8 +457,10 @@ func deadLetterLate(ctx context.Context, cfg Config, sub, id string, body []byte
 	if err != nil {
 		return err
 	}
-	cfg.Metrics.DeadLettered(sub, deadletter.Expired)
-	cfg.Timeliness.Missed(sub)
+	cfg.Metrics.DeadLettered(sub, reason)
+	if reason == deadletter.Expired {
+		cfg.Timeliness.Missed(sub)
+	}
 	return nil
 }
 

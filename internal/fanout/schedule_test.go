@@ -79,7 +79,7 @@ func TestRunHoldsEventsUntilTheyAreDue(t *testing.T) {
 			assert.Equal(t, "retries.due."+s, m.Header.Get("Nats-Schedule-Target"))
 			assert.NotContains(t, lane, id+"."+s, "%s's copy of %s is on its lane before it is due", s, id)
 		}
-		for _, id := range []string{"past", "plain", "garbled"} {
+		for _, id := range []string{"past", "plain"} {
 			assert.Contains(t, lane, id+"."+s, "%s's copy of %s is not on its lane", s, id)
 			assert.NotContains(t, retries, id+"."+s)
 		}
@@ -94,8 +94,14 @@ func TestRunHoldsEventsUntilTheyAreDue(t *testing.T) {
 			assert.NotContains(t, retries, id+"."+s)
 			assert.NotContains(t, lane, id+"."+s)
 		}
+		// An unreadable due time is never taken for none: malformed.
+		m := dlq["dlq.fanout.garbled."+s]
+		require.NotNil(t, m, "%s's copy of garbled not dead-lettered", s)
+		assert.Equal(t, "dlq."+s+".malformed", m.Subject)
+		assert.Contains(t, m.Header.Get(streams.HeaderLastError), `Relay-Deliver-At "tomorrow morning" is not an RFC 3339 time`)
+		assert.NotContains(t, lane, "garbled."+s)
 	}
-	assert.Len(t, dlq, 4)
+	assert.Len(t, dlq, 6)
 
 	// --deadline-after: b only, from the due time, never over the event's
 	// own deadline.

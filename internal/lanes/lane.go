@@ -203,6 +203,10 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	}
 	now := l.cfg.Clock.Now()
 	switch {
+	case d.malformed != "":
+		l.work.Go(func() {
+			l.deadLetter(context.WithoutCancel(ctx), d, id, deadletter.Death{Reason: deadletter.Malformed, LastError: d.malformed})
+		})
 	case !d.dueBy(now) || d.dueTooLate():
 		l.work.Go(func() {
 			l.deadLetter(context.WithoutCancel(ctx), d, id, deadletter.Death{Reason: d.lateReason()})

@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,6 +61,9 @@ type delivery struct {
 	// failed park, a relay that stopped or crashed), so its wait since
 	// the copy was stored is not one stretch of its way.
 	redelivered bool
+	// malformed says which header cannot be honoured (see
+	// [streams.Malformed]); such a delivery is dead-lettered unsent.
+	malformed string
 }
 
 func newDelivery(msg jetstream.Msg) delivery {
@@ -76,12 +80,10 @@ func newDelivery(msg jetstream.Msg) delivery {
 	}
 	h := msg.Headers()
 	d.attempts, d.firstAt = streams.AttemptsOf(h)
-	if v := streams.HeaderValue(h, streams.HeaderDeadline); v != "" {
-		d.deadline, _ = time.Parse(time.RFC3339Nano, v)
-	}
-	if v := streams.HeaderValue(h, streams.HeaderDeliverAt); v != "" {
-		d.deliverAt, _ = time.Parse(time.RFC3339Nano, v)
-	}
+	var badDeadline, badDue string
+	d.deadline, badDeadline = streams.TimeOf(h, streams.HeaderDeadline)
+	d.deliverAt, badDue = streams.TimeOf(h, streams.HeaderDeliverAt)
+	d.malformed = cmp.Or(badDue, badDeadline, streams.MalformedContentType(h))
 	d.broughtBack = h.Get(streams.HeaderOverflowSeq) != ""
 	d.moved = retry.Moved(h)
 	return d
