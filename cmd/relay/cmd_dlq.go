@@ -88,7 +88,7 @@ func (d *dlqFilterFlags) add(cmd *cobra.Command, withSeq bool) {
 func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.Filter, error) {
 	var f deadletter.Filter
 	fl := cmd.Flags()
-	if fl.Changed("subscriber") {
+	if fl.Changed("subscriber") && d.subscriber != deadletter.NoSubscriber {
 		if err := subscribers.ValidateID(d.subscriber); err != nil {
 			var ve *subscribers.ValidationError
 			if errors.As(err, &ve) {

@@ -57,7 +57,7 @@ func (f Filter) bySubject() bool {
 // another field.
 func (f Filter) validate() error {
 	if f.Subscriber != "" {
-		if err := subscribers.ValidateID(f.Subscriber); err != nil {
+		if err := validSubscriber(f.Subscriber); err != nil {
 			return fmt.Errorf("%w: subscriber: %v", ErrInvalidFilter, err)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -67,7 +66,7 @@ type Death struct {
 
 // validate reports the first field of d that Publish cannot store.
 func (d Death) validate() error {
-	if err := subscribers.ValidateID(d.Subscriber); err != nil {
+	if err := validSubscriber(d.Subscriber); err != nil {
 		return fmt.Errorf("%w: subscriber: %v", ErrInvalidDeath, err)
 	}
 	if !d.Reason.Valid() {

@@ -3,6 +3,8 @@ package deadletter
 import (
 	"fmt"
 	"strings"
+
+	"github.com/relay-dev/relay/internal/subscribers"
 )
 
 // Reason says why a delivery was dead-lettered. It is the last token of the
@@ -90,6 +92,21 @@ func ParseReason(s string) (Reason, error) {
 		return "", fmt.Errorf("%w %q: valid reasons are %s", ErrInvalidReason, s, reasonList())
 	}
 	return r, nil
+}
+
+// NoSubscriber stands for the subscriber of a dead letter whose DELIVERIES
+// subject names none that can exist (deliveries.<lane>.<id> with an id no
+// subscriber may have, or more tokens than that): its DLQ subject is
+// dlq.~.unroutable, which no subscriber id can reach.
+const NoSubscriber = "~"
+
+// validSubscriber reports whether id can be the subscriber token of a DLQ
+// subject: a valid subscriber id, or [NoSubscriber].
+func validSubscriber(id string) error {
+	if id == NoSubscriber {
+		return nil
+	}
+	return subscribers.ValidateID(id)
 }
 
 // Subject returns the DLQ subject of a delivery to subscriber that died for

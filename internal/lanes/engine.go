@@ -47,11 +47,16 @@ type lookup struct {
 	ready   chan struct{}
 	present bool
 	err     error
-	at      time.Time
+	// started is when the read began: an absence it found holds for every
+	// delivery this relay had received by then (unix nanoseconds).
+	started int64
+	// at is when the answer came; zero while the read is on its way.
+	at time.Time
 }
 
 // lookupFor is how long the bucket's answer about an id this relay's view
-// lacks is kept: a flood of deliveries for it costs one read a second.
+// lacks is kept, and how often it is read at most: a flood of deliveries
+// for it costs one read a second.
 const lookupFor = time.Second
 
 // logEvery is how often a condition that lasts (deliveries held for a
@@ -83,28 +88,56 @@ func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 }
 
 // lookup asks the bucket whether a subscriber the live view lacks exists:
-// present with a value this build refuses counts as existing.
-func (e *engine) lookup(ctx context.Context, id string) (bool, error) {
-	e.mu.Lock()
-	k, ok := e.known[id]
-	if ok && (k.at.IsZero() || time.Since(k.at) < lookupFor) {
+// present with a value this build refuses counts as existing. An answer
+// "present" is kept for lookupFor. An answer "absent" serves a delivery
+// only if its read began after the delivery was received (after, unix
+// nanoseconds; 0: any answer within lookupFor): a delivery received since
+// may be for a subscriber added since, whose copies another relay's
+// fan-out already makes, and an absence is a dead letter. A newer read
+// waits for lookupFor after the last one began, and one read serves every
+// delivery waiting for it: at most one read a second for an id, however
+// many deliveries ask.
+func (e *engine) lookup(ctx context.Context, id string, after int64) (bool, error) {
+	for {
+		e.mu.Lock()
+		k, ok := e.known[id]
+		switch {
+		case ok && k.at.IsZero():
+			e.mu.Unlock()
+			select {
+			case <-k.ready:
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+			continue
+		case ok && k.err != nil && time.Since(k.at) < lookupFor:
+			e.mu.Unlock()
+			return false, k.err // a bucket that fails is asked once a second too
+		case ok && k.err == nil && time.Since(k.at) < lookupFor && (k.present || k.started >= after):
+			e.mu.Unlock()
+			return k.present, nil
+		case ok && k.err == nil && !k.present:
+			if wait := time.Until(time.Unix(0, k.started).Add(lookupFor)); wait > 0 {
+				e.mu.Unlock()
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return false, ctx.Err()
+				}
+				continue
+			}
+		}
+		k = &lookup{ready: make(chan struct{}), started: time.Now().UnixNano()}
+		e.known[id] = k
 		e.mu.Unlock()
-		<-k.ready
-		return k.present, k.err
-	}
-	k = &lookup{ready: make(chan struct{})}
-	e.known[id] = k
-	e.mu.Unlock()
 
-	k.present, k.err = e.check(ctx, id)
-	e.mu.Lock()
-	k.at = time.Now()
-	if k.err != nil {
-		delete(e.known, id) // ask again next time
+		present, err := e.check(ctx, id)
+		e.mu.Lock()
+		k.present, k.err, k.at = present, err, time.Now()
+		e.mu.Unlock()
+		close(k.ready)
+		return present, err
 	}
-	e.mu.Unlock()
-	close(k.ready)
-	return k.present, k.err
 }
 
 // check reads the bucket's answer about id, uncached.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -230,6 +231,59 @@ func TestUnknownSubscriberIsDeadLetteredAsUnroutable(t *testing.T) {
 		require.Zero(t, e.Attempts)
 	}
 	b.waitSettled(t)
+}
+
+// TestUnknownSubscriberCostsOneReadASecond: a flood of deliveries for a
+// subscriber the bucket does not hold is dead-lettered with one read of
+// the bucket a second at most, not one a delivery.
+func TestUnknownSubscriberCostsOneReadASecond(t *testing.T) {
+	t.Parallel()
+	const floods = 2000
+	b := setup(t)
+	var reads atomic.Int64
+	for _, subject := range []string{"$JS.API.DIRECT.GET.KV_" + streams.SubscribersBucket + ".>", "$JS.API.STREAM.MSG.GET.KV_" + streams.SubscribersBucket} {
+		sub, err := b.n.Conn.Subscribe(subject, func(m *nats.Msg) {
+			if strings.Contains(m.Subject, "ghost") || strings.Contains(string(m.Data), "ghost") {
+				reads.Add(1)
+			}
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	require.NoError(t, b.n.Conn.Flush())
+	b.enqueue(t, subscribers.Subscriber{ID: "ghost"}, 4, floods)
+	b.flush(t)
+	start := time.Now()
+	b.startLanes(t, 4)
+	b.deadLetters(t, "ghost", floods)
+	took := time.Since(start)
+	t.Logf("%d deliveries dead-lettered in %v with %d reads of the bucket", floods, took.Round(time.Millisecond), reads.Load())
+	require.LessOrEqual(t, reads.Load(), int64(took/time.Second)+2, "more than one read a second")
+}
+
+// TestSubjectThatNamesNoSubscriberIsDeadLetteredOnce: a message on a lane
+// whose subject holds no valid subscriber id, or an extra token, is
+// dead-lettered once under dlq.~.unroutable, not NAKed for ever nor routed
+// to its last token.
+func TestSubjectThatNamesNoSubscriberIsDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	real := b.addSubscriber(t, "b", 0, 0)
+	lane := real.Lane(4)
+	for i, subject := range []string{"deliveries." + lane + ".foo@bar", "deliveries." + lane + ".a.b"} {
+		m := &nats.Msg{Subject: subject, Data: []byte(`{}`), Header: nats.Header{streams.HeaderEventID: {fmt.Sprintf("odd-%d", i)}}}
+		_, err := b.n.JS.PublishMsg(testutil.Context(t), m)
+		require.NoError(t, err)
+	}
+	b.startLanes(t, 4)
+	dead := b.deadLetters(t, deadletter.NoSubscriber, 2)
+	for _, e := range dead {
+		require.Equal(t, deadletter.Unroutable, e.Reason)
+		require.Contains(t, e.LastError, "names no subscriber")
+	}
+	b.waitSettled(t)
+	require.Zero(t, b.arr.count("b"), "deliveries.<lane>.a.b was sent to b")
+	require.Len(t, b.deadLetters(t, deadletter.NoSubscriber, 2), 2, "dead-lettered more than once")
 }
 
 // TestBacklogOfARemovedSubscriberIsDeadLettered: deliveries that reached a

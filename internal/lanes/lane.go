@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -189,7 +191,16 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	d := newDelivery(msg)
-	id := subscriberOf(msg.Subject())
+	id, routable := subscriberOf(msg.Subject())
+	if !routable {
+		// Published by hand or by another writer: no subscriber can be
+		// named so, and another token would route it to the last one.
+		l.work.Go(func() {
+			l.deadLetter(context.WithoutCancel(ctx), d, deadletter.NoSubscriber, deadletter.Death{Reason: deadletter.Unroutable,
+				LastError: "the subject " + strconv.Quote(msg.Subject()) + " names no subscriber: deliveries.<lane>.<subscriber id> is expected"})
+		})
+		return
+	}
 	if !l.alive(d) {
 		// It waited in this client past most of its ack wait (a process
 		// starved of CPU): JetStream may have given it to another relay.
@@ -228,12 +239,7 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 // dead-lettered as unroutable. `relay sub rm` purges a removed subscriber's
 // queue, so what reaches here raced with it.
 func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
-	known, err := l.env.lookup(ctx, id)
-	if err == nil && !known {
-		// Not the cached answer: a dead letter is final, and the id may
-		// have been added since.
-		known, err = l.env.check(ctx, id)
-	}
+	known, err := l.env.lookup(ctx, id, d.received)
 	switch {
 	case err != nil:
 		l.env.logOnce("lookup."+id, "lanes: cannot tell whether a subscriber exists; holding its deliveries", "subscriber", id, "err", err)
@@ -419,7 +425,14 @@ func (l *lane) handBackAll() {
 	l.handBack(msgs...)
 }
 
-// subscriberOf returns the subscriber token of deliveries.<lane>.<subscriber>.
-func subscriberOf(subject string) string {
-	return subject[strings.LastIndexByte(subject, '.')+1:]
+// subscriberOf returns the subscriber token of deliveries.<lane>.<subscriber>;
+// false when the subject has other tokens than these three, or a token no
+// subscriber id can be.
+func subscriberOf(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, "deliveries.")
+	if !ok {
+		return "", false
+	}
+	_, id, ok := strings.Cut(rest, ".")
+	return id, ok && subscribers.ValidateID(id) == nil
 }
