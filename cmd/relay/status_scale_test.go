@@ -37,10 +37,20 @@ func TestStatusAt10000Subscribers(t *testing.T) {
 	// The subscribers, written straight into the bucket's stream with
 	// async publishes: the values relay sub add would store.
 	now := time.Now().UTC()
+	published := 0
 	pubAsync := func(subject string, data []byte, h nats.Header) {
 		t.Helper()
 		if _, err := n.JS.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data, Header: h}); err != nil {
 			t.Fatalf("publish %s: %v", subject, err)
+		}
+		if published++; published%1000 == 0 {
+			// A loaded host stalls a long async burst (too many
+			// outstanding): wait for the PubAcks a thousand at a time.
+			select {
+			case <-n.JS.PublishAsyncComplete():
+			case <-ctx.Done():
+				t.Fatal("async publishes not acknowledged")
+			}
 		}
 	}
 	paused := map[string]bool{}
