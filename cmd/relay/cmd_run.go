@@ -272,7 +272,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }), refused.option())
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
+		return fmt.Errorf("cannot connect to NATS at %s: %w", maskNATS(url), err)
 	}
 	// Drain, not Close: acks and PubAcks still on their way are flushed.
 	// Before the embedded server stops (deferred earlier, so run later):
@@ -403,7 +403,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() { store.RunJanitor(runCtx, live, nil, log) })
 	wg.Go(func() { _ = limiter.Follow(runCtx, log) })
 	m.SetReady(true)
-	log.Info("relay running", "nats", url, "metrics", addrString(metricsAddr), "lanes", f.lanes,
+	log.Info("relay running", "nats", maskNATS(url), "metrics", addrString(metricsAddr), "lanes", f.lanes,
 		"allow_private_targets", f.allowPrivate, "events_max_age", f.eventsMaxAge, "version", version)
 	if f.ready != nil {
 		f.ready(url, metricsAddr)

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"net/url"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -170,7 +172,38 @@ func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to NATS at %s: %w (is relay run or a NATS server up? set --nats or NATS_URL)", c.url, err)
+		return nil, fmt.Errorf("cannot connect to NATS at %s: %w (is relay run or a NATS server up? set --nats or NATS_URL)", maskNATS(c.url), err)
 	}
 	return nc, nil
+}
+
+// maskNATS is a NATS URL list as it may be printed: the user and password,
+// or the token, of each URL replaced by ***. A list that does not parse is
+// printed as *** whole: it may hold a secret where a URL holds none.
+func maskNATS(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, part := range parts {
+		part = strings.TrimSpace(part)
+		raw := part
+		if !strings.Contains(raw, "://") {
+			raw = "nats://" + raw // host:port, or user:pass@host:port
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			parts[i] = "***"
+			continue
+		}
+		masked := u.User != nil
+		u.User = nil
+		out := u.String()
+		if masked {
+			scheme, rest, _ := strings.Cut(out, "://")
+			out = scheme + "://***@" + rest
+		}
+		if !strings.Contains(part, "://") {
+			out = strings.TrimPrefix(out, "nats://")
+		}
+		parts[i] = out
+	}
+	return strings.Join(parts, ",")
 }
