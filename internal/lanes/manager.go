@@ -309,9 +309,18 @@ func (m *manager) sweep(ctx context.Context) {
 func (m *manager) prune() {
 	inView := func(id string) bool { _, ok := m.cfg.Subscribers.Get(id); return ok }
 	m.env.forget(inView)
+	if f, ok := m.cfg.Limiter.(forgetter); ok {
+		f.Forget(inView)
+	}
 	for _, l := range m.running() {
 		l.prune(inView)
 	}
+}
+
+// forgetter is a limiter that holds state per subscriber, which the sweep
+// prunes with the subscriber set (ratelimit.Shared).
+type forgetter interface {
+	Forget(keep func(id string) bool)
 }
 
 // running lists the lanes running now.

@@ -146,11 +146,42 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 // Stats counts the KV operations, for benchmarks and `relay status`.
 type Stats struct {
 	Reads, Writes, Conflicts int64
+	// Subscribers is how many subscribers this relay holds a lease or
+	// flow state of, Watched how many entries of the bucket it holds from
+	// its watch: both follow the subscriber set (see [Shared.Forget]).
+	Subscribers, Watched int
 }
 
-// Stats returns the KV operations made so far.
+// Stats returns the KV operations made so far, and the sizes of what this
+// relay holds.
 func (s *Shared) Stats() Stats {
-	return Stats{Reads: s.reads.Load(), Writes: s.writes.Load(), Conflicts: s.conflicts.Load()}
+	s.mu.Lock()
+	subs, watched := len(s.subs), len(s.latest)
+	s.mu.Unlock()
+	return Stats{Reads: s.reads.Load(), Writes: s.writes.Load(), Conflicts: s.conflicts.Load(), Subscribers: subs, Watched: watched}
+}
+
+// Forget drops what this relay holds of the subscribers keep says are
+// gone: their leases and flow state, and the bucket's entries its watch
+// saw (the bucket's own 24 h expiry deletes no entry the watch would
+// see). An entry that pauses or opens the circuit now is kept until it
+// no longer does: a subscriber added again under its id within its pause
+// is still held, even when it is unlimited (which asks the bucket
+// nothing). The lanes call it as they forget their own.
+func (s *Shared) Forget(keep func(id string) bool) {
+	now := s.estimateNow()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.subs {
+		if !keep(id) {
+			delete(s.subs, id)
+		}
+	}
+	for id, e := range s.latest {
+		if !keep(id) && !blocks(e.state, now) {
+			delete(s.latest, id)
+		}
+	}
 }
 
 // calibrate reads the server's clock from a stream info response. The
