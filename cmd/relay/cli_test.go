@@ -34,7 +34,6 @@ func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
 		{"no url", add("s", "--secret", testSecret), "url"},
 		{"ftp url", add("s", "--url", "ftp://example.com/", "--secret", testSecret), "--url"},
 		{"url without host", add("s", "--url", "http:///path", "--secret", testSecret), "--url"},
-		{"no secret", add("s", "--url", "https://example.com/"), "secret"},
 		{"secret without prefix", add("s", "--url", "https://example.com/", "--secret", "abc"), "--secret"},
 		{"secret too short", add("s", "--url", "https://example.com/", "--secret", "whsec_YWJj"), "--secret"},
 		{"secret not base64", add("s", "--url", "https://example.com/", "--secret", "whsec_!!!!"), "--secret"},
