@@ -249,14 +249,17 @@ func TestFailingSubscriberNeverHoldsAFullDeliveries(t *testing.T) {
 	// acked, and with both retrying against a full DELIVERIES a loaded
 	// host went 30 s without a moment with none on its way (1,133 waiting
 	// and 451 dead-lettered of 1,500; 1,049 and 451 at rest).
+	//
+	// Nothing is lost: every event waits or is dead-lettered. Some may be
+	// both: an eviction whose dead letters' PubAcks had not come when its
+	// lease's time ran out leaves their originals in overflow (it cannot
+	// tell stored from not), and on a host busy with three spinning
+	// processes and a second suite 138 of 1,500 were (see
+	// docs/delivery-rules.md, "Bounded backlogs").
 	require.Zero(t, r.stop(), r.stderr.String())
-	var waiting, dead int
-	settled := testutil.Within(30*time.Second, func() bool {
-		waiting, dead = waitingFor(t, n, "failing"), deadFor(t, n, "failing", deadletter.Backlog)
-		return waiting+dead == events
-	})
-	require.True(t, settled, "of the failing subscriber's %d events, %d waiting and %d dead-lettered, at rest", events, waiting, dead)
-	t.Logf("DELIVERIES of 1 MiB: %d waiting for the failing subscriber, %d dead-lettered as backlog, %d requests to it",
-		waiting, dead, failing.count())
+	waiting, dead := waitingFor(t, n, "failing"), deadFor(t, n, "failing", deadletter.Backlog)
+	require.GreaterOrEqual(t, waiting+dead, events, "of the failing subscriber's %d events, %d waiting and %d dead-lettered, at rest", events, waiting, dead)
+	t.Logf("DELIVERIES of 1 MiB: %d waiting for the failing subscriber, %d dead-lettered as backlog (%d both), %d requests to it",
+		waiting, dead, waiting+dead-events, failing.count())
 	require.Equal(t, events, distinctIDs(healthy))
 }

@@ -242,9 +242,13 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 	var spill []int
 	w := newAckWait(ctx)
 	defer w.stop()
+	maybeStored := false
 	for i, f := range futures {
 		if f == nil {
 			if e := settled[i]; e != nil {
+				// A settle cut short (a dead letter whose PubAck had not
+				// come when the lease's time ran out) may be stored.
+				maybeStored = maybeStored || errors.Is(e, streams.ErrUnanswered) || errors.Is(e, context.DeadlineExceeded)
 				failed = cmp.Or(failed, e)
 				continue
 			}
@@ -269,6 +273,9 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 	}
 	if w.over != nil {
 		failed = cmp.Or(failed, fmt.Errorf("%w: %w", errUnanswered, w.over))
+	}
+	if maybeStored && !errors.Is(failed, errUnanswered) {
+		failed = fmt.Errorf("%w: %w", errUnanswered, failed)
 	}
 	if len(spill) > 0 {
 		// A copy the lane refused goes to RETRIES only under a lease that
