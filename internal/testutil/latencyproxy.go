@@ -50,11 +50,18 @@ const proxyQueue = 4096
 // stops, closing every connection, when the test ends.
 func StartLatencyProxy(t testing.TB, target string, delay time.Duration) *LatencyProxy {
 	t.Helper()
+	return startProxy(t, &LatencyProxy{target: target, delay: delay})
+}
+
+// startProxy listens on a loopback port for p and stops it when the test
+// ends.
+func startProxy(t testing.TB, p *LatencyProxy) *LatencyProxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("testutil: latency proxy: %v", err)
+		t.Fatalf("testutil: proxy: %v", err)
 	}
-	p := &LatencyProxy{ln: ln, target: target, delay: delay, conns: make(map[net.Conn]struct{})}
+	p.ln, p.conns = ln, make(map[net.Conn]struct{})
 	p.work.Go(p.accept)
 	t.Cleanup(p.Close)
 	return p
@@ -167,14 +174,7 @@ func (p *LatencyProxy) pipe(src, dst net.Conn) {
 // the proxy's goroutines, one per connection.
 func StartDropProxy(t testing.TB, target string, drop func(payload []byte) bool) *LatencyProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testutil: drop proxy: %v", err)
-	}
-	p := &LatencyProxy{ln: ln, target: target, drop: drop, conns: make(map[net.Conn]struct{})}
-	p.work.Go(p.accept)
-	t.Cleanup(p.Close)
-	return p
+	return startProxy(t, &LatencyProxy{target: target, drop: drop})
 }
 
 // filter copies the server's protocol from src to dst frame by frame,
