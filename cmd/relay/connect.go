@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
