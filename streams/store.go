@@ -67,10 +67,12 @@ func StoreOnce(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id stri
 }
 
 // answered reports whether a publish error is final: JetStream refused the
-// message, or the client could not send it and never will.
+// message, or the client could not send it and never will (a closed
+// connection does not reopen).
 func answered(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) ||
 		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) ||
-		errors.Is(err, nats.ErrHeadersNotSupported) || errors.Is(err, nats.ErrInvalidMsg)
+		errors.Is(err, nats.ErrHeadersNotSupported) || errors.Is(err, nats.ErrInvalidMsg) ||
+		errors.Is(err, nats.ErrConnectionClosed)
 }

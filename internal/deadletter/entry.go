@@ -123,8 +123,9 @@ func EntryFromMsg(subject string, header nats.Header, body []byte, seq uint64) (
 			*f.dst = &t
 		}
 	}
-	// The publisher sets Relay-Deadline: one that does not parse is ignored
-	// here as the lanes ignore it, not a sign of a foreign message.
+	// The publisher sets Relay-Deadline: one that does not parse (the entry
+	// of a malformed event) is left out here, not a sign of a foreign
+	// message.
 	if t, ok, err := headerTime(header, streams.HeaderDeadline); ok && err == nil {
 		e.Deadline = &t
 	}

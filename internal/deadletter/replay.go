@@ -86,6 +86,7 @@ type planned struct {
 	seq        uint64
 	subscriber string
 	late       bool
+	malformed  bool
 }
 
 // Summary is what a replay did.
@@ -112,6 +113,9 @@ const (
 	SkipNoBody = "no body"
 	// SkipGone: replayed or purged meanwhile, by another command.
 	SkipGone = "gone meanwhile"
+	// SkipMalformed: its event cannot be sent as published (reason
+	// malformed); it would die again.
+	SkipMalformed = "malformed"
 )
 
 // skip counts one skipped entry.
@@ -151,7 +155,7 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 			names[id] = id
 		}
 		late := r.late(e, now)
-		p.entries = append(p.entries, planned{seq: e.DLQSeq, subscriber: id, late: late})
+		p.entries = append(p.entries, planned{seq: e.DLQSeq, subscriber: id, late: late, malformed: e.Reason == Malformed})
 		p.Subscribers[id]++
 		if late {
 			p.Late++
@@ -169,7 +173,8 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 	}
 	for _, id := range ids {
 		sub, err := r.Store.Get(ctx, id)
-		if errors.Is(err, subscribers.ErrNotFound) && id != f.Subscriber {
+		if (errors.Is(err, subscribers.ErrNotFound) || errors.Is(err, subscribers.ErrInvalid)) && id != f.Subscriber {
+			// Removed, or no subscriber at all (dlq.~.unroutable).
 			p.Unknown[id] = p.Subscribers[id]
 			continue
 		}
@@ -294,6 +299,8 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	switch {
 	case lane == "":
 		return SkipUnknown, nil
+	case e.malformed:
+		return SkipMalformed, nil
 	case e.late && !r.IgnoreDeadline:
 		return SkipLate, nil
 	}
@@ -357,9 +364,10 @@ func isAttemptHeader(name string) bool {
 		strings.EqualFold(name, streams.HeaderEventSeq)
 }
 
-// Skips reports whether Run would leave e in the DLQ for its deadline.
+// Skips reports whether Run would leave e in the DLQ for its deadline, or
+// because its event is malformed.
 func (r *Replayer) Skips(e Entry) bool {
-	return !r.IgnoreDeadline && r.late(e, r.now())
+	return e.Reason == Malformed || (!r.IgnoreDeadline && r.late(e, r.now()))
 }
 
 // late reports whether e died of its deadline or is past it.

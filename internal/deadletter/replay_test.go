@@ -341,8 +341,9 @@ func TestScanEndsWhenTheRestIsRemovedMeanwhile(t *testing.T) {
 }
 
 // TestReplaySkipsRemovedSubscribersAndReplaysTheRest: with no --subscriber,
-// the entries of a subscriber removed since stay in the DLQ, counted by
-// why, and the others are replayed.
+// the entries of a subscriber removed since, those of no subscriber
+// (dlq.~.unroutable) and those of a malformed event stay in the DLQ,
+// counted by why, and the others are replayed.
 func TestReplaySkipsRemovedSubscribersAndReplaysTheRest(t *testing.T) {
 	t.Parallel()
 	env := newReplayEnv(t, "demo")
@@ -350,14 +351,16 @@ func TestReplaySkipsRemovedSubscribersAndReplaysTheRest(t *testing.T) {
 	env.kill(t, "ghost", "evt_1", Unroutable, 1)
 	env.kill(t, "demo", "evt_2", Gone, 2)
 	env.kill(t, "ghost", "evt_3", Gone, 3)
+	env.kill(t, NoSubscriber, "evt_4", Unroutable, 4)
+	env.kill(t, "demo", "evt_5", Malformed, 5, streams.HeaderDeadline, "1735689600")
 
 	r := env.replayer()
 	plan, err := r.Plan(ctx, Filter{})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int{"ghost": 2}, plan.Unknown)
+	require.Equal(t, map[string]int{"ghost": 2, NoSubscriber: 1}, plan.Unknown)
 	sum, err := r.Run(ctx, plan)
 	require.NoError(t, err)
-	require.Equal(t, Summary{Replayed: 1, Skipped: 2, SkippedBy: map[string]int{SkipUnknown: 2}}, sum)
-	require.Equal(t, uint64(2), dlqCount(t, env.n.JS), "the removed subscriber's entries stay")
+	require.Equal(t, Summary{Replayed: 1, Skipped: 4, SkippedBy: map[string]int{SkipUnknown: 3, SkipMalformed: 1}}, sum)
+	require.Equal(t, uint64(4), dlqCount(t, env.n.JS), "the removed subscribers' and the malformed entries stay")
 	require.Len(t, env.queued(t), 1)
 }

@@ -367,7 +367,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		if i < len(subs)-1 {
 			h = maps.Clone(header)
 		}
-		if t.deadline.IsZero() {
+		if t.deadline.IsZero() && unsendable == "" {
 			if d := sub.DeadlineFor(t.due); !d.IsZero() {
 				h.Set(streams.HeaderDeadline, d.UTC().Format(time.RFC3339Nano))
 			}

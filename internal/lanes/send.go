@@ -435,6 +435,16 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 	return true
 }
 
+// settling is ctx, ended as well when the relay's stop no longer waits
+// for the requests in flight (finishing): a write that settles a delivery
+// asks again for its PubAck until then (see streams.StoreOnce), and no
+// longer.
+func (e *engine) settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.finishing, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 // deadLetter stores the DLQ copy of a delivery with headers h and counts
 // it; the caller then removes the original.
 func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.Header, death deadletter.Death) error {
@@ -449,8 +459,11 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 	err := e.writes.deads.enter(ctx)
 	if err == nil {
 		// Until answered, as a park: a dead letter whose PubAck was lost
-		// must not come back to be sent again.
-		err = deadletter.Publish(e.finishing, e.writes.dead, body, h, death)
+		// must not come back to be sent again. Within the caller's time
+		// (a refill's lease) and the relay's stop.
+		storeCtx, cancel := e.settling(ctx)
+		err = deadletter.Publish(storeCtx, e.writes.dead, body, h, death)
+		cancel()
 		e.writes.deads.leave()
 	}
 	if err != nil {

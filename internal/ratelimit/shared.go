@@ -519,7 +519,7 @@ func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision
 // How a late lease waits for the watch (see grant): it looks again every
 // awaitWatchPoll, and is given up after awaitWatchFor.
 const (
-	awaitWatchPoll = 2 * time.Millisecond
+	awaitWatchPoll = 10 * time.Millisecond
 	awaitWatchFor  = time.Second
 )
 
