@@ -524,8 +524,8 @@ const (
 )
 
 // awaitWatch looks whether the watch has caught up past a late lease's own
-// write: then the lease is spent from when it did, for LeaseTTL, or ended
-// at once if the subscriber's entry blocks. wait is true, with the
+// write: then the lease is spent until LeaseTTL after it did, or ended at
+// once if the subscriber's entry blocks. wait is true, with the
 // decision to return, while it has not.
 func (s *Shared) awaitWatch(id string, sub *subscriber, now time.Time) (Decision, bool) {
 	s.mu.Lock()
@@ -534,8 +534,13 @@ func (s *Shared) awaitWatch(id string, sub *subscriber, now time.Time) (Decision
 	s.mu.Unlock()
 	switch {
 	case caughtRev >= sub.awaitRev:
+		// Spent from now at the earliest, as a late lease is from its
+		// answer: the next refill starts from now too, so that what was
+		// counted while it waited is given up, and spending late never
+		// adds to the cap's slack.
 		sub.awaitRev = 0
 		sub.leaseEnds = caughtAt.Add(LeaseTTL)
+		sub.written = laterOf(sub.written, s.estimateNow())
 		if ok && blocks(e.state, s.estimateNow()) {
 			sub.lease = 0 // the next look reads the entry, and holds
 		}
