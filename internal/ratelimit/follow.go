@@ -69,7 +69,6 @@ func (s *Shared) follow(ctx context.Context) error {
 	defer func() { _ = w.Stop() }()
 	s.mu.Lock()
 	clear(s.latest)
-	s.caughtRev, s.caughtAt = 0, time.Time{}
 	s.mu.Unlock()
 	for {
 		select {
@@ -89,20 +88,8 @@ func (s *Shared) follow(ctx context.Context) error {
 }
 
 // observed folds one entry from the watch into what this relay knows, and
-// ends the lease of a subscriber that the entry blocks. An entry the server
-// sent with nothing after it pending (Delta 0) says the watch had, then,
-// every entry stored until it: a late lease waits for that (see grant).
+// ends the lease of a subscriber that the entry blocks.
 func (s *Shared) observed(e jetstream.KeyValueEntry) {
-	s.fold(e)
-	if e.Delta() == 0 {
-		s.mu.Lock()
-		s.caughtRev, s.caughtAt = max(s.caughtRev, e.Revision()), s.opts.Clock.Now()
-		s.mu.Unlock()
-	}
-}
-
-// fold is observed for one entry.
-func (s *Shared) fold(e jetstream.KeyValueEntry) {
 	id := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()

@@ -70,11 +70,6 @@ type Shared struct {
 	// following is set.
 	latest    map[string]entry
 	following atomic.Bool
-	// caughtRev is the revision of the last entry the watch handed over
-	// with nothing after it pending on the server, at caughtAt (local
-	// time): the watch then held every entry up to it.
-	caughtRev uint64
-	caughtAt  time.Time
 
 	// The server's clock as last read: calServer at the local instant
 	// calLocal. Elapsed time is measured on the local monotonic clock from
@@ -95,11 +90,6 @@ type subscriber struct {
 	lease int // tokens left in the lease; math.MaxInt when unlimited
 	// The lease's tokens are spent until leaseEnds, local time (see grant).
 	leaseEnds time.Time
-	// awaitRev, when not zero, is the revision of a late lease's own write,
-	// which the watch must show before the lease is spent (see grant),
-	// until awaitUntil, local time, when the lease is given up.
-	awaitRev   uint64
-	awaitUntil time.Time
 	// Known blocks, in local time, from the last entry read or written.
 	pausedUntil time.Time
 	openUntil   time.Time
@@ -367,11 +357,6 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 		// outcome is known.
 		return Decision{Hold: CircuitOpen, Wait: LeaseTTL}, nil
 	}
-	if sub.lease > 0 && sub.awaitRev > 0 {
-		if d, wait := s.awaitWatch(id, sub, now); wait {
-			return d, nil
-		}
-	}
 	if sub.lease > 0 && now.Before(sub.leaseEnds) {
 		sub.lease--
 		return Decision{}, nil
@@ -478,18 +463,6 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 // than LeaseTTL) is spent from its answer on instead, and this relay's next
 // refill starts from the answer too: what was counted during the round
 // trip is given up, so that spending late never adds to the cap's slack.
-//
-// Such a late lease is not spent on its answer alone: a pause another
-// relay stored after the lease was written but before its answer was read
-// (a host starved of CPU, a slow link) reaches this relay by its watch, and
-// the watch may be further behind. While the watch follows the bucket, the
-// lease waits until the watch has caught up past its own write (an entry
-// at or after it handed over with nothing pending behind it), and is spent
-// from then on for LeaseTTL: a pause stored since comes on the same watch,
-// and ends the lease as it does any other (see [Shared.observed]). A watch
-// that does not catch up within awaitWatchFor (the bucket written faster
-// than this relay reads it) loses the lease: fewer requests, never one in
-// a pause this relay could not see.
 func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision {
 	now := s.opts.Clock.Now()
 	sub.leaseEnds = c.asked.Add(LeaseTTL)
@@ -502,54 +475,12 @@ func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision
 		sub.lease = math.MaxInt
 		return d
 	}
-	sub.awaitRev = 0
 	if !now.Before(sub.leaseEnds) {
 		sub.leaseEnds = now.Add(LeaseTTL)
 		sub.written = laterOf(sub.written, s.estimateNow())
-		if s.following.Load() {
-			sub.awaitRev, sub.awaitUntil = sub.rev, now.Add(awaitWatchFor)
-			sub.lease = LeaseSize(EffectiveRate(sub.state, l), l)
-			return Decision{Hold: Token, Wait: awaitWatchPoll}
-		}
 	}
 	sub.lease = LeaseSize(EffectiveRate(sub.state, l), l) - 1
 	return d
-}
-
-// How a late lease waits for the watch (see grant): it looks again every
-// awaitWatchPoll, and is given up after awaitWatchFor.
-const (
-	awaitWatchPoll = 10 * time.Millisecond
-	awaitWatchFor  = time.Second
-)
-
-// awaitWatch looks whether the watch has caught up past a late lease's own
-// write: then the lease is spent until LeaseTTL after it did, or ended at
-// once if the subscriber's entry blocks. wait is true, with the
-// decision to return, while it has not.
-func (s *Shared) awaitWatch(id string, sub *subscriber, now time.Time) (Decision, bool) {
-	s.mu.Lock()
-	e, ok := s.latest[id]
-	caughtRev, caughtAt := s.caughtRev, s.caughtAt
-	s.mu.Unlock()
-	switch {
-	case caughtRev >= sub.awaitRev:
-		// Spent from now at the earliest, as a late lease is from its
-		// answer: the next refill starts from now too, so that what was
-		// counted while it waited is given up, and spending late never
-		// adds to the cap's slack.
-		sub.awaitRev = 0
-		sub.leaseEnds = caughtAt.Add(LeaseTTL)
-		sub.written = laterOf(sub.written, s.estimateNow())
-		if ok && blocks(e.state, s.estimateNow()) {
-			sub.lease = 0 // the next look reads the entry, and holds
-		}
-		return Decision{}, false
-	case now.Before(sub.awaitUntil) && s.following.Load():
-		return Decision{Hold: Token, Wait: awaitWatchPoll}, true
-	}
-	sub.awaitRev, sub.lease = 0, 0
-	return Decision{}, false
 }
 
 // Observe implements Limiter. Successes of a healthy subscriber cost no KV
