@@ -43,8 +43,16 @@
 // The same entry holds the subscriber-wide pause (a Retry-After: the later
 // of two pauses wins), the adaptive rate and the circuit breaker (opened
 // after consecutive failures, for a cool-down that grows while they
-// continue, then one probe). Every relay re-reads the entry at least once a
-// lease, so it learns of a pause or an open circuit within about 100 ms.
+// continue, then one probe). A relay learns of a pause or an open circuit
+// another relay stored from its watch (see [Shared.Follow]), and whatever
+// the watch's delay, a rate-limited subscriber's requests stop on every
+// relay within a lease of the store: a lease taken before it ends within
+// LeaseTTL of when it was asked for, and the next lease's compare-and-set
+// fails on the entry the pause changed, which makes the relay read it. A
+// lease answered after its window is the exception the watch closes: it is
+// not spent before the watch has shown its own write, and so the pause
+// written after it (see grant). An unlimited subscriber takes no lease and
+// asks the bucket nothing: it has the watch's delay alone.
 //
 // The adaptive rate is AIMD. Every 429, with or without a Retry-After,
 // halves the rate in force, down to 1/64 of the configured rate; a pause

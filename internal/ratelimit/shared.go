@@ -90,6 +90,9 @@ type subscriber struct {
 	lease int // tokens left in the lease; math.MaxInt when unlimited
 	// The lease's tokens are spent until leaseEnds, local time (see grant).
 	leaseEnds time.Time
+	// awaitRev, when not zero, is the revision of a late lease's own write:
+	// the lease is not spent before the watch has shown it (see grant).
+	awaitRev uint64
 	// Known blocks, in local time, from the last entry read or written.
 	pausedUntil time.Time
 	openUntil   time.Time
@@ -357,6 +360,11 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 		// outcome is known.
 		return Decision{Hold: CircuitOpen, Wait: LeaseTTL}, nil
 	}
+	if sub.lease > 0 && sub.awaitRev > 0 {
+		if d, wait := s.awaitWatch(id, sub, now); wait {
+			return d, nil
+		}
+	}
 	if sub.lease > 0 && now.Before(sub.leaseEnds) {
 		sub.lease--
 		return Decision{}, nil
@@ -463,9 +471,21 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 // than LeaseTTL) is spent from its answer on instead, and this relay's next
 // refill starts from the answer too: what was counted during the round
 // trip is given up, so that spending late never adds to the cap's slack.
+//
+// A late lease is also the one a pause can overtake: another relay may
+// store a pause after this lease's write and long before its answer is
+// read (a host starved of CPU, a slow link), and the watch that would tell
+// of it may be further behind than the answer. So while the watch follows
+// the bucket, a late lease is not spent before the watch has shown its own
+// write: a pause stored after it comes on the same watch, behind it, and
+// ends the lease (see [Shared.observed]). Waiting takes nothing from the
+// lease's window but time: it still ends LeaseTTL after the answer, and
+// what is left of it then is given up, so waiting never adds to the slack
+// either.
 func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision {
 	now := s.opts.Clock.Now()
 	sub.leaseEnds = c.asked.Add(LeaseTTL)
+	sub.awaitRev = 0
 	switch {
 	case d.Probe:
 		sub.lease = 0
@@ -475,12 +495,46 @@ func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision
 		sub.lease = math.MaxInt
 		return d
 	}
+	sub.lease = LeaseSize(EffectiveRate(sub.state, l), l)
 	if !now.Before(sub.leaseEnds) {
 		sub.leaseEnds = now.Add(LeaseTTL)
 		sub.written = laterOf(sub.written, s.estimateNow())
+		if s.following.Load() {
+			sub.awaitRev = sub.rev
+			return Decision{Hold: Token, Wait: awaitWatchPoll}
+		}
 	}
-	sub.lease = LeaseSize(EffectiveRate(sub.state, l), l) - 1
+	sub.lease--
 	return d
+}
+
+// awaitWatchPoll is how often a late lease looks whether the watch has
+// shown its write (see grant).
+const awaitWatchPoll = 5 * time.Millisecond
+
+// awaitWatch looks whether the watch has shown a late lease's own write.
+// Once it has, the lease is spent as any other, unless the entry the watch
+// holds now blocks the subscriber (the pause that overtook it): then the
+// lease is dropped, and the next look reads the entry and holds. wait is
+// true, with the decision to return, while the watch has not shown it and
+// the lease's window is open; once the window has closed, or the watch
+// stopped, the lease is given up.
+func (s *Shared) awaitWatch(id string, sub *subscriber, now time.Time) (Decision, bool) {
+	s.mu.Lock()
+	e, ok := s.latest[id]
+	s.mu.Unlock()
+	switch {
+	case ok && e.rev >= sub.awaitRev:
+		sub.awaitRev = 0
+		if blocks(e.state, s.estimateNow()) {
+			sub.lease = 0
+		}
+		return Decision{}, false
+	case now.Before(sub.leaseEnds) && s.following.Load():
+		return Decision{Hold: Token, Wait: min(awaitWatchPoll, sub.leaseEnds.Sub(now))}, true
+	}
+	sub.awaitRev, sub.lease = 0, 0
+	return Decision{}, false
 }
 
 // Observe implements Limiter. Successes of a healthy subscriber cost no KV

@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"sync"
@@ -147,5 +148,73 @@ func TestSharedCapHoldsBesideASlowRelay(t *testing.T) {
 	}
 	if worst > 0 {
 		t.Fatalf("a window held %.1f more than burst + rate × T + a lease", worst)
+	}
+}
+
+// TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown: a relay's lease
+// is answered after its window (a starved host, a slow link), and another
+// relay stored a pause between that lease's write and its answer, while
+// the first relay's watch is further behind still. The late lease sends
+// nothing: it waits for the watch to show its own write, and the pause
+// behind it, or its window closes first and the next compare-and-set finds
+// the pause. A proxy holds back the answer for longer than a lease and the
+// watch's updates of the subscriber until the end.
+func TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	gate := testutil.StartGateProxy(t, strings.TrimPrefix(n.URL, "nats://"))
+	js, err := jetstream.New(testutil.Connect(t, gate.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ratelimit.Options{CalibrateEvery: 30 * time.Second}
+	late := newShared(t, &testutil.NATS{Server: n.Server, URL: gate.URL(), JS: js}, clock.Real, opts)
+	other := newShared(t, n, clock.Real, opts)
+	id := subID(t)
+	l := ratelimit.Limit{Rate: 100, Burst: 100}
+	ctx := testutil.Context(t)
+	kv, err := n.JS.KeyValue(ctx, "relay_ratelimit")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	gate.Hold("answers", func(frame []byte) bool { return bytes.Contains(frame, []byte(`"stream":"KV_relay_ratelimit"`)) })
+	gate.Hold("watch", func(frame []byte) bool {
+		line, _, _ := bytes.Cut(frame, []byte("\n"))
+		fields := bytes.Fields(line)
+		return len(fields) > 1 && string(fields[1]) == "$KV.relay_ratelimit."+id
+	})
+	t.Cleanup(func() { gate.Release("answers"); gate.Release("watch") })
+	first := make(chan ratelimit.Decision, 1)
+	go func() {
+		d, err := late.Reserve(ctx, id, l)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- d
+	}()
+	var written time.Time
+	testutil.Eventually(t, func() bool {
+		_, err := kv.Get(ctx, id)
+		written = time.Now()
+		return err == nil
+	}, "the late relay's lease was not written")
+	// A pause far longer than the test: no request within it is due.
+	observe(t, other, id, l, ratelimit.Result{PauseFor: time.Hour})
+	// The lease was asked for before its write was seen stored: its
+	// answer, let go a lease after that, comes after its window.
+	time.Sleep(time.Until(written.Add(ratelimit.LeaseTTL + 10*time.Millisecond)))
+	gate.Release("answers")
+
+	d := <-first
+	for asked := 1; d.Hold != ratelimit.Paused; asked++ {
+		if d.Hold == ratelimit.Go {
+			t.Errorf("decision %d: a request let go by a lease a pause had overtaken", asked)
+		}
+		if asked > 10_000 {
+			t.Fatalf("the late relay never saw the pause: %+v", d)
+		}
+		time.Sleep(d.Wait)
+		d = reserve(t, late, id, l)
 	}
 }

@@ -26,6 +26,11 @@ type LatencyProxy struct {
 	// drop, when set, is asked about every message the server sends (its
 	// payload, headers included); true drops it (see [StartDropProxy]).
 	drop func(payload []byte) bool
+	// gates, when not nil, holds back the server's messages of the classes
+	// a test holds (see [StartGateProxy]); gateMu orders its writes with
+	// the pumps'.
+	gates  map[string]*gate
+	gateMu sync.Mutex
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -117,7 +122,7 @@ func (p *LatencyProxy) accept() {
 			continue
 		}
 		p.work.Go(func() { p.pipe(client, server) })
-		if p.drop != nil {
+		if p.drop != nil || p.gates != nil {
 			p.work.Go(func() { p.filter(server, client) })
 			continue
 		}
@@ -190,13 +195,80 @@ func (p *LatencyProxy) filter(src, dst net.Conn) {
 		if err != nil {
 			return
 		}
-		if payload != nil && p.drop(payload) {
+		if payload != nil && p.drop != nil && p.drop(payload) {
+			continue
+		}
+		if p.gates != nil && payload != nil {
+			if err := p.pass(dst, frame); err != nil {
+				return
+			}
 			continue
 		}
 		if _, err := dst.Write(frame); err != nil {
 			return
 		}
 	}
+}
+
+// gate is one class of the server's messages a [StartGateProxy] holds
+// back: those match accepts, until it is released.
+type gate struct {
+	match func(frame []byte) bool
+	held  []heldFrame
+}
+
+// heldFrame is a message held back, and the connection it goes to.
+type heldFrame struct {
+	dst   net.Conn
+	frame []byte
+}
+
+// StartGateProxy is [StartLatencyProxy] without the delay, that can hold
+// back classes of the server's messages (MSG and HMSG frames, control line
+// included) and let them go later in their order: a reply or a watch
+// update that a slow link or a starved host hands over late, while the
+// rest goes on. Start holding a class with [LatencyProxy.Hold], end it
+// with [LatencyProxy.Release].
+func StartGateProxy(t testing.TB, target string) *LatencyProxy {
+	t.Helper()
+	return startProxy(t, &LatencyProxy{target: target, gates: make(map[string]*gate)})
+}
+
+// Hold holds back, from now on, the server's messages match accepts,
+// under the class name, until Release(name).
+func (p *LatencyProxy) Hold(name string, match func(frame []byte) bool) {
+	p.gateMu.Lock()
+	defer p.gateMu.Unlock()
+	p.gates[name] = &gate{match: match}
+}
+
+// Release writes the messages class name held back, in their order, and
+// lets its later ones through.
+func (p *LatencyProxy) Release(name string) {
+	p.gateMu.Lock()
+	defer p.gateMu.Unlock()
+	g := p.gates[name]
+	if g == nil {
+		return
+	}
+	for _, h := range g.held {
+		_, _ = h.dst.Write(h.frame)
+	}
+	delete(p.gates, name)
+}
+
+// pass writes a message to dst, or holds it back when a class accepts it.
+func (p *LatencyProxy) pass(dst net.Conn, frame []byte) error {
+	p.gateMu.Lock()
+	defer p.gateMu.Unlock()
+	for _, g := range p.gates {
+		if g.match(frame) {
+			g.held = append(g.held, heldFrame{dst: dst, frame: frame})
+			return nil
+		}
+	}
+	_, err := dst.Write(frame)
+	return err
 }
 
 // readFrame reads one operation of the NATS protocol a server sends: a
