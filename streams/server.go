@@ -159,7 +159,7 @@ func (l *startupLog) Tracef(format string, v ...any) {
 // has no buffer, so each write waits until the other side has read it,
 // while a socket lets the client and the server write ahead. On two cores
 // relay delivered about 8 % more a second that way, for about a tenth less
-// CPU per delivery (bench/README.md).
+// CPU per delivery (bench/engine's throughput scenario, 2026-12-02).
 func LocalURL(srv *server.Server) (string, error) {
 	addr, ok := srv.Addr().(*net.TCPAddr)
 	if !ok {
