@@ -9,28 +9,110 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrDirectGet is returned when the server answers a direct get with
 // something other than messages and the end of the batch.
 var ErrDirectGet = errors.New("streams: direct get")
 
-// DirectGet is a batched direct get ($JS.API.DIRECT.GET.<stream>): up to
-// Batch messages from sequence Seq on, on NextBySubj (every subject when
-// empty). The server stops once the messages it sent reach MaxBytes, the
-// one that reached it included (at its max_pending when zero). Any
-// replica of a stream that allows direct gets answers it, without its
-// leader.
-//
-// With MultiLast, it brings instead the last message of each of those
-// subjects that has one (Batch at most), in the order they were stored.
+// DirectGet is the request of a direct get ($JS.API.DIRECT.GET.<stream>).
+// Batched ([GetBatch]), it brings up to Batch messages from sequence Seq
+// on, on NextBySubj (every subject when empty), and the server stops once
+// the messages it sent reach MaxBytes, the one that reached it included (at
+// its max_pending when zero); with MultiLast, the last message of each of
+// those subjects that has one (Batch at most), in the order they were
+// stored. Single ([Get], [SeqOf]), it brings the first message from Seq on
+// NextBySubj, or the last on LastBySubj. Any replica of a stream that
+// allows direct gets answers it, without its leader.
 type DirectGet struct {
 	Seq        uint64   `json:"seq,omitempty"`
 	NextBySubj string   `json:"next_by_subj,omitempty"`
+	LastBySubj string   `json:"last_by_subj,omitempty"`
 	MultiLast  []string `json:"multi_last,omitempty"`
-	Batch      int      `json:"batch"`
+	Batch      int      `json:"batch,omitempty"`
 	MaxBytes   int      `json:"max_bytes,omitempty"`
 }
+
+// The headers of a server's status reply (to a pull, a direct get), and of
+// a batch's end: nats.go keeps its own names for them unexported.
+const (
+	HeaderStatus      = "Status"
+	HeaderDescription = "Description"
+	headerNumPending  = "Nats-Num-Pending"
+)
+
+// Get sends one direct get (no batch) to stream: the first message from
+// req.Seq on req.NextBySubj, or the last on req.LastBySubj. found is false
+// when there is none.
+func Get(ctx context.Context, nc *nats.Conn, stream string, req DirectGet) (s Stored, found bool, err error) {
+	req.Batch, req.MaxBytes, req.MultiLast = 0, 0, nil
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Stored{}, false, err
+	}
+	m, err := nc.RequestWithContext(ctx, directGetSubject(stream), body)
+	if err != nil {
+		return Stored{}, false, fmt.Errorf("reading %s: %w", stream, err)
+	}
+	switch status := m.Header.Get(HeaderStatus); status {
+	case "":
+	case "404":
+		return Stored{}, false, nil
+	default:
+		return Stored{}, false, fmt.Errorf("%w on %s: status %s %s", ErrDirectGet, stream, status, m.Header.Get(HeaderDescription))
+	}
+	s, err = decodeStored(m)
+	if err != nil {
+		return Stored{}, false, fmt.Errorf("%w on %s: %w", ErrDirectGet, stream, err)
+	}
+	return s, true, nil
+}
+
+// SeqOf returns the sequence of the message of stream that req asks for
+// (req.Seq and req.NextBySubj, or req.LastBySubj), and whether there is
+// one: by a direct get, or with leader by the stream leader's message get,
+// which has seen every write acknowledged before it (a replica may answer a
+// direct get before it has applied the latest one).
+func SeqOf(ctx context.Context, nc *nats.Conn, stream string, req DirectGet, leader bool) (uint64, bool, error) {
+	if !leader {
+		s, found, err := Get(ctx, nc, stream, req)
+		return s.Seq, found, err
+	}
+	body, err := json.Marshal(struct {
+		Seq        uint64 `json:"seq,omitempty"`
+		NextBySubj string `json:"next_by_subj,omitempty"`
+		LastBySubj string `json:"last_by_subj,omitempty"`
+	}{req.Seq, req.NextBySubj, req.LastBySubj})
+	if err != nil {
+		return 0, false, err
+	}
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return 0, false, fmt.Errorf("reading %s: %w", stream, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return 0, false, fmt.Errorf("reading %s: %w", stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, false, nil
+	case resp.Error != nil:
+		return 0, false, fmt.Errorf("reading %s: %w", stream, resp.Error)
+	case resp.Message == nil:
+		return 0, false, fmt.Errorf("reading %s: an empty reply", stream)
+	}
+	return resp.Message.Seq, true, nil
+}
+
+// directGetSubject is the API subject of a direct get of stream.
+func directGetSubject(stream string) string { return "$JS.API.DIRECT.GET." + stream }
 
 // Stored is one message a direct get brought.
 type Stored struct {
@@ -68,7 +150,7 @@ func GetBatch(ctx context.Context, nc *nats.Conn, stream string, req DirectGet) 
 		return nil, false, fmt.Errorf("reading %s: %w", what, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
+	if err := nc.PublishRequest(directGetSubject(stream), inbox, body); err != nil {
 		return nil, false, fmt.Errorf("reading %s: %w", what, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, directGetWait)
@@ -78,15 +160,15 @@ func GetBatch(ctx context.Context, nc *nats.Conn, stream string, req DirectGet) 
 		if err != nil {
 			return msgs, false, fmt.Errorf("reading %s: %w", what, err)
 		}
-		if status := m.Header.Get("Status"); status != "" {
+		if status := m.Header.Get(HeaderStatus); status != "" {
 			switch status {
 			case "204": // the end of the batch
-				pending, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				pending, perr := strconv.ParseUint(m.Header.Get(headerNumPending), 10, 64)
 				return msgs, perr == nil && pending == 0, nil
 			case "404": // nothing from that sequence on
 				return msgs, true, nil
 			}
-			return msgs, false, fmt.Errorf("%w on %s: status %s %s", ErrDirectGet, what, status, m.Header.Get("Description"))
+			return msgs, false, fmt.Errorf("%w on %s: status %s %s", ErrDirectGet, what, status, m.Header.Get(HeaderDescription))
 		}
 		s, err := decodeStored(m)
 		if err != nil {

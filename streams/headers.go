@@ -69,14 +69,22 @@ func IsNatsHeader(name string) bool {
 
 // CopyHeader returns a copy of h for a message relay publishes anew: every
 // Nats-* header of the original is dropped (JetStream would take them as
-// instructions for the new copy) and the rest is copied deeply, so the
-// caller may change it. extra is room for the headers the caller will set.
-func CopyHeader(h nats.Header, extra int) nats.Header {
+// instructions for the new copy), and so is every header a drop func
+// names; the rest is copied deeply, so the caller may change it. extra is
+// room for the headers the caller will set.
+func CopyHeader(h nats.Header, extra int, drop ...func(name string) bool) nats.Header {
 	out := make(nats.Header, len(h)+extra)
+next:
 	for k, v := range h {
-		if !IsNatsHeader(k) {
-			out[k] = append([]string(nil), v...)
+		if IsNatsHeader(k) {
+			continue
 		}
+		for _, d := range drop {
+			if d(k) {
+				continue next
+			}
+		}
+		out[k] = append([]string(nil), v...)
 	}
 	return out
 }

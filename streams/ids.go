@@ -1,6 +1,9 @@
 package streams
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // relay's own Nats-Msg-Ids (a replay's, a park's, a hold's, and the
 // overflow's overflow-, refill- and spill- ids, the mover's retry-) never
@@ -21,3 +24,17 @@ func ParkID(seq uint64, attempt int) string {
 // HoldID is the Nats-Msg-Id of the delivery at DELIVERIES sequence seq held
 // in RETRIES until its Relay-Deliver-At.
 func HoldID(seq uint64) string { return "hold-" + strconv.FormatUint(seq, 10) }
+
+// CopyID is the Nats-Msg-Id of the copy of event eventID for subscriber,
+// <event id>.<subscriber> (docs/streams.md): fanning an event out again
+// within DELIVERIES' duplicate window stores one copy per subscriber.
+func CopyID(eventID, subscriber string) string { return eventID + "." + subscriber }
+
+// IsCopyID reports whether msgID is [CopyID] of eventID and subscriber,
+// without building it: a copy that came straight from the fan-out, not
+// one moved back from RETRIES, replayed from the DLQ or published by hand.
+func IsCopyID(msgID, eventID, subscriber string) bool {
+	return len(msgID) == len(eventID)+1+len(subscriber) &&
+		strings.HasPrefix(msgID, eventID) && msgID[len(eventID)] == '.' &&
+		strings.HasSuffix(msgID, subscriber)
+}

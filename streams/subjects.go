@@ -5,6 +5,94 @@ import (
 	"strings"
 )
 
+// The subjects of relay's streams are built and read here alone, so that
+// each shape is written once: every writer and every reader (the fan-out,
+// the lanes, the retry mover, replay, status, metrics) agrees on it.
+const (
+	// deliveriesPrefix + <lane>.<subscriber> is a copy queued on a lane.
+	deliveriesPrefix = "deliveries."
+	// OverflowPrefix + <subscriber> holds a subscriber's copies beyond what
+	// its lane holds, until they are brought back (OverflowLane is its
+	// lane token).
+	OverflowPrefix = deliveriesPrefix + OverflowLane + "."
+	// RetryWaitPrefix + <subscriber>.<unique> holds a parked delivery until
+	// it is due.
+	RetryWaitPrefix = "retries.wait."
+	// RetryDuePrefix + <subscriber> is where JetStream republishes a held
+	// message when it is due.
+	RetryDuePrefix = "retries.due."
+	// RetryAtPrefix + <subscriber>.<unique> holds a fan-out copy of an event
+	// whose Relay-Deliver-At is still ahead: apart from RetryWaitPrefix so
+	// that scheduled deliveries are counted apart from parked retries; both
+	// fire on RetryDuePrefix.
+	RetryAtPrefix = "retries.at."
+	// dlqPrefix + <subscriber>.<reason> is a dead letter.
+	dlqPrefix = "dlq."
+)
+
+// OverflowLane is the lane token of the overflow subjects: no lane is
+// named so.
+const OverflowLane = "overflow"
+
+// DeliverySubject is where a subscriber's copies are queued on a lane.
+func DeliverySubject(lane, subscriber string) string {
+	return deliveriesPrefix + lane + "." + subscriber
+}
+
+// OverflowSubject is where a subscriber's copies wait beyond its lane.
+func OverflowSubject(subscriber string) string { return OverflowPrefix + subscriber }
+
+// LaneFilter is the filter of every copy queued on a lane.
+func LaneFilter(lane string) string { return deliveriesPrefix + lane + ".>" }
+
+// SubscriberDeliveries is the filter of every copy of one subscriber in
+// DELIVERIES, on its lane and in its overflow.
+func SubscriberDeliveries(subscriber string) string { return deliveriesPrefix + "*." + subscriber }
+
+// laneConsumerPrefix + <lane> is the durable consumer of a lane on
+// DELIVERIES.
+const laneConsumerPrefix = "lane_"
+
+// LaneConsumer is the durable consumer of a lane.
+func LaneConsumer(lane string) string { return laneConsumerPrefix + lane }
+
+// LaneOfConsumer returns the lane a consumer of DELIVERIES reads, and false
+// for a consumer that is not a lane's.
+func LaneOfConsumer(consumer string) (string, bool) {
+	return strings.CutPrefix(consumer, laneConsumerPrefix)
+}
+
+// DeliveriesFilter is the filter of everything in DELIVERIES.
+const DeliveriesFilter = deliveriesPrefix + ">"
+
+// IsDelivery reports whether filter names subjects of DELIVERIES.
+func IsDelivery(filter string) bool { return strings.HasPrefix(filter, deliveriesPrefix) }
+
+// DeliveryOf splits deliveries.<lane>.<subscriber> into its lane and
+// subscriber tokens; false for a subject of other tokens than these three.
+// The tokens are not checked further: a caller that needs a valid
+// subscriber id validates it.
+func DeliveryOf(subject string) (lane, subscriber string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, deliveriesPrefix)
+	if !ok {
+		return "", "", false
+	}
+	lane, subscriber, ok = strings.Cut(rest, ".")
+	return lane, subscriber, ok && lane != "" && subscriber != "" && !strings.Contains(subscriber, ".")
+}
+
+// DeadLetterSubject is where a subscriber's dead letters of reason go.
+func DeadLetterSubject(subscriber, reason string) string {
+	return dlqPrefix + subscriber + "." + reason
+}
+
+// DeadLetterFilter is the filter of one subscriber's dead letters, of
+// every reason.
+func DeadLetterFilter(subscriber string) string { return dlqPrefix + subscriber + ".*" }
+
+// DeadLettersFilter is the filter of every dead letter.
+const DeadLettersFilter = dlqPrefix + ">"
+
 // SubjectToken returns the i-th dot-separated token of subject, counted from
 // zero, and whether subject has a non-empty one: the subscriber of
 // deliveries.<lane>.<id>, retries.wait.<id>.<unique> or dlq.<id>.<reason>.

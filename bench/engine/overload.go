@@ -191,10 +191,10 @@ func (s *stack) stuckCounts(ctx context.Context, id string) (waiting, shed int, 
 		stream, filter string
 		into           *int
 	}{
-		{streams.Deliveries, "deliveries.*." + id, &waiting},
+		{streams.Deliveries, streams.SubscriberDeliveries(id), &waiting},
 		{streams.Retries, "retries.*." + id + ".>", &waiting},
-		{streams.Retries, "retries.due." + id, &waiting},
-		{streams.DLQ, "dlq." + id + ".backlog", &shed},
+		{streams.Retries, streams.RetryDuePrefix + id, &waiting},
+		{streams.DLQ, streams.DeadLetterSubject(id, "backlog"), &shed},
 	} {
 		st, err := s.js.Stream(ctx, q.stream)
 		if err != nil {

@@ -406,7 +406,7 @@ func (b *rateBench) runOne(ctx context.Context, index int, rate float64, relays 
 // enqueue publishes count deliveries for sub straight onto DELIVERIES, as
 // the fan-out would.
 func (b *rateBench) enqueue(ctx context.Context, sub subscribers.Subscriber, count int) error {
-	subject := "deliveries." + sub.Lane(b.cfg.lanes) + "." + sub.ID
+	subject := streams.DeliverySubject(sub.Lane(b.cfg.lanes), sub.ID)
 	for from := 0; from < count; from += rateChunk {
 		to := min(count, from+rateChunk)
 		acks := make([]jetstream.PubAckFuture, 0, to-from)

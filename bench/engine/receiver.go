@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/relay-dev/relay/streams"
 )
 
 // The webhook receiver runs in a process of its own, so that the CPU it
@@ -512,7 +514,7 @@ type writeCounter struct {
 // published by this program start with eventPrefix.
 func countWrites(nc *nats.Conn, eventPrefix string) (*writeCounter, error) {
 	c := &writeCounter{eventPrefix: eventPrefix}
-	d, err := nc.Subscribe("deliveries.>", c.delivery)
+	d, err := nc.Subscribe(streams.DeliveriesFilter, c.delivery)
 	if err != nil {
 		return nil, err
 	}
@@ -541,7 +543,7 @@ func countWrites(nc *nats.Conn, eventPrefix string) (*writeCounter, error) {
 // bring-back, a fan-out copy of this program's events or anything else.
 func (c *writeCounter) delivery(m *nats.Msg) {
 	c.bytes.Add(msgBytes(m))
-	if strings.HasPrefix(m.Subject, overflowPrefix) {
+	if strings.HasPrefix(m.Subject, streams.OverflowPrefix) {
 		c.puts.Add(1)
 		return
 	}
@@ -560,9 +562,9 @@ func (c *writeCounter) delivery(m *nats.Msg) {
 // anything else.
 func (c *writeCounter) retry(m *nats.Msg) {
 	switch {
-	case strings.HasPrefix(m.Subject, "retries.wait."):
+	case strings.HasPrefix(m.Subject, streams.RetryWaitPrefix):
 		c.parks.Add(1)
-	case strings.HasPrefix(m.Subject, "retries.due."):
+	case strings.HasPrefix(m.Subject, streams.RetryDuePrefix):
 		c.due.Add(1)
 	default:
 		c.ret.Add(1)

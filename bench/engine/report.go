@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/relay-dev/relay/streams"
 )
 
 // The tables are markdown, ready for bench/README.md.
@@ -95,7 +97,7 @@ func backlogTable(r backlogResult) string {
 	sb.WriteString("| what | figure |\n| --- | ---: |\n")
 	fmt.Fprintf(&sb, "| published (PubAcks), s | %.1f |\n", r.publish.Seconds())
 	fmt.Fprintf(&sb, "| fanned out (fanout: nothing pending or unacked), s after the first publish | %.1f |\n", r.fanout.Seconds())
-	fmt.Fprintf(&sb, "| out of its lane (%s%s: nothing pending), s after the first publish | %.1f |\n", lanePrefix, r.lane, r.overflow.Seconds())
+	fmt.Fprintf(&sb, "| out of its lane (%s: nothing pending), s after the first publish | %.1f |\n", streams.LaneConsumer(r.lane), r.overflow.Seconds())
 	fmt.Fprintf(&sb, "| in overflow / delivered, when the RSS was read | %s / %s |\n", thousands(int64(r.inOverflow)), thousands(int64(r.delivered)))
 	fmt.Fprintf(&sb, "| relay VmRSS / VmHWM before the backlog, MB | %.0f / %.0f |\n", mb(r.rssBefore), mb(r.hwmBefore))
 	fmt.Fprintf(&sb, "| relay VmRSS / VmHWM with the backlog, settled, MB | **%.0f** / %.0f |\n", mb(r.rss), mb(r.hwm))
@@ -112,8 +114,8 @@ func backlogTable(r backlogResult) string {
 	}
 	fmt.Fprintf(&sb, "| beside − baseline | | %+.1f | **%+.1f** | %+.1f |\n",
 		ms(r.beside.p50-r.baseline.p50), ms(r.beside.p99-r.baseline.p99), ms(r.beside.max-r.baseline.max))
-	fmt.Fprintf(&sb, "| while the backlog was leaving the lane (fan-out done, %s%s still pending) | %d of %d | %.1f | %.1f | %.1f |\n",
-		lanePrefix, r.lane, r.during.arrived, r.during.published, ms(r.during.p50), ms(r.during.p99), ms(r.during.max))
+	fmt.Fprintf(&sb, "| while the backlog was leaving the lane (fan-out done, %s still pending) | %d of %d | %.1f | %.1f | %.1f |\n",
+		streams.LaneConsumer(r.lane), r.during.arrived, r.during.published, ms(r.during.p50), ms(r.during.p99), ms(r.during.max))
 	return sb.String()
 }
 

@@ -313,7 +313,7 @@ func (e *env) fanOutAndOverflow(ctx context.Context, s *stack, id, lane string, 
 			msg = fmt.Sprintf("fanout pending %d ack_pending %d", fan.NumPending, fan.NumAckPending)
 		}
 		if laneInfo != nil {
-			msg += fmt.Sprintf("; %s%s pending %d ack_pending %d", lanePrefix, lane, laneInfo.NumPending, laneInfo.NumAckPending)
+			msg += fmt.Sprintf("; %s pending %d ack_pending %d", streams.LaneConsumer(lane), laneInfo.NumPending, laneInfo.NumAckPending)
 		}
 		if n, err := s.inOverflow(ctx, id); err == nil {
 			msg += fmt.Sprintf("; %d in overflow", n)
@@ -336,7 +336,7 @@ func (e *env) fanOutAndOverflow(ctx context.Context, s *stack, id, lane string, 
 		fannedOut()
 	}
 	err = s.waitUntil(ctx, "overflow", e.cfg.timeout, func() (bool, error) {
-		info, err := s.consumerInfo(ctx, streams.Deliveries, lanePrefix+lane)
+		info, err := s.consumerInfo(ctx, streams.Deliveries, streams.LaneConsumer(lane))
 		laneInfo = info
 		return err == nil && info.NumPending == 0, err
 	}, progress)

@@ -20,16 +20,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
-// Contract names (docs/streams.md): the fan-out's consumer on EVENTS and the lane
-// consumers on DELIVERIES.
-const (
-	fanoutConsumer = "fanout"
-	lanePrefix     = "lane_"
-	overflowPrefix = "deliveries.overflow."
-)
+// fanoutConsumer is the fan-out's consumer on EVENTS (docs/streams.md); the
+// lane consumers on DELIVERIES are streams.LaneConsumer's.
+const fanoutConsumer = "fanout"
 
 // publishChunk is how many events are published before waiting for their
 // PubAcks, well under the client's limit of pending async publishes.
@@ -488,11 +485,11 @@ func (s *stack) inOverflow(ctx context.Context, id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(overflowPrefix+id))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(streams.OverflowPrefix+id))
 	if err != nil {
 		return 0, err
 	}
-	return info.State.Subjects[overflowPrefix+id], nil
+	return info.State.Subjects[streams.OverflowPrefix+id], nil
 }
 
 // consumerInfo is the state of one consumer.
@@ -523,7 +520,7 @@ func (s *stack) lanesState(ctx context.Context, lanes int) string {
 			info.NumPending, info.NumAckPending, info.NumWaiting))
 	}
 	for i := range lanes {
-		name := fmt.Sprintf("%ss%02d", lanePrefix, i)
+		name := streams.LaneConsumer(subscribers.SharedLane(i))
 		info, err := s.consumerInfo(ctx, streams.Deliveries, name)
 		if err != nil {
 			parts = append(parts, name+": "+err.Error())

@@ -192,7 +192,7 @@ func hopLoop(ctx context.Context, nc *nats.Conn, cons jetstream.Consumer, subjec
 			Header:  fanout.CopyHeader(msg.Headers(), id, fanout.EventType(msg.Subject()), md.Timestamp),
 			Data:    msg.Data(),
 		}
-		f, err := fanout.PublishCopy(ctx, js, m, fanout.CopyID(id, hopSubscriber))
+		f, err := fanout.PublishCopy(ctx, js, m, streams.CopyID(id, hopSubscriber))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

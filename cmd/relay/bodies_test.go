@@ -146,7 +146,7 @@ func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
 	mustRelay(t, "sub", "add", "a", "--nats", n.URL, "--url", sink.URL, "--secret", testSecret, "--events", "x")
 	startRelay(t, n.URL, "--allow-private-targets")
 	ctx := testutil.Context(t)
-	m := &nats.Msg{Subject: fanout.DeliverySubject(subscribers.Subscriber{ID: "a"}.Lane(4), "a"), Header: nats.Header{}}
+	m := &nats.Msg{Subject: streams.DeliverySubject(subscribers.Subscriber{ID: "a"}.Lane(4), "a"), Header: nats.Header{}}
 	m.Header.Set(streams.HeaderEventID, "lost")
 	m.Header.Set(streams.HeaderEventSeq, "4242")
 	_, err := n.JS.PublishMsg(ctx, m, jetstream.WithMsgID("lost.a"))

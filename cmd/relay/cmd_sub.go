@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/relay-dev/relay/internal/deliver"
-	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
@@ -404,16 +403,16 @@ type dropped struct {
 func purgeQueues(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
 	var d dropped
 	var err error
-	if d.queued, err = purgeSubjects(ctx, js, streams.Deliveries, "deliveries.*."+id); err != nil {
+	if d.queued, err = purgeSubjects(ctx, js, streams.Deliveries, streams.SubscriberDeliveries(id)); err != nil {
 		return d, err
 	}
 	for _, p := range []struct {
 		subject string
 		count   *uint64
 	}{
-		{retry.WaitPrefix + id + ".>", &d.parked},
-		{retry.DuePrefix + id, &d.parked},
-		{retry.AtPrefix + id + ".>", &d.scheduled},
+		{streams.RetryWaitPrefix + id + ".>", &d.parked},
+		{streams.RetryDuePrefix + id, &d.parked},
+		{streams.RetryAtPrefix + id + ".>", &d.scheduled},
 	} {
 		n, err := purgeSubjects(ctx, js, streams.Retries, p.subject)
 		*p.count += n

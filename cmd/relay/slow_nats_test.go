@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/fanout"
-	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
@@ -114,7 +114,7 @@ func slowNATS(t *testing.T, delay time.Duration) {
 	r := startRelay(t, proxy.URL(), "--allow-private-targets", "--ack-wait", "10s")
 	ctx := testutil.Context(t)
 	testutil.Eventually(t, func() bool {
-		_, err := n.JS.Consumer(ctx, streams.Deliveries, lanes.ConsumerName(lanes.SharedLane(3)))
+		_, err := n.JS.Consumer(ctx, streams.Deliveries, streams.LaneConsumer(subscribers.SharedLane(3)))
 		if err != nil {
 			return false
 		}
@@ -126,7 +126,7 @@ func slowNATS(t *testing.T, delay time.Duration) {
 	var redelivered int
 	look := func() {
 		for i := range 4 {
-			c, err := n.JS.Consumer(ctx, streams.Deliveries, lanes.ConsumerName(lanes.SharedLane(i)))
+			c, err := n.JS.Consumer(ctx, streams.Deliveries, streams.LaneConsumer(subscribers.SharedLane(i)))
 			if err != nil {
 				continue
 			}

@@ -11,8 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relay-dev/relay/internal/lanes"
-	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/status"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
@@ -29,7 +27,7 @@ func fence(t *testing.T, n *testutil.NATS, name string, relays int) {
 	mustRelay(t, "sub", "add", name, "--nats", n.URL, "--url", "https://example.com/", "--secret", testSecret, "--lane", "dedicated", "--events", "fence.none")
 	ctx := testutil.Context(t)
 	testutil.Eventually(t, func() bool {
-		c, err := n.JS.Consumer(ctx, streams.Deliveries, lanes.ConsumerName("d_"+name))
+		c, err := n.JS.Consumer(ctx, streams.Deliveries, streams.LaneConsumer("d_"+name))
 		if err != nil {
 			return false
 		}
@@ -44,7 +42,7 @@ func inOverflow(t *testing.T, js jetstream.JetStream, id string) uint64 {
 	ctx := testutil.Context(t)
 	s, err := js.Stream(ctx, streams.Deliveries)
 	require.NoError(t, err)
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(overflow.Subject(id)))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(streams.OverflowSubject(id)))
 	require.NoError(t, err)
 	return info.State.Msgs
 }

@@ -76,11 +76,11 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("backlog: evicting %s: %w", victim, err)
 	}
-	now, err := deliveries.Info(ctx, jetstream.WithSubjectFilter(overflow.Subject(victim)))
+	now, err := deliveries.Info(ctx, jetstream.WithSubjectFilter(streams.OverflowSubject(victim)))
 	if err != nil {
 		return 0, fmt.Errorf("backlog: evicting %s: %w", victim, err)
 	}
-	heldNow := now.State.Subjects[overflow.Subject(victim)]
+	heldNow := now.State.Subjects[streams.OverflowSubject(victim)]
 	full = float64(now.State.Bytes) / float64(maxBytes)
 	excess -= float64(heldThen) - float64(min(heldNow, heldThen))
 	if full < EvictFrom || excess < 1 || heldNow == 0 {
@@ -96,7 +96,7 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	r, err := overflow.NewRefiller(ctx, g.cfg.JS, func(_ string, m overflow.Msg) func(context.Context) error {
 		return func(ctx context.Context) error {
 			d := deadletter.Death{Subscriber: victim, Reason: deadletter.Backlog, LastError: why, OriginSeq: m.Seq,
-				OriginSubject: overflow.Subject(victim)}
+				OriginSubject: streams.OverflowSubject(victim)}
 			d.Attempts, d.FirstAttemptAt = streams.AttemptsOf(m.Header)
 			if err := deadletter.Publish(ctx, g.cfg.JS, m.Data, m.Header, d); err != nil {
 				return err
@@ -108,7 +108,7 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("backlog: evicting %s: %w", victim, err)
 	}
-	_, _, _, err = r.Refill(ctx, victim, overflow.Subject(victim), 0, n)
+	_, _, _, err = r.Refill(ctx, victim, streams.OverflowSubject(victim), 0, n)
 	evicted := int(stored.Load())
 	if evicted > 0 {
 		g.mu.Lock()

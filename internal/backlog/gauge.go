@@ -14,7 +14,6 @@ import (
 
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deadletter"
-	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -254,7 +253,7 @@ func (g *Gauge) read(ctx context.Context) (reading, error) {
 		return r, nil
 	}
 	r.counts, r.held = map[string]uint64{}, map[string]uint64{}
-	if err := countSubjects(ctx, deliveries, "deliveries.>", r.counts, r.held); err != nil {
+	if err := countSubjects(ctx, deliveries, streams.DeliveriesFilter, r.counts, r.held); err != nil {
 		return r, err
 	}
 	// RETRIES' subjects are one per parked message: read them only when
@@ -293,7 +292,7 @@ func countSubjects(ctx context.Context, s jetstream.Stream, filter string, count
 			continue
 		}
 		counts[id] += n
-		if held != nil && strings.HasPrefix(subject, overflow.Prefix) {
+		if held != nil && strings.HasPrefix(subject, streams.OverflowPrefix) {
 			held[id] += n
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
 )
 
 // requestLife is how long after it was sent (the time spent handling its
@@ -302,7 +304,7 @@ func (p *puller) received() {
 // to report), or a heartbeat. The end of a request that is not out any more
 // changes nothing but an error's count.
 func (p *puller) ended(msg *nats.Msg) error {
-	status, desc := msg.Header.Get("Status"), msg.Header.Get("Description")
+	status, desc := msg.Header.Get(streams.HeaderStatus), msg.Header.Get(streams.HeaderDescription)
 	var err error
 	switch status {
 	case "100": // a heartbeat or flow control: none is asked for
@@ -338,7 +340,7 @@ func (p *puller) ended(msg *nats.Msg) error {
 // without a reply subject: a stream's message always has one to ack, even an
 // empty event published with a Status header of its own.
 func isStatus(msg *nats.Msg) bool {
-	return msg.Reply == "" && msg.Header.Get("Status") != ""
+	return msg.Reply == "" && msg.Header.Get(streams.HeaderStatus) != ""
 }
 
 // arrivals is a pull loop's inbox as the client reads it: every message in

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
 )
 
 // Filter selects DLQ entries. An empty field matches everything, so the zero
@@ -42,7 +43,7 @@ func (f Filter) Subject() string {
 	if reason == "" {
 		reason = "*"
 	}
-	return "dlq." + sub + "." + reason
+	return streams.DeadLetterSubject(sub, reason)
 }
 
 // bySubject reports whether the subject alone decides what f selects, so

@@ -165,13 +165,7 @@ func copyOf(body []byte, header nats.Header, d Death) (*nats.Msg, string, error)
 	if err := d.validate(); err != nil {
 		return nil, "", err
 	}
-	h := make(nats.Header, len(header)+len(ownHeaders))
-	for k, v := range header {
-		if streams.IsNatsHeader(k) || isOwnHeader(k) {
-			continue
-		}
-		h[k] = append([]string(nil), v...)
-	}
+	h := streams.CopyHeader(header, len(ownHeaders), isOwnHeader)
 	deadAt := d.DeadAt
 	if deadAt.IsZero() {
 		deadAt = time.Now()

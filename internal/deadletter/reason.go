@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
 )
 
 // Reason says why a delivery was dead-lettered. It is the last token of the
@@ -113,5 +114,5 @@ func validSubscriber(id string) error {
 // reason r: dlq.<subscriber>.<reason>. It does not validate its arguments;
 // [Publish] does, before it publishes.
 func Subject(subscriber string, r Reason) string {
-	return "dlq." + subscriber + "." + string(r)
+	return streams.DeadLetterSubject(subscriber, string(r))
 }

@@ -198,7 +198,7 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 			continue
 		}
 		checked[lane] = true
-		_, err := r.JS.Consumer(ctx, streams.Deliveries, "lane_"+lane)
+		_, err := r.JS.Consumer(ctx, streams.Deliveries, streams.LaneConsumer(lane))
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("%w: no consumer lane_%s on %s (give --lanes as relay run has it, and run relay once since the subscriber was added)", ErrNoLane, lane, streams.Deliveries)
 		}
@@ -317,7 +317,7 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 		return SkipNoBody, nil
 	}
 	msg := &nats.Msg{
-		Subject: "deliveries." + lane + "." + m.Subscriber,
+		Subject: streams.DeliverySubject(lane, m.Subscriber),
 		Header:  replayHeader(m.Header, r.IgnoreDeadline),
 		Data:    m.Body,
 	}
@@ -344,15 +344,9 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 // JetStream's, the DLQ's own and the attempt headers, and without
 // Relay-Deadline when the deadline is ignored.
 func replayHeader(h nats.Header, dropDeadline bool) nats.Header {
-	out := make(nats.Header, len(h))
-	for k, v := range h {
-		if streams.IsNatsHeader(k) || isOwnHeader(k) || isAttemptHeader(k) ||
-			(dropDeadline && strings.EqualFold(k, streams.HeaderDeadline)) {
-			continue
-		}
-		out[k] = append([]string(nil), v...)
-	}
-	return out
+	return streams.CopyHeader(h, 0, isOwnHeader, isAttemptHeader, func(k string) bool {
+		return dropDeadline && strings.EqualFold(k, streams.HeaderDeadline)
+	})
 }
 
 // isAttemptHeader reports the headers a delivery's attempts and its trips

@@ -53,20 +53,6 @@ func headerStable(id string) bool {
 	return true
 }
 
-// CopyID is the Nats-Msg-Id of the copy of event eventID for subscriber,
-// <event id>.<subscriber> (docs/streams.md): fanning an event out again
-// within DELIVERIES' duplicate window stores one copy per subscriber.
-func CopyID(eventID, subscriber string) string { return eventID + "." + subscriber }
-
-// IsCopyID reports whether msgID is [CopyID] of eventID and subscriber,
-// without building it: a copy that came straight from the fan-out, not
-// one moved back from RETRIES, replayed from the DLQ or published by hand.
-func IsCopyID(msgID, eventID, subscriber string) bool {
-	return len(msgID) == len(eventID)+1+len(subscriber) &&
-		strings.HasPrefix(msgID, eventID) && msgID[len(eventID)] == '.' &&
-		strings.HasSuffix(msgID, subscriber)
-}
-
 // EventType is the subject after "events.".
 func EventType(subject string) string { return strings.TrimPrefix(subject, SubjectPrefix) }
 
@@ -74,13 +60,7 @@ func EventType(subject string) string { return strings.TrimPrefix(subject, Subje
 // less every Nats-* header (the copy's own dedupe id is set by the caller),
 // plus relay's identity headers.
 func CopyHeader(orig nats.Header, id, eventType string, published time.Time) nats.Header {
-	h := make(nats.Header, len(orig)+3)
-	for k, v := range orig {
-		if streams.IsNatsHeader(k) || ownedByRelay(k) {
-			continue
-		}
-		h[k] = append([]string(nil), v...)
-	}
+	h := streams.CopyHeader(orig, 3, ownedByRelay)
 	h.Set(streams.HeaderEventID, id)
 	h.Set(streams.HeaderEventType, eventType)
 	h.Set(streams.HeaderPublishedAt, published.UTC().Format(time.RFC3339Nano))

@@ -78,8 +78,8 @@ func TestEventType(t *testing.T) {
 // deliveries.<lane>.<subscriber>.
 func TestDeliverySubject(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "deliveries.s03.sub-a", fanout.DeliverySubject("s03", "sub-a"))
-	require.Equal(t, "deliveries.d_big.big", fanout.DeliverySubject("d_big", "big"))
+	require.Equal(t, "deliveries.s03.sub-a", streams.DeliverySubject("s03", "sub-a"))
+	require.Equal(t, "deliveries.d_big.big", streams.DeliverySubject("d_big", "big"))
 }
 
 // TestCopyHeader proves the header rule of docs/headers.md for copies: every
@@ -217,31 +217,5 @@ func TestCopyHeaderDropsRelayHeadersOfThePublisher(t *testing.T) {
 	}
 	if got.Get("Relay-Deadline") != "2030-01-01T00:00:00Z" {
 		t.Errorf("Relay-Deadline not kept: %v", got)
-	}
-}
-
-// A copy's Nats-Msg-Id is <event id>.<subscriber>; the ids of the other
-// ways onto DELIVERIES (a retry moved back, a replay, one by hand) are not,
-// even when they share a part of it.
-func TestIsCopyID(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		msgID, event, sub string
-		want              bool
-	}{
-		{fanout.CopyID("evt_1", "crm"), "evt_1", "crm", true},
-		{"evt.1.crm.eu", "evt.1", "crm.eu", true},
-		{"evt_1.crm", "evt_1", "cr", false},
-		{"evt_1.crm", "evt_", "1.crm", false},
-		{"evt_1xcrm", "evt_1", "crm", false},
-		{"retry-Ab12Cd", "evt_1", "crm", false},
-		{"replay.42", "replay", "43", false},
-		{"", "evt_1", "crm", false},
-		{"evt_1.crm", "DELIVERIES-7", "crm", false},
-	}
-	for _, tt := range tests {
-		if got := fanout.IsCopyID(tt.msgID, tt.event, tt.sub); got != tt.want {
-			t.Errorf("IsCopyID(%q, %q, %q) = %v, want %v", tt.msgID, tt.event, tt.sub, got, tt.want)
-		}
 	}
 }

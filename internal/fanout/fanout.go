@@ -30,11 +30,6 @@ import (
 // shares.
 const ConsumerName = "fanout"
 
-// DeliverySubject is where a subscriber's copies go.
-func DeliverySubject(lane, subscriber string) string {
-	return "deliveries." + lane + "." + subscriber
-}
-
 // Config wires a fan-out.
 type Config struct {
 	// JS is the JetStream context; required.
@@ -421,17 +416,17 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		case held:
 			m = retry.Scheduled(sub.ID, msg.Data(), h, t.deliverAt)
 		default:
-			m = &nats.Msg{Subject: DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID), Header: h, Data: msg.Data()}
+			m = &nats.Msg{Subject: streams.DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID), Header: h, Data: msg.Data()}
 			switch {
 			case cfg.Backlogs.Has(sub.ID):
 				// Behind a backlog, it may wait long: whole.
-				m.Subject = overflow.Subject(sub.ID)
+				m.Subject = streams.OverflowSubject(sub.ID)
 			case shared != "":
 				h.Set(streams.HeaderEventSeq, shared)
 				m.Data = nil
 			}
 		}
-		f, err := PublishCopy(ctx, js, m, CopyID(id, sub.ID))
+		f, err := PublishCopy(ctx, js, m, streams.CopyID(id, sub.ID))
 		if err != nil {
 			p.err = err
 			return p

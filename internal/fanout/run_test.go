@@ -498,7 +498,7 @@ func TestRunBackPressure(t *testing.T) {
 		for _, s := range []string{"a", "b"} {
 			id := fmt.Sprintf("bp-%d", i)
 			want[id+"."+s] = wantCopy{
-				subject:   fanout.DeliverySubject(subscribers.LaneFor(s, sharedLanes), s),
+				subject:   streams.DeliverySubject(subscribers.LaneFor(s, sharedLanes), s),
 				eventID:   id,
 				eventType: "bulk.item",
 				eventSeq:  uint64(i + 1),

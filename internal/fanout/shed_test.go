@@ -42,9 +42,9 @@ func TestRunShedsPastTheBacklogBound(t *testing.T) {
 	for _, m := range copies(t, js) {
 		queued[m.Subject]++
 	}
-	require.Equal(t, 3, queued[fanout.DeliverySubject(small.Lane(sharedLanes), "small")])
+	require.Equal(t, 3, queued[streams.DeliverySubject(small.Lane(sharedLanes), "small")])
 	other := sub("other")
-	require.Equal(t, events, queued[fanout.DeliverySubject(other.Lane(sharedLanes), "other")])
+	require.Equal(t, events, queued[streams.DeliverySubject(other.Lane(sharedLanes), "other")])
 
 	dead := streamMsgs(t, js, streams.DLQ)
 	require.Len(t, dead, events-3)
@@ -91,7 +91,7 @@ func TestRunGivesAHandedBackEventTheSameVerdicts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, gauge.Refresh(t.Context()))
 	// small already has its one delivery waiting.
-	_, err = js.Publish(t.Context(), fanout.DeliverySubject(small.Lane(sharedLanes), "small"), []byte("old"))
+	_, err = js.Publish(t.Context(), streams.DeliverySubject(small.Lane(sharedLanes), "small"), []byte("old"))
 	require.NoError(t, err)
 	require.NoError(t, gauge.Refresh(t.Context()))
 	// Room for nothing more: the other's copy is refused.
@@ -110,8 +110,8 @@ func TestRunGivesAHandedBackEventTheSameVerdicts(t *testing.T) {
 	for _, m := range copies(t, js) {
 		queued[m.Subject]++
 	}
-	require.Equal(t, 1, queued[fanout.DeliverySubject(small.Lane(sharedLanes), "small")], "small's copy was queued on a second fan-out")
-	require.Equal(t, 1, queued[fanout.DeliverySubject(other.Lane(sharedLanes), "other")])
+	require.Equal(t, 1, queued[streams.DeliverySubject(small.Lane(sharedLanes), "small")], "small's copy was queued on a second fan-out")
+	require.Equal(t, 1, queued[streams.DeliverySubject(other.Lane(sharedLanes), "other")])
 	dead := streamMsgs(t, js, streams.DLQ)
 	require.Len(t, dead, 1)
 	require.Equal(t, "dlq.backlog.ev-1.small", dead[0].Header.Get(jetstream.MsgIDHeader))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,7 +39,7 @@ func AckWaitInUse(ctx context.Context, js jetstream.JetStream) (AckWaitUse, erro
 	}
 	list := stream.ListConsumers(ctx)
 	for info := range list.Info() {
-		if !strings.HasPrefix(info.Name, ConsumerName("")) {
+		if _, lane := streams.LaneOfConsumer(info.Name); !lane {
 			continue
 		}
 		wait := info.Config.AckWait

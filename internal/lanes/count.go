@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -31,11 +30,11 @@ func SharedLanes(ctx context.Context, js jetstream.JetStream) (int, error) {
 	names := stream.ConsumerNames(ctx)
 	highest := -1
 	for name := range names.Name() {
-		lane, ok := strings.CutPrefix(name, "lane_s")
+		lane, ok := streams.LaneOfConsumer(name)
 		if !ok {
 			continue
 		}
-		if n, err := strconv.Atoi(lane); err == nil && n > highest {
+		if n, ok := subscribers.SharedIndex(lane); ok && n > highest {
 			highest = n
 		}
 	}

@@ -19,7 +19,7 @@
 // subscriber, nor on the server: what a message needs written (a move to
 // overflow, a park, a dead letter) is queued or handed to a goroutine, and
 // each kind of write has a JetStream context and a bounded window of its
-// own (writes.go), so a server slow to answer costs each its own window.
+// own (writes.go; its windows in tuning.go), so a server slow to answer costs each its own window.
 //
 // The lane's MaxAckPending is a pool its busy subscribers share: each may
 // hold a few seconds of its own work (an unlimited one alone on its lane,

@@ -54,15 +54,6 @@ type lookup struct {
 	at time.Time
 }
 
-// lookupFor is how long the bucket's answer about an id this relay's view
-// lacks is kept, and how often it is read at most: a flood of deliveries
-// for it costs one read a second.
-const lookupFor = time.Second
-
-// logEvery is how often a condition that lasts (deliveries held for a
-// subscriber this relay cannot use) is logged again.
-const logEvery = time.Minute
-
 func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 	e := &engine{cfg: cfg, finishing: finishing, gate: requests.NewGate(cfg.MaxRequests),
 		known: make(map[string]*lookup), logged: make(map[string]time.Time)}

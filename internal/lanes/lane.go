@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,13 +19,6 @@ import (
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
-
-// pullBatch is how many messages a lane asks for at once. Every message is
-// dispatched at once (held, queued for overflow or sent) and no dispatch
-// waits on the server, so the client buffer never holds a message long
-// enough for its ack wait to matter; its time there counts all the same
-// (see [consumer.ReceivedAt]).
-const pullBatch = 256
 
 // lane is one durable pull consumer and the schedulers of the subscribers
 // whose messages it carries.
@@ -100,14 +92,11 @@ func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, 
 	return l, nil
 }
 
-// laneCreateTimeout bounds the creation of a lane's consumer as it starts.
-const laneCreateTimeout = 15 * time.Second
-
 func (l *lane) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := consumer.Ensure(ctx, l.cfg.JS, streams.Deliveries, jetstream.ConsumerConfig{
-		Durable:       ConsumerName(l.name),
+		Durable:       streams.LaneConsumer(l.name),
 		Description:   "relay lane " + l.name,
-		FilterSubject: "deliveries." + l.name + ".>",
+		FilterSubject: streams.LaneFilter(l.name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       l.cfg.AckWait,
 		MaxDeliver:    -1,
@@ -115,7 +104,7 @@ func (l *lane) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lanes: creating consumer %s: %w", ConsumerName(l.name), err)
+		return nil, fmt.Errorf("lanes: creating consumer %s: %w", streams.LaneConsumer(l.name), err)
 	}
 	return cons, nil
 }
@@ -147,7 +136,7 @@ func (l *lane) run(ctx context.Context) {
 		l.log.Error("lanes: consuming, starting again", "err", err)
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(failedRetry):
 		}
 	}
 	l.starting.Lock()
@@ -158,10 +147,6 @@ func (l *lane) run(ctx context.Context) {
 	l.puts.stop()
 	l.flight.Close()
 }
-
-// handBackWait bounds the wait for the server to confirm a stopping lane's
-// hand-backs.
-const handBackWait = 5 * time.Second
 
 // handBack returns msgs, all of this lane, to JetStream for another relay
 // (or this one's next start) to deliver at once, and waits for the server to
@@ -320,7 +305,7 @@ func (l *lane) schedulers() []*scheduler {
 // round's other InProgress arrived too as far as one connection delivers in
 // order; with none to send, a ping proves the connection.)
 func (l *lane) keepAliveLoop(ctx context.Context) {
-	every := l.cfg.AckWait / 4
+	every := keepAliveEvery(l.cfg.AckWait)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -366,7 +351,7 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
 			continue
 		}
-		if start.UnixNano()-l.confirmed.Load() >= int64(l.cfg.AckWait*3/4) {
+		if start.UnixNano()-l.confirmed.Load() >= int64(aliveFor(l.cfg.AckWait)) {
 			// Stored before confirmed: whoever reads the new confirmed
 			// sees the gap before it.
 			l.gapAt.Store(start.UnixNano())
@@ -382,7 +367,7 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 // relay, and sending it would POST it twice at once. The quarter left
 // covers the server's send to this client (see [consumer.ReceivedAt]).
 func (l *lane) alive(d delivery) bool {
-	return time.Since(time.Unix(0, l.renewedAt(d))) < l.cfg.AckWait*3/4
+	return time.Since(time.Unix(0, l.renewedAt(d))) < aliveFor(l.cfg.AckWait)
 }
 
 // renewedAt is when d's ack wait was last reset, as far as this relay can
@@ -398,7 +383,7 @@ func (l *lane) renewedAt(d delivery) int64 {
 	if d.kept == 0 || d.kept >= confirmed {
 		return from
 	}
-	if gap := l.gapAt.Load(); d.kept < gap && gap-from >= int64(l.cfg.AckWait*3/4) {
+	if gap := l.gapAt.Load(); d.kept < gap && gap-from >= int64(aliveFor(l.cfg.AckWait)) {
 		return from
 	}
 	return max(from, confirmed)
@@ -429,10 +414,6 @@ func (l *lane) handBackAll() {
 // false when the subject has other tokens than these three, or a token no
 // subscriber id can be.
 func subscriberOf(subject string) (string, bool) {
-	rest, ok := strings.CutPrefix(subject, "deliveries.")
-	if !ok {
-		return "", false
-	}
-	_, id, ok := strings.Cut(rest, ".")
+	_, id, ok := streams.DeliveryOf(subject)
 	return id, ok && subscribers.ValidateID(id) == nil
 }

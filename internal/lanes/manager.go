@@ -3,9 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,10 +92,10 @@ func (c *Config) setDefaults() error {
 		c.Clock = clock.Real
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 60 * time.Second
+		c.AckWait = defaultAckWait
 	}
 	if c.MaxAckPending == 0 {
-		c.MaxAckPending = 20_000
+		c.MaxAckPending = defaultMaxAckPending
 	}
 	if c.MaxPause == 0 {
 		c.MaxPause = retry.DefaultMaxPause
@@ -122,28 +120,6 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
-
-// DefaultMaxRequests is --max-requests' default: far more requests than a
-// relay's CPU can keep busy on one host, far fewer file descriptors than a
-// default limit allows.
-const DefaultMaxRequests = 4096
-
-// DefaultShutdownTimeout is --shutdown-timeout's default: as long as the
-// default HTTP timeout of three attempts. The process manager's grace period
-// between SIGTERM and SIGKILL should exceed it by about 15 s, for the acks
-// and the NATS connection to drain (docker-compose.yml gives 45 s).
-const DefaultShutdownTimeout = 30 * time.Second
-
-// sweepEvery is how often a relay looks for backlogs in overflow that no
-// queue of its own knows about: those of a relay that stopped or died, or of
-// a subscriber this relay could not use until now.
-const sweepEvery = 2 * time.Second
-
-// SharedLane is the name of shared lane i.
-func SharedLane(i int) string { return fmt.Sprintf("s%02d", i) }
-
-// ConsumerName is the durable consumer of a lane.
-func ConsumerName(lane string) string { return "lane_" + lane }
 
 // Run starts every shared lane, and a dedicated lane for each subscriber
 // that has one, follows subscriber changes (dedicated lanes start and stop
@@ -200,14 +176,14 @@ func Run(ctx context.Context, cfg Config) error {
 	// should; one that meets an outage or a cluster electing is tried
 	// again while the others deliver.
 	for i := range cfg.SharedLanes {
-		if err := m.start(ctx, SharedLane(i)); err != nil {
+		if err := m.start(ctx, subscribers.SharedLane(i)); err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting
 			}
 			if !streams.Transient(err) {
 				return err
 			}
-			cfg.Logger.Warn("lanes: starting lane, trying again", "lane", SharedLane(i), "err", err)
+			cfg.Logger.Warn("lanes: starting lane, trying again", "lane", subscribers.SharedLane(i), "err", err)
 		}
 	}
 
@@ -228,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// again in a second, not only at the next subscriber change.
 		var retry <-chan time.Time
 		if !ok || !leftovers {
-			retry = time.After(time.Second)
+			retry = time.After(failedRetry)
 		}
 		select {
 		case <-ctx.Done():
@@ -293,7 +269,7 @@ func (m *manager) sweep(ctx context.Context) {
 		m.work.Go(func() {
 			defer m.settling.Store(false)
 			for _, id := range gone {
-				lane := deliverySubject(subscribers.LaneFor(id, m.cfg.SharedLanes), id)
+				lane := streams.DeliverySubject(subscribers.LaneFor(id, m.cfg.SharedLanes), id)
 				_, _, _, err := m.env.refiller.Refill(ctx, id, lane, 0, maxRefill)
 				if err != nil && ctx.Err() == nil && !errors.Is(err, overflow.ErrLeased) {
 					m.cfg.Logger.Warn("lanes: settling the backlog of a removed subscriber", "subscriber", id, "err", err)
@@ -359,7 +335,7 @@ func (m *manager) lane(name string) *lane {
 func (m *manager) startShared(ctx context.Context) bool {
 	ok := true
 	for i := range m.cfg.SharedLanes {
-		name := SharedLane(i)
+		name := subscribers.SharedLane(i)
 		if err := m.start(ctx, name); err != nil {
 			if ctx.Err() == nil {
 				m.cfg.Logger.Error("lanes: starting lane", "lane", name, "err", err)
@@ -418,9 +394,9 @@ func (m *manager) existingLanes(ctx context.Context) ([]string, error) {
 	var names []string
 	lister := stream.ConsumerNames(ctx)
 	for name := range lister.Name() {
-		if lane, ok := strings.CutPrefix(name, "lane_"); ok {
-			if strings.HasPrefix(lane, "d_") {
-				if _, exists := m.cfg.Subscribers.Get(strings.TrimPrefix(lane, "d_")); !exists {
+		if lane, ok := streams.LaneOfConsumer(name); ok {
+			if id, dedicated := subscribers.DedicatedOf(lane); dedicated {
+				if _, exists := m.cfg.Subscribers.Get(id); !exists {
 					continue
 				}
 			}
@@ -448,7 +424,7 @@ func (m *manager) syncDedicated(ctx context.Context) bool {
 	m.mu.Lock()
 	var gone []string
 	for name := range m.lanes {
-		if id, ok := strings.CutPrefix(name, "d_"); ok {
+		if id, ok := subscribers.DedicatedOf(name); ok {
 			if _, exists := m.cfg.Subscribers.Get(id); !exists {
 				gone = append(gone, name)
 			}
@@ -457,7 +433,7 @@ func (m *manager) syncDedicated(ctx context.Context) bool {
 	m.mu.Unlock()
 	for _, name := range gone {
 		m.stop(name)
-		err := m.cfg.JS.DeleteConsumer(context.WithoutCancel(ctx), streams.Deliveries, ConsumerName(name))
+		err := m.cfg.JS.DeleteConsumer(context.WithoutCancel(ctx), streams.Deliveries, streams.LaneConsumer(name))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			m.cfg.Logger.Warn("lanes: deleting dedicated lane", "lane", name, "err", err)
 		}

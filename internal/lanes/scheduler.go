@@ -14,6 +14,7 @@ import (
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
 )
 
 // Where a delivery is, and who moves it next (docs/delivery-rules.md
@@ -40,38 +41,6 @@ import (
 // shrinking share, or a pause shorter than keepBroughtBack) rather than go
 // out again. Only a pause or open circuit longer than that sends it out a
 // second time: then two more writes are nothing beside the wait.
-const (
-	// holdWindow is how much work, at its rate, a rate-limited subscriber
-	// holds in its lane; at least max-in-flight messages.
-	holdWindow = 2 * time.Second
-	// unlimitedHoldWindow is the same for an unlimited subscriber, whose
-	// pace is only estimated from its response time: long enough that a
-	// burst to a fast one stays in the lane, short enough that one that
-	// hangs (its response time then the timeout) holds little more than
-	// its in-flight requests.
-	unlimitedHoldWindow = 10 * time.Second
-	// reserveDiv keeps 1/reserveDiv of a lane's MaxAckPending free of
-	// shares, so a lane-mate that becomes busy always finds room.
-	reserveDiv = 8
-	// maxRefill is the most one refill brings back.
-	maxRefill = 1024
-	// expectFor is how long messages brought back count as on their way to
-	// this relay's queue; another relay may have pulled them.
-	expectFor = 2 * time.Second
-	// parkAfter is the shortest pause or open circuit for which the held
-	// messages leave the lane: shorter waits are not worth two writes.
-	parkAfter = time.Second
-	// keepBroughtBack is the longest pause or open circuit through which
-	// messages already brought back from overflow stay held.
-	keepBroughtBack = 30 * time.Second
-	// assumedLatency stands for an unlimited subscriber's response time
-	// until one is seen; short, so that a burst to a fast subscriber is
-	// held rather than sent to overflow.
-	assumedLatency = 5 * time.Millisecond
-	// maxLocalStreak is how many local failures in a row one subscriber's
-	// requests may have before the next counts as an attempt.
-	maxLocalStreak = 10
-)
 
 func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
 	return ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
@@ -531,7 +500,7 @@ func (s *scheduler) loop(ctx context.Context) {
 		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
-			dec = ratelimit.Decision{Hold: ratelimit.Token, Wait: 100 * time.Millisecond}
+			dec = ratelimit.Decision{Hold: ratelimit.Token, Wait: limiterRetry}
 		}
 		if dec.Hold != ratelimit.Go {
 			release()
@@ -757,7 +726,7 @@ func (s *scheduler) refillLocked(ctx context.Context, sub *subscribers.Subscribe
 	// from now on, and what did not come back is taken off after.
 	s.expect += room
 	s.expectUntil = now.Add(expectFor)
-	from, subject, puts := s.next, deliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
+	from, subject, puts := s.next, streams.DeliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
 	s.lane.work.Go(func() {
 		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
 		switch {
@@ -766,7 +735,7 @@ func (s *scheduler) refillLocked(ctx context.Context, sub *subscribers.Subscribe
 			// again for a while.
 		case err != nil:
 			s.lane.log.Warn("lanes: bringing back a backlog", "subscriber", s.id, "err", err)
-			s.sleep(ctx, time.Second, false)
+			s.sleep(ctx, failedRetry, false)
 		}
 		s.mu.Lock()
 		s.refilling = false
@@ -852,5 +821,3 @@ func (s *scheduler) drain() []jetstream.Msg {
 	s.syncLocked()
 	return held
 }
-
-func deliverySubject(lane, id string) string { return "deliveries." + lane + "." + id }

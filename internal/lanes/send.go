@@ -16,7 +16,6 @@ import (
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
-	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
@@ -24,11 +23,6 @@ import (
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
-
-// settleRetry is how long a message whose outcome could not be recorded
-// (NATS unavailable for the DLQ copy or the parked retry) waits before it
-// is taken up again.
-const settleRetry = 5 * time.Second
 
 // delivery is what the lane knows of one DELIVERIES message.
 type delivery struct {
@@ -226,7 +220,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		if l.stopping.Load() {
 			l.handBack(d.msg)
 		} else {
-			_ = d.msg.NakWithDelay(time.Second)
+			_ = d.msg.NakWithDelay(unsentDelay)
 		}
 		return out
 	}
@@ -267,7 +261,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 //
 //go:noinline
 func (l *lane) stages(msg jetstream.Msg, eventID, subscriber string, published, stored time.Time, receivedNano int64, sent time.Time, took time.Duration) {
-	if !fanout.IsCopyID(msg.Headers().Get(jetstream.MsgIDHeader), eventID, subscriber) {
+	if !streams.IsCopyID(msg.Headers().Get(jetstream.MsgIDHeader), eventID, subscriber) {
 		return
 	}
 	var received time.Time
@@ -410,7 +404,7 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 	death.Attempts = d.attempts
 	death.FirstAttemptAt = d.firstAt
 	death.OriginSeq = d.seq
-	if subj := d.msg.Subject(); !strings.HasPrefix(subj, overflow.Prefix) {
+	if subj := d.msg.Subject(); !strings.HasPrefix(subj, streams.OverflowPrefix) {
 		death.OriginSubject = subj
 	}
 	body, h, err := l.env.whole(ctx, d.msg)
@@ -483,12 +477,10 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 // deadline passed while it waited in its subscriber's overflow: bringing it
 // back would cost two writes for a message that can only die.
 func (e *engine) lateInOverflow(id string, m overflow.Msg) func(context.Context) error {
-	v := streams.HeaderValue(m.Header, streams.HeaderDeadline)
-	if v == "" {
-		return nil
-	}
-	deadline, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil || e.cfg.Clock.Now().Before(deadline) {
+	// An unreadable deadline is not judged here: brought back, the copy is
+	// dead-lettered as malformed (see dispatch).
+	deadline, malformed := streams.TimeOf(m.Header, streams.HeaderDeadline)
+	if malformed != "" || deadline.IsZero() || e.cfg.Clock.Now().Before(deadline) {
 		return nil
 	}
 	return func(ctx context.Context) error {

@@ -25,33 +25,6 @@ import (
 // on a lane's pull loop: an overflow put is queued for the lane's putter
 // below, a park, a hold or a dead letter runs in a goroutine of the lane,
 // so a pull loop never waits on a PubAck, nor on a place in a window.
-const (
-	// putWindow is how many overflow puts, over all lanes of the relay, may
-	// wait for their PubAck at once: at a 100 ms round trip to the server,
-	// ten thousand puts a second.
-	putWindow = 1024
-	// putQueue is how many overflow puts of one lane may wait for a place
-	// in that window. A put that finds its lane's queue full hands the
-	// delivery back for putFullDelay rather than wait: the server is then
-	// far behind.
-	putQueue = putWindow
-	// putFullDelay is the delay of a delivery handed back because the
-	// overflow puts are behind: short, since nothing is wrong with it.
-	putFullDelay = 250 * time.Millisecond
-	// putAckWait bounds the wait for an overflow put's PubAck; without one
-	// the delivery is handed back and its next put deduplicated.
-	putAckWait = settleRetry
-	// refillWindow is how many copies refills, over all lanes, may have
-	// waiting for their PubAck at once: four whole refills. A refill that
-	// finds the window full leaves the rest of its batch for the next.
-	refillWindow = 4 * maxRefill
-	// refillAckWait bounds the wait for a refill copy's PubAck.
-	refillAckWait = 10 * time.Second
-	// settleWindow is how many parks and holds (and, apart, how many dead
-	// letters) may wait for their PubAck at once over all lanes; more wait
-	// their turn in their own goroutine.
-	settleWindow = 256
-)
 
 // renewed is a set of originals waiting on a write (a put, a hold), by
 // DELIVERIES sequence, that the lane's keep-alive rounds renew as they do

@@ -3,7 +3,6 @@ package metrics
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -39,7 +38,7 @@ import (
 // cost an answer as large as the parked messages are many, at every scrape.
 const (
 	deliveriesStream = streams.Deliveries
-	deliveriesFilter = "deliveries.>"
+	deliveriesFilter = streams.DeliveriesFilter
 	oldestBatch      = 256
 	oldestBatchBytes = 1 << 20
 	longestQueues    = 8
@@ -105,7 +104,7 @@ func readQueues(ctx context.Context, nc *nats.Conn, deliveries jetstream.Stream,
 	p := pool.New().WithContext(ctx).WithMaxGoroutines(queueReaders).WithFirstError()
 	for _, id := range longest[:min(len(longest), longestQueues)] {
 		p.Go(func(ctx context.Context) error {
-			msg, err := deliveries.GetMsg(ctx, first, jetstream.WithGetMsgSubject("deliveries.*."+id))
+			msg, err := deliveries.GetMsg(ctx, first, jetstream.WithGetMsgSubject(streams.SubscriberDeliveries(id)))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				return nil // drained since the count
 			}
@@ -127,48 +126,16 @@ type stored struct {
 	at      time.Time
 }
 
-// directGet is the request of a batched direct get.
-type directGet struct {
-	Seq        uint64 `json:"seq"`
-	NextBySubj string `json:"next_by_subj"`
-	Batch      int    `json:"batch"`
-	MaxBytes   int    `json:"max_bytes"`
-}
-
 // oldestMessages reads the subject and time of the oldest messages of
 // DELIVERIES, from sequence from on, in one batched direct get.
 func oldestMessages(ctx context.Context, nc *nats.Conn, from uint64) ([]stored, error) {
-	req, err := json.Marshal(directGet{Seq: from, NextBySubj: deliveriesFilter, Batch: oldestBatch, MaxBytes: oldestBatchBytes})
+	got, _, err := streams.GetBatch(ctx, nc, deliveriesStream, streams.DirectGet{Seq: from, NextBySubj: deliveriesFilter, Batch: oldestBatch, MaxBytes: oldestBatchBytes})
+	out := make([]stored, 0, len(got))
+	for _, m := range got {
+		out = append(out, stored{subject: m.Subject, at: m.Time})
+	}
 	if err != nil {
-		return nil, err
-	}
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: reading the oldest deliveries: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+deliveriesStream, inbox, req); err != nil {
-		return nil, fmt.Errorf("metrics: reading the oldest deliveries: %w", err)
-	}
-	var out []stored
-	for len(out) < oldestBatch {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return out, fmt.Errorf("metrics: reading the oldest deliveries: %w", err)
-		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "204", "404": // the end of the batch; nothing from that sequence on
-			return out, nil
-		default:
-			return out, fmt.Errorf("metrics: reading the oldest deliveries: status %s %s", status, m.Header.Get("Description"))
-		}
-		at, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		if err != nil {
-			return out, fmt.Errorf("metrics: reading the oldest deliveries: time stamp: %w", err)
-		}
-		out = append(out, stored{subject: m.Header.Get(jetstream.SubjectHeader), at: at})
+		return out, fmt.Errorf("metrics: reading the oldest deliveries: %w", err)
 	}
 	return out, nil
 }

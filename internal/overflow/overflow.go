@@ -14,16 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc/pool"
 
-	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/streams"
 )
-
-// Prefix + <subscriber> is a subscriber's overflow subject in DELIVERIES.
-// "overflow" cannot be a lane: shared lanes are sNN and dedicated ones d_<id>.
-const Prefix = "deliveries.overflow."
-
-// Subject is the overflow subject of a subscriber.
-func Subject(subscriber string) string { return Prefix + subscriber }
 
 // ErrDirectGet is streams.ErrDirectGet: the server answered a direct get with
 // something that is neither a message nor the end of the batch.
@@ -82,7 +74,7 @@ func Read(ctx context.Context, nc *nats.Conn, subscriber string, from uint64, n 
 	next := max(from, 1)
 	budget := readBytes
 	for len(out) < n && budget > 0 {
-		batch, done, err := readOnce(ctx, nc, Subject(subscriber), next, min(readBatch, n-len(out)), budget)
+		batch, done, err := readOnce(ctx, nc, streams.OverflowSubject(subscriber), next, min(readBatch, n-len(out)), budget)
 		if err != nil {
 			return out, err
 		}
@@ -297,7 +289,7 @@ func (r *Refiller) refill(ctx context.Context, subscriber, subject string, from 
 	err = failed
 	if stored > 0 {
 		next = msgs[stored-1].Seq + 1
-		if perr := r.stream.Purge(purgeCtx, jetstream.WithPurgeSubject(Subject(subscriber)), jetstream.WithPurgeSequence(next)); perr != nil {
+		if perr := r.stream.Purge(purgeCtx, jetstream.WithPurgeSubject(streams.OverflowSubject(subscriber)), jetstream.WithPurgeSequence(next)); perr != nil {
 			// The copies are stored: a later purge from a later sequence
 			// removes these too, and a reader before it is deduplicated.
 			err = cmp.Or(err, fmt.Errorf("overflow: purging %s: %w", subscriber, perr))
@@ -336,7 +328,7 @@ func (r *Refiller) spill(ctx context.Context, subscriber string, msgs []Msg, idx
 		// subscriber cannot take it yet).
 		h := streams.CopyHeader(m.Header, 0)
 		h.Del(streams.HeaderOverflowSeq)
-		f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: retry.DuePrefix + subscriber, Header: h, Data: m.Data},
+		f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: streams.RetryDuePrefix + subscriber, Header: h, Data: m.Data},
 			jetstream.WithMsgID(spillID(m.Seq)))
 		if err != nil {
 			failed = err
@@ -426,13 +418,13 @@ func (b *Backlogged) Has(id string) bool {
 // every few seconds to find the backlogs no queue of theirs knows about (left
 // by a relay that stopped, or by a peer).
 func Backlogs(ctx context.Context, stream jetstream.Stream) (map[string]uint64, error) {
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(Prefix+">"))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(streams.OverflowPrefix+">"))
 	if err != nil {
 		return nil, fmt.Errorf("overflow: listing backlogs: %w", err)
 	}
 	out := make(map[string]uint64, len(info.State.Subjects))
 	for subject, n := range info.State.Subjects {
-		if id, ok := strings.CutPrefix(subject, Prefix); ok && n > 0 {
+		if id, ok := strings.CutPrefix(subject, streams.OverflowPrefix); ok && n > 0 {
 			out[id] = n
 		}
 	}
@@ -444,7 +436,7 @@ func Backlogs(ctx context.Context, stream jetstream.Stream) (map[string]uint64, 
 func PutAsync(js jetstream.JetStream, subscriber string, body []byte, header nats.Header, seq uint64) (jetstream.PubAckFuture, error) {
 	h := streams.CopyHeader(header, 0)
 	h.Del(streams.HeaderOverflowSeq)
-	m := &nats.Msg{Subject: Subject(subscriber), Header: h, Data: body}
+	m := &nats.Msg{Subject: streams.OverflowSubject(subscriber), Header: h, Data: body}
 	f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(putID(seq)))
 	if err != nil {
 		return nil, fmt.Errorf("overflow: storing a delivery for %s: %w", subscriber, err)
@@ -465,7 +457,7 @@ func putID(seq uint64) string { return "overflow-" + strconv.FormatUint(seq, 10)
 func SpillAsync(js jetstream.JetStream, subscriber string, body []byte, header nats.Header, seq uint64) (jetstream.PubAckFuture, error) {
 	h := streams.CopyHeader(header, 0)
 	h.Del(streams.HeaderOverflowSeq)
-	f, err := js.PublishMsgAsync(&nats.Msg{Subject: retry.DuePrefix + subscriber, Header: h, Data: body}, jetstream.WithMsgID(spillID(seq)))
+	f, err := js.PublishMsgAsync(&nats.Msg{Subject: streams.RetryDuePrefix + subscriber, Header: h, Data: body}, jetstream.WithMsgID(spillID(seq)))
 	if err != nil {
 		return nil, fmt.Errorf("overflow: spilling a delivery for %s to %s: %w", subscriber, streams.Retries, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -149,7 +148,7 @@ func (k *BodyKeeper) oldestOnLanes(ctx context.Context) (time.Time, error) {
 	list := deliveries.ListConsumers(ctx)
 	for info := range list.Info() {
 		filter := info.Config.FilterSubject
-		if !strings.HasPrefix(filter, "deliveries.") {
+		if !streams.IsDelivery(filter) {
 			continue
 		}
 		got, _, err := streams.GetBatch(ctx, k.js.Conn(), streams.Deliveries, streams.DirectGet{NextBySubj: filter, Batch: 1})

@@ -79,7 +79,7 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 	return consumer.Run(ctx, cfg.JS, streams.Retries, jetstream.ConsumerConfig{
 		Durable:       MoverName,
 		Description:   "relay: moves due retries back to DELIVERIES",
-		FilterSubject: DuePrefix + ">",
+		FilterSubject: streams.RetryDuePrefix + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
@@ -96,7 +96,7 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 // relay asks the bucket and holds or dead-letters it: nothing leaves RETRIES
 // without a trace.
 func moveOne(js jetstream.JetStream, cfg MoverConfig, msg jetstream.Msg) (moving, bool) {
-	id := strings.TrimPrefix(msg.Subject(), DuePrefix)
+	id := strings.TrimPrefix(msg.Subject(), streams.RetryDuePrefix)
 	lane := subscribers.LaneFor(id, cfg.SharedLanes)
 	if sub, ok := cfg.Subscribers.Get(id); ok {
 		lane = sub.Lane(cfg.SharedLanes)
@@ -107,7 +107,7 @@ func moveOne(js jetstream.JetStream, cfg MoverConfig, msg jetstream.Msg) (moving
 	}
 	h := streams.CopyHeader(msg.Headers(), 0)
 	h.Del(streams.HeaderEventSeq) // what RETRIES holds carries its body
-	out := &nats.Msg{Subject: "deliveries." + lane + "." + id, Header: h, Data: msg.Data()}
+	out := &nats.Msg{Subject: streams.DeliverySubject(lane, id), Header: h, Data: msg.Data()}
 	f, err := js.PublishMsgAsync(out, jetstream.WithMsgID(movedID(msg.Headers(), seq)))
 	if err != nil {
 		retryMove(msg, id, err, cfg.Logger)

@@ -13,20 +13,6 @@ import (
 	"github.com/relay-dev/relay/streams"
 )
 
-// Subjects of the RETRIES stream.
-const (
-	// WaitPrefix + <subscriber>.<unique id> holds a parked delivery until it
-	// is due.
-	WaitPrefix = "retries.wait."
-	// DuePrefix + <subscriber> is where JetStream republishes it when due.
-	DuePrefix = "retries.due."
-	// AtPrefix + <subscriber>.<unique id> holds a fan-out copy of an event
-	// that is not due yet (its Relay-Deliver-At) until it is. It is apart
-	// from WaitPrefix so that `relay status` counts scheduled deliveries
-	// apart from parked retries; both fire on DuePrefix.
-	AtPrefix = "retries.at."
-)
-
 // JetStream's message-scheduling headers (nats-server 2.12 and later).
 const (
 	headerSchedule       = "Nats-Schedule"
@@ -44,7 +30,7 @@ const (
 // [streams.StoreOnce]) until ctx ends or a minute has passed; then the
 // error is [streams.ErrUnanswered], and the parked copy may be stored.
 func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
-	m := held(WaitPrefix, subscriber, body, header, at)
+	m := held(streams.RetryWaitPrefix, subscriber, body, header, at)
 	if _, err := streams.StoreOnce(ctx, js, m, dedupeID); err != nil {
 		return fmt.Errorf("retry: parking a delivery for %s: %w", subscriber, err)
 	}
@@ -53,7 +39,7 @@ func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body [
 
 // Hold is [Park] for a delivery that reached its lane before its due time
 // (a dead letter replayed early, a copy published by hand): it waits on
-// AtPrefix, counted as scheduled rather than as a retry.
+// streams.RetryAtPrefix, counted as scheduled rather than as a retry.
 func Hold(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
 	m := Scheduled(subscriber, body, header, at)
 	if _, err := streams.StoreOnce(ctx, js, m, dedupeID); err != nil {
@@ -68,15 +54,15 @@ func Hold(ctx context.Context, js jetstream.JetStream, subscriber string, body [
 // with the copy's own Nats-Msg-Id, so that fanning an event out again
 // within RETRIES' duplicate window stores one copy. header is not modified.
 func Scheduled(subscriber string, body []byte, header nats.Header, at time.Time) *nats.Msg {
-	return held(AtPrefix, subscriber, body, header, at)
+	return held(streams.RetryAtPrefix, subscriber, body, header, at)
 }
 
 // held is the scheduled message that waits on prefix + subscriber + a
-// unique token until at, then fires on DuePrefix + subscriber.
+// unique token until at, then fires on streams.RetryDuePrefix + subscriber.
 func held(prefix, subscriber string, body []byte, header nats.Header, at time.Time) *nats.Msg {
 	h := streams.CopyHeader(header, 3)
 	h.Set(headerSchedule, "@at "+at.UTC().Format(time.RFC3339Nano))
-	h.Set(headerScheduleTarget, DuePrefix+subscriber)
+	h.Set(headerScheduleTarget, streams.RetryDuePrefix+subscriber)
 	return &nats.Msg{Subject: prefix + subscriber + "." + nuid.Next(), Header: h, Data: body}
 }
 

@@ -10,8 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relay-dev/relay/internal/overflow"
-	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -41,18 +39,18 @@ type scope struct {
 
 // everyone is the scope of the whole report.
 var everyone = scope{
-	deliveries: "deliveries.>",
-	scheduled:  retry.AtPrefix + ">",
-	dlq:        "dlq.>",
+	deliveries: streams.DeliveriesFilter,
+	scheduled:  streams.RetryAtPrefix + ">",
+	dlq:        streams.DeadLettersFilter,
 }
 
 // only is the scope of one subscriber's report.
 func only(id string) scope {
 	return scope{
-		deliveries: "deliveries.*." + id,
-		due:        retry.DuePrefix + id,
-		scheduled:  retry.AtPrefix + id + ".*",
-		dlq:        "dlq." + id + ".*",
+		deliveries: streams.SubscriberDeliveries(id),
+		due:        streams.RetryDuePrefix + id,
+		scheduled:  streams.RetryAtPrefix + id + ".*",
+		dlq:        streams.DeadLetterFilter(id),
 	}
 }
 
@@ -112,7 +110,7 @@ func (r *reader) counts(ctx context.Context, sc scope) (counts, error) {
 		c.now = time.Now().UTC()
 	}
 	for subject, n := range info.State.Subjects {
-		if id, ok := strings.CutPrefix(subject, overflow.Prefix); ok {
+		if id, ok := strings.CutPrefix(subject, streams.OverflowPrefix); ok {
 			c.overflow[id] += n
 		} else if id, ok := streams.SubjectToken(subject, 2); ok {
 			c.queued[id] += n
@@ -192,7 +190,7 @@ const apiTimeout = 5 * time.Second
 // whatever the backlog, where listing the subjects would send one per
 // parked message.
 func (r *reader) waiting(ctx context.Context, id string) (uint64, error) {
-	return r.subjectTotal(ctx, streams.Retries, retry.WaitPrefix+id+".*")
+	return r.subjectTotal(ctx, streams.Retries, streams.RetryWaitPrefix+id+".*")
 }
 
 // subjectTotal asks the server how many subjects of stream match filter.

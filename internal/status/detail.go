@@ -10,6 +10,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
 )
 
 // LastErrors is how many of a subscriber's newest dead letters [Describe]
@@ -96,7 +97,7 @@ func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subsc
 // window: a few dozen reads on a DLQ of millions, and never one per entry.
 // Entries that are not DLQ copies relay could have written are left out.
 func (r *reader) lastDead(ctx context.Context, id string, first, last uint64, n int) ([]deadletter.Entry, error) {
-	s := &deadSearch{stream: r.dlq, filter: "dlq." + id + ".*"}
+	s := &deadSearch{stream: r.dlq, filter: streams.DeadLetterFilter(id)}
 	first = max(first, 1)
 	var msgs []*jetstream.RawStreamMsg
 	hi, span := last+1, uint64(2*n)

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -46,82 +43,24 @@ func (r *reader) bucketEntries(ctx context.Context, bucket, key string) (map[str
 	out := map[string]kvEntry{}
 	from := uint64(1)
 	for {
-		next, done, err := r.directBatch(ctx, "KV_"+bucket, prefix+key, from, kvBatch, func(m *nats.Msg, subject string, at time.Time) {
-			id := strings.TrimPrefix(subject, prefix)
-			if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-				delete(out, id)
-				return
-			}
-			out[id] = kvEntry{value: m.Data, written: at}
-		})
+		batchCtx, cancel := context.WithTimeout(ctx, apiTimeout)
+		got, done, err := streams.GetBatch(batchCtx, r.nc, "KV_"+bucket, streams.DirectGet{Seq: from, NextBySubj: prefix + key, Batch: kvBatch})
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("status: reading KV bucket %s: %w", bucket, err)
 		}
-		if done {
+		for _, m := range got {
+			id := strings.TrimPrefix(m.Subject, prefix)
+			if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+				delete(out, id)
+				continue
+			}
+			out[id] = kvEntry{value: m.Data, written: m.Time}
+		}
+		if done || len(got) == 0 {
 			return out, nil
 		}
-		from = next
-	}
-}
-
-// directGetRequest is the request of a batched direct get.
-type directGetRequest struct {
-	Seq        uint64 `json:"seq"`
-	NextBySubj string `json:"next_by_subj"`
-	Batch      int    `json:"batch"`
-}
-
-// directBatch sends one batched direct get of up to n messages on subject
-// from sequence from on, and gives each to fn with its subject and stored
-// time. It returns the sequence to go on from, and done when the subject
-// has nothing after what was read.
-func (r *reader) directBatch(ctx context.Context, stream, subject string, from uint64, n int, fn func(m *nats.Msg, subject string, at time.Time)) (next uint64, done bool, err error) {
-	req, err := json.Marshal(directGetRequest{Seq: from, NextBySubj: subject, Batch: n})
-	if err != nil {
-		return 0, false, err
-	}
-	inbox := r.nc.NewRespInbox()
-	sub, err := r.nc.SubscribeSync(inbox)
-	if err != nil {
-		return 0, false, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := r.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
-		return 0, false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	next = from
-	for read := 0; ; {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return 0, false, err
-		}
-		if status := m.Header.Get("Status"); status != "" {
-			switch status {
-			case "204": // end of the batch
-				pending, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-				return next, perr == nil && pending == 0, nil
-			case "404": // nothing on the subject from that sequence on
-				return next, true, nil
-			}
-			return 0, false, fmt.Errorf("%w on %s: status %s %s", ErrDirectGet, subject, status, m.Header.Get("Description"))
-		}
-		seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-		if err != nil {
-			return 0, false, fmt.Errorf("%w on %s: no sequence", ErrDirectGet, subject)
-		}
-		at, err := time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp"))
-		if err != nil {
-			return 0, false, fmt.Errorf("%w on %s: no time stamp", ErrDirectGet, subject)
-		}
-		fn(m, m.Header.Get("Nats-Subject"), at)
-		next = seq + 1
-		if read++; read == n {
-			// The server still sends its end-of-batch status, which
-			// says whether more follow; the next batch asks anyway.
-			return next, false, nil
-		}
+		from = got[len(got)-1].Seq + 1
 	}
 }
 

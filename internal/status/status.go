@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc/pool"
 
-	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
@@ -408,12 +407,12 @@ func streamErr(name string, err error) error {
 // laneInFlight is the NumAckPending of a lane's consumer, 0 when the lane
 // has no consumer yet (no relay has started it).
 func laneInFlight(ctx context.Context, deliveries jetstream.Stream, lane string) (int, error) {
-	c, err := deliveries.Consumer(ctx, lanes.ConsumerName(lane))
+	c, err := deliveries.Consumer(ctx, streams.LaneConsumer(lane))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("status: reading consumer %s: %w", lanes.ConsumerName(lane), err)
+		return 0, fmt.Errorf("status: reading consumer %s: %w", streams.LaneConsumer(lane), err)
 	}
 	return c.CachedInfo().NumAckPending, nil
 }
@@ -422,7 +421,7 @@ func laneInFlight(ctx context.Context, deliveries jetstream.Stream, lane string)
 // or after firstSeq on deliveries.*.<id>, whichever lane it is on. A queue
 // drained since the counts were taken leaves them empty.
 func readOldest(ctx context.Context, deliveries jetstream.Stream, firstSeq uint64, now time.Time, row *Subscriber) error {
-	msg, err := deliveries.GetMsg(ctx, max(firstSeq, 1), jetstream.WithGetMsgSubject("deliveries.*."+row.ID))
+	msg, err := deliveries.GetMsg(ctx, max(firstSeq, 1), jetstream.WithGetMsgSubject(streams.SubscriberDeliveries(row.ID)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -306,7 +305,7 @@ func TestCollectLaneInFlightIsSharedByLaneMates(t *testing.T) {
 
 	lane := subA.Lane(testLanes)
 	c, err := n.JS.CreateConsumer(ctx, streams.Deliveries, jetstream.ConsumerConfig{
-		Durable:       lanes.ConsumerName(lane),
+		Durable:       streams.LaneConsumer(lane),
 		FilterSubject: "deliveries." + lane + ".>",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 	})

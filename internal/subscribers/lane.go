@@ -3,6 +3,8 @@ package subscribers
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
+	"strings"
 )
 
 // MaxDedicated is the most subscribers that may have a dedicated lane at
@@ -29,8 +31,26 @@ func LaneFor(id string, shared int) string {
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id)) // a hash.Hash never returns an error
-	return fmt.Sprintf("s%02d", uint64(h.Sum32())%uint64(shared))
+	return SharedLane(int(uint64(h.Sum32()) % uint64(shared)))
 }
+
+// SharedLane is the name of shared lane i: "s" and two or more digits.
+func SharedLane(i int) string { return fmt.Sprintf("s%02d", i) }
+
+// SharedIndex returns i of shared lane i, and false for a dedicated lane
+// (or a name no lane has).
+func SharedIndex(lane string) (int, bool) {
+	digits, ok := strings.CutPrefix(lane, "s")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(digits)
+	return i, err == nil && i >= 0
+}
+
+// DedicatedOf returns the subscriber whose dedicated lane is lane, and
+// false when lane is a shared one.
+func DedicatedOf(lane string) (id string, ok bool) { return strings.CutPrefix(lane, dedicatedPrefix) }
 
 // Lane returns the lane the subscriber's deliveries go through: its own
 // lane "d_<id>" when it is Dedicated, else its shared lane among shared, as

@@ -3,12 +3,10 @@ package subscribers
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -40,13 +38,13 @@ const maxBatch = 1024
 type Live struct {
 	kv jetstream.KeyValue
 	nc *nats.Conn
-	// getSubject is where Sync asks the bucket's stream for its next
-	// message; direct says that it is a direct get.
-	getSubject string
-	direct     bool
-	snap       atomic.Pointer[snapshot]
-	done       chan struct{}
-	err        error // written before done is closed
+	// stream is the bucket's stream, which Sync asks for its next message;
+	// direct says by a direct get (see chooseGet).
+	stream string
+	direct bool
+	snap   atomic.Pointer[snapshot]
+	done   chan struct{}
+	err    error // written before done is closed
 }
 
 // snapshot is one immutable state of the bucket.
@@ -124,11 +122,7 @@ func (l *Live) chooseGet(ctx context.Context) error {
 	}
 	cfg := bs.StreamInfo().Config
 	l.direct = cfg.AllowDirect && cfg.Replicas <= 1
-	if l.direct {
-		l.getSubject = "$JS.API.DIRECT.GET." + cfg.Name
-	} else {
-		l.getSubject = "$JS.API.STREAM.MSG.GET." + cfg.Name
-	}
+	l.stream = cfg.Name
 	return nil
 }
 
@@ -294,7 +288,7 @@ func (l *Live) Err() error {
 // moved for syncWait, Sync asks whether anything up to the awaited
 // revision is still stored after the view's, and returns if nothing is.
 func (l *Live) Sync(ctx context.Context) error {
-	last, found, err := l.get(ctx, msgGet{LastBySubj: ">"})
+	last, found, err := l.get(ctx, streams.DirectGet{LastBySubj: ">"})
 	if err != nil || !found {
 		return syncError(err)
 	}
@@ -305,7 +299,7 @@ func (l *Live) Sync(ctx context.Context) error {
 		case <-snap.changed:
 			stalled.Reset(syncWait)
 		case <-stalled.C:
-			next, found, err := l.get(ctx, msgGet{Seq: snap.rev + 1, NextBySubj: ">"})
+			next, found, err := l.get(ctx, streams.DirectGet{Seq: snap.rev + 1, NextBySubj: ">"})
 			if err != nil || !found || next > last {
 				return syncError(err)
 			}
@@ -331,57 +325,13 @@ func syncError(err error) error {
 // whether what it waits for is still stored.
 const syncWait = 250 * time.Millisecond
 
-// msgGet is the request of a (direct) message get: the first message from
-// sequence Seq on whose subject matches NextBySubj, or the last message on
-// a subject matching LastBySubj.
-type msgGet struct {
-	Seq        uint64 `json:"seq,omitempty"`
-	NextBySubj string `json:"next_by_subj,omitempty"`
-	LastBySubj string `json:"last_by_subj,omitempty"`
-}
-
 // get returns the sequence of the bucket's message that req asks for, and
-// whether there is one.
-func (l *Live) get(ctx context.Context, q msgGet) (uint64, bool, error) {
-	req, _ := json.Marshal(q)
+// whether there is one: by a direct get, or the leader's message get (see
+// chooseGet).
+func (l *Live) get(ctx context.Context, req streams.DirectGet) (uint64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, syncRequestTimeout)
 	defer cancel()
-	m, err := l.nc.RequestWithContext(ctx, l.getSubject, req)
-	if err != nil {
-		return 0, false, err
-	}
-	if l.direct {
-		switch status := m.Header.Get("Status"); status {
-		case "":
-			seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-			if err != nil {
-				return 0, false, fmt.Errorf("direct get: no sequence in the reply")
-			}
-			return seq, true, nil
-		case "404":
-			return 0, false, nil
-		default:
-			return 0, false, fmt.Errorf("direct get: status %s %s", status, m.Header.Get("Description"))
-		}
-	}
-	var resp struct {
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return 0, false, fmt.Errorf("message get: %w", err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, false, nil
-	case resp.Error != nil:
-		return 0, false, resp.Error
-	case resp.Message == nil:
-		return 0, false, errors.New("message get: empty reply")
-	}
-	return resp.Message.Seq, true, nil
+	return streams.SeqOf(ctx, l.nc, l.stream, req, !l.direct)
 }
 
 // syncRequestTimeout bounds one request of Sync.
