@@ -49,10 +49,14 @@
 // relay within a lease of the store: a lease taken before it ends within
 // LeaseTTL of when it was asked for, and the next lease's compare-and-set
 // fails on the entry the pause changed, which makes the relay read it. A
-// lease answered after its window is the exception the watch closes: it is
-// not spent before the watch has shown its own write, and so the pause
-// written after it (see grant). An unlimited subscriber takes no lease and
-// asks the bucket nothing: it has the watch's delay alone.
+// lease answered after its window is the exception: it is not spent
+// before the watch has shown its own write, so the pause written after it
+// stops it within the watch's delay (see grant). An unlimited subscriber
+// asks the bucket nothing: its lease is renewed on the watch only while a
+// check of the bucket's stream (one a relay every LeaseTTL at most) proves
+// the watch has every entry stored until FreshFor ago, and on a read of its
+// entry otherwise, so a pause holds it within FreshFor and a lease (see
+// [Shared.stale]).
 //
 // The adaptive rate is AIMD. Every 429, with or without a Retry-After,
 // halves the rate in force, down to 1/64 of the configured rate; a pause

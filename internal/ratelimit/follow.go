@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+
+	"github.com/relay-dev/relay/streams"
 )
 
 // entry is the last value of one key of the bucket, as the watch saw it.
@@ -62,6 +66,9 @@ func (s *Shared) Following() bool { return s.following.Load() }
 
 // follow runs one watch until it fails or ctx is cancelled.
 func (s *Shared) follow(ctx context.Context) error {
+	// The watch hands over every entry stored before it began, then every
+	// one after: once it has, it is fresh as of its start.
+	began := s.opts.Clock.Now()
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: watching: %w", ErrBucket, err)
@@ -69,7 +76,12 @@ func (s *Shared) follow(ctx context.Context) error {
 	defer func() { _ = w.Stop() }()
 	s.mu.Lock()
 	clear(s.latest)
+	s.shown, s.pending = 0, nil
 	s.mu.Unlock()
+	var checks conc.WaitGroup
+	checkCtx, stopChecks := context.WithCancel(ctx)
+	checks.Go(func() { s.checkLoop(checkCtx) })
+	defer func() { stopChecks(); checks.Wait() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,6 +91,7 @@ func (s *Shared) follow(ctx context.Context) error {
 				return fmt.Errorf("%w: the watch ended (connection closed)", ErrBucket)
 			}
 			if e == nil { // the bucket's content has arrived
+				s.fresh(began)
 				s.following.Store(true)
 				continue
 			}
@@ -90,6 +103,13 @@ func (s *Shared) follow(ctx context.Context) error {
 // observed folds one entry from the watch into what this relay knows, and
 // ends the lease of a subscriber that the entry blocks.
 func (s *Shared) observed(e jetstream.KeyValueEntry) {
+	s.fold(e)
+	// Shown once folded: a check that finds it shown finds it in latest.
+	s.showed(e.Revision())
+}
+
+// fold is observed for what this relay knows of the entry's subscriber.
+func (s *Shared) fold(e jetstream.KeyValueEntry) {
 	id := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
@@ -148,4 +168,152 @@ func (s *Shared) load(ctx context.Context, id string, sub *subscriber, l Limit, 
 		sub.state, sub.written = State{Tokens: l.capacity()}, s.serverNow(ctx)
 	}
 	return nil
+}
+
+// FreshFor is how old the proof that the watch is fresh may grow before
+// an unlimited subscriber's lease is no longer renewed on the watch alone
+// (see [Shared.stale]).
+const FreshFor = time.Second
+
+// How the watch's freshness is kept (see [Shared.stale]).
+const (
+	// freshAsk is how old the proof may grow, while an unlimited
+	// subscriber's lease is renewed, before a check is asked for: at most
+	// one check every freshAsk for them all.
+	freshAsk = LeaseTTL
+	// checkTimeout bounds one check, well within FreshFor: a check lost on
+	// its way is followed by the next before the proof runs out.
+	checkTimeout = FreshFor / 2
+)
+
+// stale reports whether an unlimited subscriber's lease must not be renewed
+// on the watch alone. A rate-limited subscriber needs no such proof: its
+// next lease is a compare-and-set, which fails on an entry a pause changed,
+// whatever the watch shows. An unlimited one asks the bucket nothing, so
+// the watch is all it knows: its lease is renewed on the watch only while
+// the watch is known to have handed over every entry stored until FreshFor
+// ago, which a check proves again every freshAsk while such leases are
+// renewed (one request a relay, whatever the number of subscribers and
+// requests). Past that (after an idle second, a watch behind, a server slow
+// to answer the check), each renewal reads the subscriber's entry, as it
+// does while the watch is down: a pause then holds every relay within
+// FreshFor and a lease of being stored, however far behind its watch. It
+// never waits: the checks are the check loop's.
+func (s *Shared) stale() bool {
+	age := s.age()
+	if age > freshAsk {
+		s.askFor(s.opts.Clock.Now().Add(-freshAsk))
+	}
+	return age > FreshFor
+}
+
+// since is t in nanoseconds since the limiter's epoch.
+func (s *Shared) since(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
+
+// age is how long ago the watch was last known fresh.
+func (s *Shared) age() time.Duration {
+	return time.Duration(s.since(s.opts.Clock.Now()) - s.freshAt.Load())
+}
+
+// fresh records that the watch has handed over every entry stored until at.
+func (s *Shared) fresh(at time.Time) {
+	raise(&s.freshAt, s.since(at))
+}
+
+// askFor asks the check loop to prove the watch fresh until t, unless a
+// check asked since is on its way or done.
+func (s *Shared) askFor(t time.Time) {
+	raise(&s.need, s.since(t))
+	select {
+	case s.ask <- struct{}{}:
+	default: // a check is already asked for
+	}
+}
+
+// raise sets v to n if n is larger, and reports whether it did.
+func raise(v *atomic.Int64, n int64) bool {
+	for {
+		old := v.Load()
+		if n <= old {
+			return false
+		}
+		if v.CompareAndSwap(old, n) {
+			return true
+		}
+	}
+}
+
+// proof is a check the watch has not caught up with: once it shows rev,
+// it is fresh as of asked.
+type proof struct {
+	rev   uint64
+	asked time.Time
+}
+
+// maxPending bounds the checks that wait for the watch: a watch more than
+// that many checks behind is more than FreshFor behind, and the oldest
+// proofs are of no more use.
+const maxPending = 16
+
+// showed records a revision the watch handed over, and the freshness of the
+// checks that waited for it.
+func (s *Shared) showed(rev uint64) {
+	s.mu.Lock()
+	s.shown = max(s.shown, rev)
+	var at time.Time
+	for len(s.pending) > 0 && s.pending[0].rev <= s.shown {
+		at = s.pending[0].asked
+		s.pending = s.pending[1:]
+	}
+	s.mu.Unlock()
+	if !at.IsZero() {
+		s.fresh(at)
+	}
+}
+
+// checkLoop makes the checks askFor asks for, one at a time, until ctx
+// ends. A check asked at or after the time a caller needs covers it, so
+// callers that wait together cost one check, and checks follow one another
+// no faster than the server answers them.
+func (s *Shared) checkLoop(ctx context.Context) {
+	var checked int64 // when the last check was asked
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.ask:
+		}
+		if checked >= s.need.Load() {
+			continue
+		}
+		checked = s.since(s.opts.Clock.Now())
+		s.check(ctx)
+	}
+}
+
+// check asks the bucket's stream for its last revision: once the watch
+// has handed it over, the watch is fresh as of when the check was asked
+// (subscribers.Live.Sync does the same for the subscriber view). A check
+// that fails proves nothing, and the next ask tries again.
+func (s *Shared) check(ctx context.Context) {
+	asked := s.opts.Clock.Now()
+	s.checks.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	last, found, err := streams.SeqOf(ctx, s.nc, "KV_"+streams.RateLimitBucket, streams.DirectGet{LastBySubj: ">"}, s.leader)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	shown := !found || s.shown >= last
+	if !shown {
+		if len(s.pending) == maxPending {
+			s.pending = s.pending[1:]
+		}
+		s.pending = append(s.pending, proof{rev: last, asked: asked})
+	}
+	s.mu.Unlock()
+	if shown {
+		s.fresh(asked)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/clock"
@@ -62,7 +63,11 @@ const maxCAS = 8
 type Shared struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
+	nc     *nats.Conn
 	opts   Options
+	// leader is set when the bucket is replicated, or allows no direct get:
+	// a freshness check asks its stream's leader (see [Shared.check]).
+	leader bool
 
 	mu   sync.Mutex
 	subs map[string]*subscriber
@@ -70,6 +75,19 @@ type Shared struct {
 	// following is set.
 	latest    map[string]entry
 	following atomic.Bool
+	// shown is the highest revision the watch has handed over, and pending
+	// the checks whose revision it has not reached yet, oldest first (see
+	// [Shared.check]); both under mu.
+	shown   uint64
+	pending []proof
+	// freshAt is when, by the local clock, the watch is known to have
+	// handed over every entry stored until; need is when a caller wants it
+	// known until, and ask wakes the check that proves it (see
+	// [Shared.check]). Both are nanoseconds since epoch, the limiter's
+	// start, so that they keep the clock's monotonic reading.
+	epoch         time.Time
+	freshAt, need atomic.Int64
+	ask           chan struct{}
 
 	// The server's clock as last read: calServer at the local instant
 	// calLocal. Elapsed time is measured on the local monotonic clock from
@@ -78,7 +96,7 @@ type Shared struct {
 	calServer time.Time
 	calLocal  time.Time
 
-	writes, conflicts, reads atomic.Int64
+	writes, conflicts, reads, checks atomic.Int64
 
 	// ops holds a token per KV request on its way (see maxOps).
 	ops chan struct{}
@@ -138,8 +156,10 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 	if opts.CalibrateEvery == 0 {
 		opts.CalibrateEvery = 30 * time.Second
 	}
-	s := &Shared{kv: kv, stream: stream, opts: opts, subs: make(map[string]*subscriber), latest: make(map[string]entry),
-		ops: make(chan struct{}, maxOps)}
+	cfg := stream.CachedInfo().Config
+	s := &Shared{kv: kv, stream: stream, nc: js.Conn(), opts: opts, subs: make(map[string]*subscriber), latest: make(map[string]entry),
+		ops: make(chan struct{}, maxOps), ask: make(chan struct{}, 1), leader: cfg.Replicas > 1 || !cfg.AllowDirect}
+	s.epoch = opts.Clock.Now()
 	if err := s.calibrate(ctx); err != nil {
 		return nil, err
 	}
@@ -149,6 +169,10 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 // Stats counts the KV operations, for benchmarks and `relay status`.
 type Stats struct {
 	Reads, Writes, Conflicts int64
+	// Checks counts the requests that proved the watch fresh for
+	// unlimited subscribers (see FreshFor): one at a time, at most one
+	// every LeaseTTL.
+	Checks int64
 	// Subscribers is how many subscribers this relay holds a lease or
 	// flow state of, Watched how many entries of the bucket it holds from
 	// its watch: both follow the subscriber set (see [Shared.Forget]).
@@ -161,7 +185,8 @@ func (s *Shared) Stats() Stats {
 	s.mu.Lock()
 	subs, watched := len(s.subs), len(s.latest)
 	s.mu.Unlock()
-	return Stats{Reads: s.reads.Load(), Writes: s.writes.Load(), Conflicts: s.conflicts.Load(), Subscribers: subs, Watched: watched}
+	return Stats{Reads: s.reads.Load(), Writes: s.writes.Load(), Conflicts: s.conflicts.Load(), Checks: s.checks.Load(),
+		Subscribers: subs, Watched: watched}
 }
 
 // Forget drops what this relay holds of the subscribers keep says are
@@ -382,18 +407,23 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 // reserveOnce is one compare-and-set of Reserve, in a turn among the KV
 // requests on their way (see maxOps): the tokens are counted once the turn
 // has come, so that the wait for it is not part of a lease's round trip.
-// An unlimited subscriber whose entry the watch holds makes no request (but
-// the rare probe), and takes no turn: the KV requests of rate-limited ones
-// never hold it up. done is false when another relay's write won.
+// An unlimited subscriber whose entry the watch holds, while the watch is
+// known fresh (see [Shared.stale]), makes no request (but the rare probe)
+// and takes no turn: the KV requests of rate-limited ones never hold it up.
+// done is false when another relay's write won.
 func (s *Shared) reserveOnce(ctx context.Context, id string, sub *subscriber, l Limit, try int) (d Decision, done bool, err error) {
-	if !l.Unlimited() || try > 0 || !s.following.Load() {
+	judged := s.opts.Clock.Now()
+	// What the watch holds is all an unlimited subscriber's lease is judged
+	// on: unless the watch is known fresh, the entry is read instead.
+	fresh := try > 0 || !s.following.Load() || (l.Unlimited() && s.stale())
+	if !l.Unlimited() || fresh {
 		release, err := s.op(ctx)
 		if err != nil {
 			return Decision{}, true, fmt.Errorf("%w: %s: %w", ErrBucket, id, err)
 		}
 		defer release()
 	}
-	if err := s.load(ctx, id, sub, l, try > 0); err != nil {
+	if err := s.load(ctx, id, sub, l, fresh); err != nil {
 		return Decision{}, true, err
 	}
 	d, st, write, c := s.decide(ctx, sub, l)
@@ -401,6 +431,9 @@ func (s *Shared) reserveOnce(ctx context.Context, id string, sub *subscriber, l 
 		return d, true, nil
 	}
 	if !write {
+		// An unlimited lease runs from when its entry was judged, however
+		// long the rest took.
+		c.asked = judged
 		return s.grant(sub, l, d, c), true, nil
 	}
 	ok, err := s.write(ctx, id, sub, st)
@@ -477,11 +510,15 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 // read (a host starved of CPU, a slow link), and the watch that would tell
 // of it may be further behind than the answer. So while the watch follows
 // the bucket, a late lease is not spent before the watch has shown its own
-// write: a pause stored after it comes on the same watch, behind it, and
-// ends the lease (see [Shared.observed]). Waiting takes nothing from the
-// lease's window but time: it still ends LeaseTTL after the answer, and
-// what is left of it then is given up, so waiting never adds to the slack
-// either.
+// write: a pause stored after it comes next on the same watch, and ends
+// the lease as soon as it is shown (see [Shared.observed]). The relay so
+// stops within its watch's delay of the pause, which on a slow link is
+// about half a round trip: no relay can learn of it sooner. (Waiting for
+// a proof that the watch holds everything stored until the answer would
+// take one more round trip, past the window, and the window cannot move
+// later without adding to the cap's slack: other relays refill from the
+// lease's count.) Waiting takes nothing from the window but time: it still
+// ends LeaseTTL after the answer, and what is left then is given up.
 func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision {
 	now := s.opts.Clock.Now()
 	sub.leaseEnds = c.asked.Add(LeaseTTL)

@@ -154,13 +154,35 @@ func TestSharedCapHoldsBesideASlowRelay(t *testing.T) {
 // TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown: a relay's lease
 // is answered after its window (a starved host, a slow link), and another
 // relay stored a pause between that lease's write and its answer, while
-// the first relay's watch is further behind still. The late lease sends
-// nothing: it waits for the watch to show its own write, and the pause
-// behind it, or its window closes first and the next compare-and-set finds
-// the pause. A proxy holds back the answer for longer than a lease and the
-// watch's updates of the subscriber until the end.
+// the first relay's watch is further behind still. With none of the
+// subscriber's updates shown, the late lease sends nothing: it waits for
+// the watch to show its own write, and its window closes first, and the
+// next compare-and-set finds the pause. With its own write shown and the
+// pause not (the bound: a relay learns of a pause through its watch), it
+// sends at most what is left of the lease, then holds. A proxy holds back
+// the answer for longer than a lease, and the watch's updates until the
+// end.
 func TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown(t *testing.T) {
 	t.Parallel()
+	for name, tc := range map[string]struct {
+		held   func(payload []byte) bool
+		allows int // requests the late lease may still let go
+	}{
+		"every update held": {func([]byte) bool { return true }, 0},
+		"the pause held": {func(payload []byte) bool { return bytes.Contains(payload, []byte(`"paused_until"`)) },
+			ratelimit.LeaseSize(100, ratelimit.Limit{Rate: 100, Burst: 100})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			lateLeaseBehindAPause(t, tc.held, tc.allows)
+		})
+	}
+}
+
+// lateLeaseBehindAPause runs TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown
+// with the watch's updates of the subscriber that held accepts held back,
+// and allows that many requests let go after the pause was stored.
+func lateLeaseBehindAPause(t *testing.T, held func(payload []byte) bool, allows int) {
 	n := testutil.StartRelayNATS(t)
 	gate := testutil.StartGateProxy(t, strings.TrimPrefix(n.URL, "nats://"))
 	js, err := jetstream.New(testutil.Connect(t, gate.URL()))
@@ -180,9 +202,9 @@ func TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown(t *testing.T) {
 
 	gate.Hold("answers", func(frame []byte) bool { return bytes.Contains(frame, []byte(`"stream":"KV_relay_ratelimit"`)) })
 	gate.Hold("watch", func(frame []byte) bool {
-		line, _, _ := bytes.Cut(frame, []byte("\n"))
+		line, payload, _ := bytes.Cut(frame, []byte("\n"))
 		fields := bytes.Fields(line)
-		return len(fields) > 1 && string(fields[1]) == "$KV.relay_ratelimit."+id
+		return len(fields) > 1 && string(fields[1]) == "$KV.relay_ratelimit."+id && held(payload)
 	})
 	t.Cleanup(func() { gate.Release("answers"); gate.Release("watch") })
 	first := make(chan ratelimit.Decision, 1)
@@ -207,9 +229,12 @@ func TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown(t *testing.T) {
 	gate.Release("answers")
 
 	d := <-first
+	sent := 0
 	for asked := 1; d.Hold != ratelimit.Paused; asked++ {
 		if d.Hold == ratelimit.Go {
-			t.Errorf("decision %d: a request let go by a lease a pause had overtaken", asked)
+			if sent++; sent > allows {
+				t.Errorf("decision %d: request %d let go by a lease a pause had overtaken (at most %d)", asked, sent, allows)
+			}
 		}
 		if asked > 10_000 {
 			t.Fatalf("the late relay never saw the pause: %+v", d)
@@ -217,4 +242,62 @@ func TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown(t *testing.T) {
 		time.Sleep(d.Wait)
 		d = reserve(t, late, id, l)
 	}
+}
+
+// TestSharedUnlimitedStopsWhenItsWatchIsNotKnownFresh: an unlimited
+// subscriber asks the bucket nothing, so a relay whose watch is held back
+// would renew its leases for ever while another relay has paused the
+// subscriber. Its leases are renewed only while a check proves the watch
+// fresh: past FreshFor and a lease after the pause was stored it sends
+// nothing, and once its watch shows the pause it holds for it. The clock
+// is the test's; the watch's updates of the subscriber are held back by a
+// proxy.
+func TestSharedUnlimitedStopsWhenItsWatchIsNotKnownFresh(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	gate := testutil.StartGateProxy(t, strings.TrimPrefix(n.URL, "nats://"))
+	js, err := jetstream.New(testutil.Connect(t, gate.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := newFake()
+	behind := newShared(t, &testutil.NATS{Server: n.Server, URL: gate.URL(), JS: js}, fake, ratelimit.Options{})
+	other := newShared(t, n, fake, ratelimit.Options{})
+	id := subID(t)
+	l := ratelimit.Limit{}
+	wantGo(t, "before the pause", reserve(t, behind, id, l))
+
+	gate.Hold("watch", func(frame []byte) bool {
+		line, _, _ := bytes.Cut(frame, []byte("\n"))
+		fields := bytes.Fields(line)
+		return len(fields) > 1 && string(fields[1]) == "$KV.relay_ratelimit."+id
+	})
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			gate.Release("watch")
+		}
+	}
+	t.Cleanup(release)
+	observe(t, other, id, l, ratelimit.Result{PauseFor: time.Hour})
+
+	// Step through the bound in quarters of a lease: the relay that cannot
+	// see the pause may send until then, never after.
+	bound := ratelimit.FreshFor + ratelimit.LeaseTTL
+	for at := time.Duration(0); at <= bound+time.Second; at += ratelimit.LeaseTTL / 4 {
+		d := reserve(t, behind, id, l)
+		if d.Hold == ratelimit.Go && at > bound {
+			t.Fatalf("%v after the pause was stored, with the watch held back: a request let go", at)
+		}
+		fake.Advance(ratelimit.LeaseTTL / 4)
+	}
+	release()
+	testutil.Eventually(t, func() bool {
+		d := reserve(t, behind, id, l)
+		if d.Hold == ratelimit.Go {
+			t.Fatal("a request let go once the watch showed the pause")
+		}
+		return d.Hold == ratelimit.Paused
+	}, "the relay never held for the pause its watch showed")
 }
