@@ -518,7 +518,9 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 // take one more round trip, past the window, and the window cannot move
 // later without adding to the cap's slack: other relays refill from the
 // lease's count.) Waiting takes nothing from the window but time: it still
-// ends LeaseTTL after the answer, and what is left then is given up.
+// ends LeaseTTL after the answer, what is left then is given up, and the
+// next refill starts from the wait's end, so that waiting never adds to the
+// slack either.
 func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision {
 	now := s.opts.Clock.Now()
 	sub.leaseEnds = c.asked.Add(LeaseTTL)
@@ -566,6 +568,10 @@ func (s *Shared) awaitWatch(id string, sub *subscriber, now time.Time) (Decision
 		if blocks(e.state, s.estimateNow()) {
 			sub.lease = 0
 		}
+		// Its tokens are spent from now on: the next refill starts here
+		// too, or what it counts during the wait would be spent beside
+		// them, over the cap's one lease of slack.
+		sub.written = laterOf(sub.written, s.estimateNow())
 		return Decision{}, false
 	case now.Before(sub.leaseEnds) && s.following.Load():
 		return Decision{Hold: Token, Wait: min(awaitWatchPoll, sub.leaseEnds.Sub(now))}, true
