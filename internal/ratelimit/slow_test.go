@@ -35,7 +35,7 @@ func TestSharedKeepsTheRateOverASlowServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := newShared(t, &testutil.NATS{Server: n.Server, URL: proxy.URL(), JS: js}, clock.Real, ratelimit.Options{CalibrateEvery: 30 * time.Second})
+			s := newShared(t, via(t, n, proxy), clock.Real, ratelimit.Options{CalibrateEvery: 30 * time.Second})
 			id := subID(t)
 			l := ratelimit.Limit{Rate: rate, Burst: burst}
 			ctx := testutil.Context(t)
@@ -99,12 +99,8 @@ func TestSharedCapHoldsBesideASlowRelay(t *testing.T) {
 	const rate, burst = 100, 20
 	n := testutil.StartRelayNATS(t)
 	proxy := testutil.StartLatencyProxy(t, strings.TrimPrefix(n.URL, "nats://"), 120*time.Millisecond)
-	js, err := jetstream.New(testutil.Connect(t, proxy.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := ratelimit.Options{CalibrateEvery: 30 * time.Second}
-	slow := newShared(t, &testutil.NATS{Server: n.Server, URL: proxy.URL(), JS: js}, clock.Real, opts)
+	slow := newShared(t, via(t, n, proxy), clock.Real, opts)
 	fast := newShared(t, n, clock.Real, opts)
 	id := subID(t)
 	l := ratelimit.Limit{Rate: rate, Burst: burst}
@@ -185,12 +181,8 @@ func TestSharedLateLeaseYieldsToAPauseItsWatchHasNotShown(t *testing.T) {
 func lateLeaseBehindAPause(t *testing.T, held func(payload []byte) bool, allows int) {
 	n := testutil.StartRelayNATS(t)
 	gate := testutil.StartGateProxy(t, strings.TrimPrefix(n.URL, "nats://"))
-	js, err := jetstream.New(testutil.Connect(t, gate.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := ratelimit.Options{CalibrateEvery: 30 * time.Second}
-	late := newShared(t, &testutil.NATS{Server: n.Server, URL: gate.URL(), JS: js}, clock.Real, opts)
+	late := newShared(t, via(t, n, gate), clock.Real, opts)
 	other := newShared(t, n, clock.Real, opts)
 	id := subID(t)
 	l := ratelimit.Limit{Rate: 100, Burst: 100}
@@ -256,12 +248,8 @@ func TestSharedUnlimitedStopsWhenItsWatchIsNotKnownFresh(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
 	gate := testutil.StartGateProxy(t, strings.TrimPrefix(n.URL, "nats://"))
-	js, err := jetstream.New(testutil.Connect(t, gate.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	fake := newFake()
-	behind := newShared(t, &testutil.NATS{Server: n.Server, URL: gate.URL(), JS: js}, fake, ratelimit.Options{})
+	behind := newShared(t, via(t, n, gate), fake, ratelimit.Options{})
 	other := newShared(t, n, fake, ratelimit.Options{})
 	id := subID(t)
 	l := ratelimit.Limit{}
@@ -300,4 +288,14 @@ func TestSharedUnlimitedStopsWhenItsWatchIsNotKnownFresh(t *testing.T) {
 		}
 		return d.Hold == ratelimit.Paused
 	}, "the relay never held for the pause its watch showed")
+}
+
+// via is n as a relay reaches it through proxy.
+func via(t *testing.T, n *testutil.NATS, proxy *testutil.LatencyProxy) *testutil.NATS {
+	t.Helper()
+	js, err := jetstream.New(testutil.Connect(t, proxy.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testutil.NATS{Server: n.Server, URL: proxy.URL(), JS: js}
 }
