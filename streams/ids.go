@@ -21,9 +21,11 @@ func ParkID(seq uint64, attempt int) string {
 	return "park-" + strconv.FormatUint(seq, 10) + "-" + strconv.Itoa(attempt)
 }
 
-// HoldID is the Nats-Msg-Id of the delivery at DELIVERIES sequence seq held
-// in RETRIES until its Relay-Deliver-At.
-func HoldID(seq uint64) string { return "hold-" + strconv.FormatUint(seq, 10) }
+// ScheduleID is the Nats-Msg-Id of the delivery at DELIVERIES sequence seq
+// scheduled in RETRIES until its Relay-Deliver-At. Its prefix is the one
+// earlier releases wrote, so that a copy scheduled by one of them is still
+// deduplicated.
+func ScheduleID(seq uint64) string { return "hold-" + strconv.FormatUint(seq, 10) }
 
 // CopyID is the Nats-Msg-Id of the copy of event eventID for subscriber,
 // <event id>.<subscriber> (docs/streams.md): fanning an event out again

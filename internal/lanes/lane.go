@@ -58,10 +58,10 @@ type lane struct {
 	work conc.WaitGroup
 	// puts makes the lane's moves to overflow; it stops after work.
 	puts *putter
-	// holding holds the originals of the holds on their way to RETRIES,
-	// renewed by the keep-alive rounds (a hold runs apart from any
-	// scheduler).
-	holding *renewed
+	// scheduling keeps the originals of the deliveries on their way to be
+	// scheduled in RETRIES, renewed by the keep-alive rounds (a schedule
+	// runs apart from any scheduler).
+	scheduling *renewed
 	// dispatching is held by the pull loop while it stamps a message as
 	// held and hands it to its scheduler, and taken by a keep-alive round
 	// as it begins: a message stamped before a round began is among those
@@ -71,14 +71,14 @@ type lane struct {
 
 func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, error) {
 	l := &lane{
-		cfg:     cfg,
-		env:     env,
-		name:    name,
-		runCtx:  ctx,
-		log:     cfg.Logger.With("lane", name),
-		scheds:  make(map[string]*scheduler),
-		flight:  cfg.Metrics.Lane(name),
-		holding: newRenewed(),
+		cfg:        cfg,
+		env:        env,
+		name:       name,
+		runCtx:     ctx,
+		log:        cfg.Logger.With("lane", name),
+		scheds:     make(map[string]*scheduler),
+		flight:     cfg.Metrics.Lane(name),
+		scheduling: newRenewed(),
 	}
 	l.confirmed.Store(time.Now().UnixNano())
 	// Bounded: the manager tries a lane that cannot start again later,
@@ -208,7 +208,7 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 			l.deadLetter(context.WithoutCancel(ctx), d, id, deadletter.Death{Reason: d.lateReason()})
 		})
 	case d.early(now):
-		l.work.Go(func() { l.hold(context.WithoutCancel(ctx), d, id) })
+		l.work.Go(func() { l.schedule(context.WithoutCancel(ctx), d, id) })
 	default:
 		l.dispatching.Lock()
 		d.kept = time.Now().UnixNano()
@@ -227,10 +227,10 @@ func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
 	known, err := l.env.lookup(ctx, id, d.received)
 	switch {
 	case err != nil:
-		l.env.logOnce("lookup."+id, "lanes: cannot tell whether a subscriber exists; holding its deliveries", "subscriber", id, "err", err)
+		l.env.logOnce("lookup."+id, "lanes: cannot tell whether a subscriber exists; handing its deliveries back for a moment", "subscriber", id, "err", err)
 		_ = d.msg.NakWithDelay(settleRetry)
 	case known:
-		l.env.logOnce("unknown."+id, "lanes: holding deliveries of a subscriber this relay cannot use yet", "subscriber", id)
+		l.env.logOnce("unknown."+id, "lanes: keeping in overflow the deliveries of a subscriber this relay cannot use yet", "subscriber", id)
 		l.toOverflow(d, id, nil)
 	default:
 		l.deadLetter(ctx, d, id, deadletter.Death{Reason: deadletter.Unroutable, LastError: "no subscriber " + id + " in " + streams.SubscribersBucket})
@@ -338,7 +338,7 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		for _, msg := range l.puts.pending.list() {
 			keep(msg)
 		}
-		for _, msg := range l.holding.list() {
+		for _, msg := range l.scheduling.list() {
 			keep(msg)
 		}
 		var err error

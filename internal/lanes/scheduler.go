@@ -108,9 +108,9 @@ type scheduler struct {
 	// overflow (all of it brought back already, so kept): no excess to
 	// look for until the queue grows past it.
 	kept int
-	// holdUntil: the subscriber is paused or its circuit open until then;
+	// pausedUntil: the subscriber is paused or its circuit open until then;
 	// nothing of it waits in the lane meanwhile.
-	holdUntil time.Time
+	pausedUntil time.Time
 	// cautious: after an open circuit or a long pause, bring back one
 	// message (the probe) at a time until a delivery succeeds.
 	cautious bool
@@ -182,10 +182,10 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 		// Disabled or paused by an operator: everything of it waits in
 		// overflow, at no cost, until it is enabled or resumed.
 		hold = false
-	case now.Before(s.holdUntil):
+	case now.Before(s.pausedUntil):
 		// Paused or open: only what was brought back already (a refill on
 		// its way as the pause began) stays, through a short pause.
-		hold = refilled && s.holdUntil.Sub(now) < keepBroughtBack
+		hold = refilled && s.pausedUntil.Sub(now) < keepBroughtBack
 	case refilled, d.attempts > 0:
 		// Brought back because there was room, or a retry of a message
 		// that was in flight: it has waited its turn.
@@ -371,7 +371,7 @@ func (s *scheduler) takeLateLocked(now time.Time) []delivery {
 
 // takeDoomedLocked takes the held messages whose deadline comes before
 // until, the end of a pause or an open circuit: the wait would carry them
-// past it. It keeps the others in order; it runs once as a hold begins, so
+// past it. It keeps the others in order; it runs once as a pause begins, so
 // its look at the whole queue is not paid per message.
 func (s *scheduler) takeDoomedLocked(until time.Time) []delivery {
 	var doomed []delivery
@@ -395,8 +395,8 @@ func (s *scheduler) takeDoomedLocked(until time.Time) []delivery {
 // may end at any time).
 func (s *scheduler) heldUntilLocked(sub subscribers.Subscriber, now time.Time) time.Time {
 	until := now
-	if now.Before(s.holdUntil) {
-		until = s.holdUntil
+	if now.Before(s.pausedUntil) {
+		until = s.pausedUntil
 	}
 	if sub.PausedAt(now) && !sub.PausedUntil.IsZero() && sub.PausedUntil.After(until) {
 		until = sub.PausedUntil
@@ -445,8 +445,8 @@ func (s *scheduler) loop(ctx context.Context) {
 		if s.expect > 0 && !now.Before(s.expectUntil) {
 			s.expect = 0
 		}
-		if now.Before(s.holdUntil) {
-			s.holdLocked(ctx, now)
+		if now.Before(s.pausedUntil) {
+			s.pauseLocked(ctx, now)
 			continue
 		}
 		hold := s.holdLimit(sub)
@@ -500,9 +500,9 @@ func (s *scheduler) loop(ctx context.Context) {
 		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
-			dec = ratelimit.Decision{Hold: ratelimit.Token, Wait: limiterRetry}
+			dec = ratelimit.Decision{Verdict: ratelimit.Token, Wait: limiterRetry}
 		}
-		if dec.Hold != ratelimit.Go {
+		if dec.Verdict != ratelimit.Go {
 			release()
 			s.wait(ctx, dec, headDeadline)
 			continue
@@ -599,15 +599,15 @@ func (s *scheduler) leaveLocked(ctx context.Context, inView bool) {
 	}
 }
 
-// holdLocked waits out a pause or an open circuit: what the subscriber
+// pauseLocked waits out a pause or an open circuit: what the subscriber
 // holds leaves the lane until then, holding no slot and burning no attempt
 // (what was brought back already stays through a short wait); what the
 // wait carries past its deadline dies now. It is called with s.mu held and
 // returns with it released.
-func (s *scheduler) holdLocked(ctx context.Context, now time.Time) {
-	doomed := s.takeDoomedLocked(s.holdUntil)
-	held := s.takeLocked(0, s.holdUntil.Sub(now) < keepBroughtBack)
-	until := s.holdUntil
+func (s *scheduler) pauseLocked(ctx context.Context, now time.Time) {
+	doomed := s.takeDoomedLocked(s.pausedUntil)
+	held := s.takeLocked(0, s.pausedUntil.Sub(now) < keepBroughtBack)
+	until := s.pausedUntil
 	s.syncLocked()
 	s.mu.Unlock()
 	s.deadLetterAll(ctx, doomed)
@@ -616,24 +616,24 @@ func (s *scheduler) holdLocked(ctx context.Context, now time.Time) {
 }
 
 // wait acts on a decision that holds the next request: a pause or an open
-// circuit long enough to park for begins a hold (see holdLocked); a
+// circuit long enough to park for begins a pause (see pauseLocked); a
 // shorter wait, for a token among them, is slept here, waking by the head's
 // deadline to let it go rather than a token later.
 func (s *scheduler) wait(ctx context.Context, dec ratelimit.Decision, headDeadline time.Time) {
-	if dec.Hold != ratelimit.Token && dec.Wait >= parkAfter {
+	if dec.Verdict != ratelimit.Token && dec.Wait >= parkAfter {
 		s.mu.Lock()
 		now := s.lane.cfg.Clock.Now()
-		if !now.Before(s.holdUntil) {
-			// A hold begins (not one extended): once per pause or open
+		if !now.Before(s.pausedUntil) {
+			// A pause begins (not one extended): once per pause or open
 			// circuit, on each relay.
-			s.lane.log.Info("lanes: holding a subscriber's deliveries", "subscriber", s.id,
-				"why", dec.Hold.String(), "for", dec.Wait.Round(time.Millisecond).String())
+			s.lane.log.Info("lanes: pausing a subscriber's deliveries", "subscriber", s.id,
+				"why", dec.Verdict.String(), "for", dec.Wait.Round(time.Millisecond).String())
 		}
-		s.holdUntil = now.Add(dec.Wait)
+		s.pausedUntil = now.Add(dec.Wait)
 		// After an open circuit, or a pause long enough to send what was
 		// brought back out again, one message comes back first: a
 		// subscriber that is still down costs one.
-		s.cautious = s.cautious || dec.Hold == ratelimit.CircuitOpen || dec.Wait >= keepBroughtBack
+		s.cautious = s.cautious || dec.Verdict == ratelimit.CircuitOpen || dec.Wait >= keepBroughtBack
 		s.mu.Unlock()
 		return
 	}
@@ -643,7 +643,7 @@ func (s *scheduler) wait(ctx context.Context, dec ratelimit.Decision, headDeadli
 		wait = max(0, min(wait, headDeadline.Sub(waitFrom)+time.Millisecond))
 	}
 	s.sleep(ctx, wait, false)
-	if dec.Hold == ratelimit.Token {
+	if dec.Verdict == ratelimit.Token {
 		s.lane.cfg.Metrics.TokenWait(s.id, s.lane.cfg.Clock.Now().Sub(waitFrom))
 	}
 }

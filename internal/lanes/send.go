@@ -369,11 +369,12 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	}
 }
 
-// hold keeps a delivery that is not due yet in RETRIES until it is, then
-// acks the original; one that cannot be held is handed back until then.
-func (l *lane) hold(ctx context.Context, d delivery, id string) {
-	l.holding.add(d.seq, d.msg)
-	defer l.holding.forget(d.seq, d.msg)
+// schedule keeps a delivery that is not due yet in RETRIES until it is,
+// then acks the original; one that cannot be scheduled is handed back until
+// then.
+func (l *lane) schedule(ctx context.Context, d delivery, id string) {
+	l.scheduling.add(d.seq, d.msg)
+	defer l.scheduling.forget(d.seq, d.msg)
 	w := l.env.writes
 	body, h, err := l.env.whole(ctx, d.msg)
 	if errors.Is(err, errBodyGone) {
@@ -384,11 +385,11 @@ func (l *lane) hold(ctx context.Context, d delivery, id string) {
 		err = w.parks.enter(ctx)
 	}
 	if err == nil {
-		err = retry.Hold(l.env.finishing, w.park, id, body, h, d.deliverAt, streams.HoldID(d.seq))
+		err = retry.Schedule(l.env.finishing, w.park, id, body, h, d.deliverAt, streams.ScheduleID(d.seq))
 		w.parks.leave()
 	}
 	if err != nil {
-		l.log.Warn("lanes: holding a delivery until it is due", "subscriber", id, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
+		l.log.Warn("lanes: scheduling a delivery until it is due", "subscriber", id, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
 		_ = d.msg.NakWithDelay(max(settleRetry, time.Until(d.deliverAt)))
 		return
 	}

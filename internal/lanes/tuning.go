@@ -109,7 +109,7 @@ const (
 	refillWindow = 4 * maxRefill
 	// refillAckWait bounds the wait for a refill copy's PubAck.
 	refillAckWait = 10 * time.Second
-	// settleWindow is how many parks and holds (and, apart, how many dead
+	// settleWindow is how many parks and schedules (and, apart, how many dead
 	// letters) may wait for their PubAck at once over all lanes; more wait
 	// their turn in their own goroutine.
 	settleWindow = 256

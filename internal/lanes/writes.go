@@ -17,16 +17,16 @@ import (
 )
 
 // The writes the lanes make on a delivery's way (an overflow put, a refill,
-// a park or hold in RETRIES, a dead letter) each have a JetStream context
+// a park or schedule in RETRIES, a dead letter) each have a JetStream context
 // and a bounded window of their own. A server slow to answer then costs
 // each kind of write its own window and never another's: a refill of a
 // thousand copies cannot fill the window the overflow puts need, nor either
 // of them the relay's shared context (the fan-out's). And no write is made
 // on a lane's pull loop: an overflow put is queued for the lane's putter
-// below, a park, a hold or a dead letter runs in a goroutine of the lane,
+// below, a park, a schedule or a dead letter runs in a goroutine of the lane,
 // so a pull loop never waits on a PubAck, nor on a place in a window.
 
-// renewed is a set of originals waiting on a write (a put, a hold), by
+// renewed is a set of originals waiting on a write (a put, a schedule), by
 // DELIVERIES sequence, that the lane's keep-alive rounds renew as they do
 // held messages: a write that waits for its place or its PubAck on a slow
 // server must not outlast its original's ack wait, or JetStream gives the
@@ -93,7 +93,7 @@ type writers struct {
 	refill jetstream.JetStream
 	// put is the context of the overflow puts, its window putWindow.
 	put jetstream.JetStream
-	// park stores parks and holds in RETRIES, dead stores dead letters;
+	// park stores parks and schedules in RETRIES, dead stores dead letters;
 	// parks and deads bound how many of each are in flight, spills how
 	// many spills of refused puts.
 	park, dead           jetstream.JetStream

@@ -54,5 +54,5 @@ func TestForgetFollowsTheSubscriberSet(t *testing.T) {
 	require.Equal(t, paused, st.Watched, "only the entries that pause a subscriber now are kept")
 	d, err := s.Reserve(ctx, id(0), ratelimit.Limit{})
 	require.NoError(t, err)
-	require.Equal(t, ratelimit.Paused, d.Hold, "a subscriber added again within its pause is held")
+	require.Equal(t, ratelimit.Paused, d.Verdict, "a subscriber added again within its pause is held")
 }

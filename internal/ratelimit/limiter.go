@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// Hold says why a request may not go now.
-type Hold int
+// Verdict says whether a request may go now, and if not, why.
+type Verdict int
 
-// The reasons a Decision holds a request.
+// The verdicts of a Decision.
 const (
 	// Go: a token was taken; send now.
-	Go Hold = iota
+	Go Verdict = iota
 	// Token: the bucket needs refilling.
 	Token
 	// Paused: the subscriber asked for a pause (Retry-After).
@@ -21,9 +21,9 @@ const (
 	CircuitOpen
 )
 
-// String names a Hold for logs.
-func (h Hold) String() string {
-	switch h {
+// String names a Verdict for logs.
+func (v Verdict) String() string {
+	switch v {
 	case Go:
 		return "go"
 	case Token:
@@ -38,8 +38,8 @@ func (h Hold) String() string {
 
 // Decision is the answer to Reserve.
 type Decision struct {
-	// Hold is Go when the request may be sent now.
-	Hold Hold
+	// Verdict is Go when the request may be sent now.
+	Verdict Verdict
 	// Wait is how long until asking again can give Go.
 	Wait time.Duration
 	// Probe marks the one request a half-open breaker lets through; its

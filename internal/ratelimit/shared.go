@@ -360,10 +360,10 @@ func (s *Shared) backoff(ctx context.Context, try int) {
 // blocked reports a pause or an open circuit known locally.
 func (sub *subscriber) blocked(now time.Time) (Decision, bool) {
 	if now.Before(sub.pausedUntil) {
-		return Decision{Hold: Paused, Wait: sub.pausedUntil.Sub(now)}, true
+		return Decision{Verdict: Paused, Wait: sub.pausedUntil.Sub(now)}, true
 	}
 	if now.Before(sub.openUntil) {
-		return Decision{Hold: CircuitOpen, Wait: sub.openUntil.Sub(now)}, true
+		return Decision{Verdict: CircuitOpen, Wait: sub.openUntil.Sub(now)}, true
 	}
 	return Decision{}, false
 }
@@ -383,7 +383,7 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 	if sub.probing {
 		// This relay's probe is on the wire; nothing else goes until its
 		// outcome is known.
-		return Decision{Hold: CircuitOpen, Wait: LeaseTTL}, nil
+		return Decision{Verdict: CircuitOpen, Wait: LeaseTTL}, nil
 	}
 	if sub.lease > 0 && sub.awaitRev > 0 {
 		if d, wait := s.awaitWatch(id, sub, now); wait {
@@ -401,7 +401,7 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 		}
 		s.backoff(ctx, try)
 	}
-	return Decision{Hold: Token, Wait: time.Duration(rand.Int64N(int64(10 * time.Millisecond)))}, nil
+	return Decision{Verdict: Token, Wait: time.Duration(rand.Int64N(int64(10 * time.Millisecond)))}, nil
 }
 
 // reserveOnce is one compare-and-set of Reserve, in a turn among the KV
@@ -427,7 +427,7 @@ func (s *Shared) reserveOnce(ctx context.Context, id string, sub *subscriber, l 
 		return Decision{}, true, err
 	}
 	d, st, write, c := s.decide(ctx, sub, l)
-	if d.Hold != Go {
+	if d.Verdict != Go {
 		return d, true, nil
 	}
 	if !write {
@@ -461,19 +461,19 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 	sub.pausedUntil = s.local(st.PausedUntil)
 	sub.openUntil = time.Time{}
 	if server.Before(st.PausedUntil) {
-		return Decision{Hold: Paused, Wait: st.PausedUntil.Sub(server)}, st, false, c
+		return Decision{Verdict: Paused, Wait: st.PausedUntil.Sub(server)}, st, false, c
 	}
 	probe := false
 	switch st.CircuitAt(server) {
 	case Open:
 		sub.openUntil = s.local(st.OpenUntil)
-		return Decision{Hold: CircuitOpen, Wait: st.OpenUntil.Sub(server)}, st, false, c
+		return Decision{Verdict: CircuitOpen, Wait: st.OpenUntil.Sub(server)}, st, false, c
 	case HalfOpen:
 		if server.Before(st.ProbeUntil) {
 			// Another relay's probe is on the wire; its answer usually comes
 			// within a request timeout, so look again soon rather than at
 			// ProbeUntil, which only covers a prober that died.
-			return Decision{Hold: CircuitOpen, Wait: min(st.ProbeUntil.Sub(server), probeRecheck)}, st, false, c
+			return Decision{Verdict: CircuitOpen, Wait: min(st.ProbeUntil.Sub(server), probeRecheck)}, st, false, c
 		}
 		st.ProbeUntil = server.Add(s.opts.ProbeTimeout)
 		probe = true
@@ -489,7 +489,7 @@ func (s *Shared) decide(ctx context.Context, sub *subscriber, l Limit) (Decision
 	from := refillFrom(st, sub.written)
 	tokens := Refill(st.Tokens, from, server, rate, l)
 	if tokens < float64(n)-epsilon {
-		return Decision{Hold: Token, Wait: WaitFor(tokens, n, rate)}, st, false, c
+		return Decision{Verdict: Token, Wait: WaitFor(tokens, n, rate)}, st, false, c
 	}
 	st.Tokens = tokens - float64(n)
 	st.At = laterOf(from, server)
@@ -540,7 +540,7 @@ func (s *Shared) grant(sub *subscriber, l Limit, d Decision, c counted) Decision
 		sub.written = laterOf(sub.written, s.estimateNow())
 		if s.following.Load() {
 			sub.awaitRev = sub.rev
-			return Decision{Hold: Token, Wait: awaitWatchPoll}
+			return Decision{Verdict: Token, Wait: awaitWatchPoll}
 		}
 	}
 	sub.lease--
@@ -574,7 +574,7 @@ func (s *Shared) awaitWatch(id string, sub *subscriber, now time.Time) (Decision
 		sub.written = laterOf(sub.written, s.estimateNow())
 		return Decision{}, false
 	case now.Before(sub.leaseEnds) && s.following.Load():
-		return Decision{Hold: Token, Wait: min(awaitWatchPoll, sub.leaseEnds.Sub(now))}, true
+		return Decision{Verdict: Token, Wait: min(awaitWatchPoll, sub.leaseEnds.Sub(now))}, true
 	}
 	sub.awaitRev, sub.lease = 0, 0
 	return Decision{}, false

@@ -12,19 +12,19 @@ import (
 	"github.com/relay-dev/relay/internal/testutil"
 )
 
-// wantHold fails the test unless d holds for want, with a wait within
+// wantVerdict fails the test unless d holds for want, with a wait within
 // tolerance of wait.
-func wantHold(t *testing.T, who string, d ratelimit.Decision, want ratelimit.Hold, wait, tolerance time.Duration) {
+func wantVerdict(t *testing.T, who string, d ratelimit.Decision, want ratelimit.Verdict, wait, tolerance time.Duration) {
 	t.Helper()
-	if d.Hold != want || !near(d.Wait, wait, tolerance) {
-		t.Fatalf("%s: %v for %v, want %v for %v (± %v)", who, d.Hold, d.Wait, want, wait, tolerance)
+	if d.Verdict != want || !near(d.Wait, wait, tolerance) {
+		t.Fatalf("%s: %v for %v, want %v for %v (± %v)", who, d.Verdict, d.Wait, want, wait, tolerance)
 	}
 }
 
 // wantGo fails the test unless d lets an ordinary request (not a probe) go.
 func wantGo(t *testing.T, who string, d ratelimit.Decision) {
 	t.Helper()
-	if d.Hold != ratelimit.Go || d.Probe {
+	if d.Verdict != ratelimit.Go || d.Probe {
 		t.Fatalf("%s: %+v, want Go", who, d)
 	}
 }
@@ -75,7 +75,7 @@ func TestSharedPauseHoldsEveryRelay(t *testing.T) {
 	wantGo(t, "b before the pause", reserve(t, b, id, l))
 
 	observe(t, a, id, l, ratelimit.Result{PauseFor: 2 * time.Second})
-	wantHold(t, "a right after its 429", reserve(t, a, id, l), ratelimit.Paused, 2*time.Second, time.Millisecond)
+	wantVerdict(t, "a right after its 429", reserve(t, a, id, l), ratelimit.Paused, 2*time.Second, time.Millisecond)
 	if st := entry(t, n, id); st.PausedUntil.IsZero() {
 		t.Fatalf("entry %+v: the pause was not shared", st)
 	}
@@ -83,11 +83,11 @@ func TestSharedPauseHoldsEveryRelay(t *testing.T) {
 	// b spends what is left of the lease it took before the pause, then
 	// re-reads the entry.
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, skew(fake))
-	wantHold(t, "a after a lease", reserve(t, a, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, time.Millisecond)
+	wantVerdict(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, skew(fake))
+	wantVerdict(t, "a after a lease", reserve(t, a, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, time.Millisecond)
 
 	fake.Advance(time.Second)
-	wantHold(t, "b a second later", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, skew(fake))
+	wantVerdict(t, "b a second later", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, skew(fake))
 
 	fake.Advance(time.Second - ratelimit.LeaseTTL + skew(fake))
 	wantGo(t, "a after the pause", reserve(t, a, id, l))
@@ -104,7 +104,7 @@ func heldUntil(t *testing.T, fake *clock.Fake, id string, l ratelimit.Limit, end
 	tolerance := skew(fake)
 	for ; at+step < end-tolerance; at += step {
 		for i, s := range relays {
-			if d := reserve(t, s, id, l); d.Hold != ratelimit.Paused || d.Wait <= 0 {
+			if d := reserve(t, s, id, l); d.Verdict != ratelimit.Paused || d.Wait <= 0 {
 				t.Fatalf("relay %d, %v into a pause of %v: %+v, want paused", i, at, end, d)
 			}
 		}
@@ -174,9 +174,9 @@ func TestSharedPauseBoundedByMaxPause(t *testing.T) {
 	wantGo(t, "b", reserve(t, b, id, l))
 
 	observe(t, a, id, l, ratelimit.Result{PauseFor: 24 * time.Hour})
-	wantHold(t, "a", reserve(t, a, id, l), ratelimit.Paused, 10*time.Second, time.Millisecond)
+	wantVerdict(t, "a", reserve(t, a, id, l), ratelimit.Paused, 10*time.Second, time.Millisecond)
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b", reserve(t, b, id, l), ratelimit.Paused, 10*time.Second-ratelimit.LeaseTTL, skew(fake))
+	wantVerdict(t, "b", reserve(t, b, id, l), ratelimit.Paused, 10*time.Second-ratelimit.LeaseTTL, skew(fake))
 	fake.Advance(10*time.Second - ratelimit.LeaseTTL + skew(fake))
 	wantGo(t, "a after the bounded pause", reserve(t, a, id, l))
 	wantGo(t, "b after the bounded pause", reserve(t, b, id, l))
@@ -198,12 +198,12 @@ func TestSharedPauseOnSuccessHoldsEveryRelay(t *testing.T) {
 	wantGo(t, "b", reserve(t, b, id, l))
 
 	observe(t, a, id, l, ratelimit.Result{Success: true, PauseFor: 2 * time.Second})
-	wantHold(t, "a", reserve(t, a, id, l), ratelimit.Paused, 2*time.Second, time.Millisecond)
+	wantVerdict(t, "a", reserve(t, a, id, l), ratelimit.Paused, 2*time.Second, time.Millisecond)
 	if st := entry(t, n, id); st.PausedUntil.IsZero() {
 		t.Errorf("entry %+v: the pause was not shared", st)
 	}
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, skew(fake))
+	wantVerdict(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, 2*time.Second-ratelimit.LeaseTTL, skew(fake))
 }
 
 // TestSharedAdaptiveRate proves AIMD as the entry records it: each 429 of
@@ -319,13 +319,13 @@ func probeRound(t *testing.T, id string, l ratelimit.Limit, relays ...*ratelimit
 				switch {
 				case err != nil:
 					t.Errorf("Reserve: %v", err)
-				case d.Hold == ratelimit.Go && !d.Probe:
+				case d.Verdict == ratelimit.Go && !d.Probe:
 					t.Errorf("a half-open breaker let an ordinary request go: %+v", d)
-				case d.Hold == ratelimit.Go:
+				case d.Verdict == ratelimit.Go:
 					probes++
 					prober = s
-				case d.Hold != ratelimit.CircuitOpen:
-					t.Errorf("a half-open breaker held for %v, want circuit_open", d.Hold)
+				case d.Verdict != ratelimit.CircuitOpen:
+					t.Errorf("a half-open breaker held for %v, want circuit_open", d.Verdict)
 				}
 				mu.Unlock()
 			}
@@ -382,10 +382,10 @@ func TestSharedBreaker(t *testing.T) {
 	if st := entry(t, n, id); st.Failures != 5 || st.OpenUntil.IsZero() || st.Opens != 1 {
 		t.Fatalf("after five failures: %+v, want an open breaker", st)
 	}
-	wantHold(t, "a after the fifth failure", reserve(t, a, id, l), ratelimit.CircuitOpen, 5*time.Second, time.Millisecond)
+	wantVerdict(t, "a after the fifth failure", reserve(t, a, id, l), ratelimit.CircuitOpen, 5*time.Second, time.Millisecond)
 	watchesShow(t, n, id, a, b)
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, skew(fake))
+	wantVerdict(t, "b after a lease", reserve(t, b, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, skew(fake))
 	// A failure of a request that was already on the wire does not extend
 	// the cool-down.
 	opened := entry(t, n, id)
@@ -393,7 +393,7 @@ func TestSharedBreaker(t *testing.T) {
 	if st := entry(t, n, id); !st.OpenUntil.Equal(opened.OpenUntil) || st.Opens != 1 {
 		t.Fatalf("a failure during the cool-down changed it: %+v → %+v", opened, st)
 	}
-	wantHold(t, "a during the cool-down", reserve(t, a, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, time.Millisecond)
+	wantVerdict(t, "a during the cool-down", reserve(t, a, id, l), ratelimit.CircuitOpen, 5*time.Second-ratelimit.LeaseTTL, time.Millisecond)
 
 	fake.Advance(5*time.Second - ratelimit.LeaseTTL + skew(fake))
 	prober, probes := probeRound(t, id, l, a, b)
@@ -404,11 +404,11 @@ func TestSharedBreaker(t *testing.T) {
 	if st := entry(t, n, id); st.Opens != 2 || st.OpenUntil.IsZero() || !st.ProbeUntil.IsZero() {
 		t.Fatalf("after a failed probe: %+v, want the second cool-down", st)
 	}
-	wantHold(t, "the prober after its failure", reserve(t, prober, id, l), ratelimit.CircuitOpen, 10*time.Second, time.Millisecond)
+	wantVerdict(t, "the prober after its failure", reserve(t, prober, id, l), ratelimit.CircuitOpen, 10*time.Second, time.Millisecond)
 	watchesShow(t, n, id, a, b)
 	fake.Advance(5 * time.Second)
 	for _, s := range []*ratelimit.Shared{a, b} {
-		wantHold(t, "half-way through the doubled cool-down", reserve(t, s, id, l), ratelimit.CircuitOpen, 5*time.Second, skew(fake))
+		wantVerdict(t, "half-way through the doubled cool-down", reserve(t, s, id, l), ratelimit.CircuitOpen, 5*time.Second, skew(fake))
 	}
 
 	fake.Advance(5*time.Second + skew(fake))
@@ -439,16 +439,16 @@ func TestSharedProbeOfADeadRelayIsRetaken(t *testing.T) {
 	wantGo(t, "dead", reserve(t, dead, id, l))
 	observe(t, dead, id, l, ratelimit.Result{Failure: true})
 	fake.Advance(5*time.Second + skew(fake))
-	if d := reserve(t, dead, id, l); d.Hold != ratelimit.Go || !d.Probe {
+	if d := reserve(t, dead, id, l); d.Verdict != ratelimit.Go || !d.Probe {
 		t.Fatalf("after the cool-down: %+v, want the probe", d)
 	}
 	// dead is killed with its probe on the wire.
-	if d := reserve(t, b, id, l); d.Hold != ratelimit.CircuitOpen {
+	if d := reserve(t, b, id, l); d.Verdict != ratelimit.CircuitOpen {
 		t.Fatalf("b while the probe is out: %+v, want circuit_open", d)
 	}
 	fake.Advance(opts.ProbeTimeout)
 	d := reserve(t, b, id, l)
-	if d.Hold != ratelimit.Go || !d.Probe {
+	if d.Verdict != ratelimit.Go || !d.Probe {
 		t.Fatalf("b after ProbeTimeout: %+v, want the probe", d)
 	}
 	observe(t, b, id, l, ratelimit.Result{Success: true, Probe: true})
@@ -470,11 +470,11 @@ func TestSharedUnusedProbeIsReleased(t *testing.T) {
 	wantGo(t, "a", reserve(t, a, id, l))
 	observe(t, a, id, l, ratelimit.Result{Failure: true})
 	fake.Advance(5*time.Second + skew(fake))
-	if d := reserve(t, a, id, l); d.Hold != ratelimit.Go || !d.Probe {
+	if d := reserve(t, a, id, l); d.Verdict != ratelimit.Go || !d.Probe {
 		t.Fatalf("after the cool-down: %+v, want the probe", d)
 	}
 	observe(t, a, id, l, ratelimit.Result{Probe: true})
-	if d := reserve(t, a, id, l); d.Hold != ratelimit.Go || !d.Probe {
+	if d := reserve(t, a, id, l); d.Verdict != ratelimit.Go || !d.Probe {
 		t.Fatalf("after the probe was handed back: %+v, want another probe", d)
 	}
 }
@@ -493,7 +493,7 @@ func TestSharedLongOutage(t *testing.T) {
 	var sent []time.Duration
 	for elapsed := time.Duration(0); elapsed < time.Hour; elapsed += time.Second {
 		d := reserve(t, s, id, l)
-		if d.Hold == ratelimit.Go {
+		if d.Verdict == ratelimit.Go {
 			sent = append(sent, elapsed)
 			observe(t, s, id, l, ratelimit.Result{Failure: true, Probe: d.Probe})
 		}
@@ -522,7 +522,7 @@ func TestSharedLongOutageKeepsProbing(t *testing.T) {
 	last := time.Duration(0)
 	for elapsed := time.Duration(0); elapsed < time.Hour; elapsed += time.Second {
 		d := reserve(t, s, id, l)
-		if d.Hold == ratelimit.Go {
+		if d.Verdict == ratelimit.Go {
 			last = elapsed
 			observe(t, s, id, l, ratelimit.Result{Failure: true, Probe: d.Probe})
 		}
@@ -554,13 +554,13 @@ func TestSharedUnlimited(t *testing.T) {
 			a := newShared(t, n, fake, ratelimit.Options{})
 			b := newShared(t, n, fake, ratelimit.Options{})
 			for i := range 5000 {
-				if d := reserve(t, a, id, l); d.Hold != ratelimit.Go {
+				if d := reserve(t, a, id, l); d.Verdict != ratelimit.Go {
 					t.Fatalf("request %d at a standstill: %+v", i, d)
 				}
 			}
 			for i := range 1000 {
 				for range 5 {
-					if d := reserve(t, a, id, l); d.Hold != ratelimit.Go {
+					if d := reserve(t, a, id, l); d.Verdict != ratelimit.Go {
 						t.Fatalf("at %v: %+v", time.Duration(i)*time.Millisecond, d)
 					}
 				}
@@ -577,10 +577,10 @@ func TestSharedUnlimited(t *testing.T) {
 
 			wantGo(t, "b", reserve(t, b, id, l))
 			observe(t, a, id, l, ratelimit.Result{PauseFor: time.Second})
-			wantHold(t, "a", reserve(t, a, id, l), ratelimit.Paused, time.Second, time.Millisecond)
-			testutil.Eventually(t, func() bool { return reserve(t, b, id, l).Hold == ratelimit.Paused },
+			wantVerdict(t, "a", reserve(t, a, id, l), ratelimit.Paused, time.Second, time.Millisecond)
+			testutil.Eventually(t, func() bool { return reserve(t, b, id, l).Verdict == ratelimit.Paused },
 				"b, within its lease, never learnt of a's pause")
-			wantHold(t, "b", reserve(t, b, id, l), ratelimit.Paused, time.Second, skew(fake))
+			wantVerdict(t, "b", reserve(t, b, id, l), ratelimit.Paused, time.Second, skew(fake))
 			if st := b.Stats(); st.Writes != 0 || st.Reads != 0 {
 				t.Errorf("b: %+v, want no KV operation", st)
 			}
@@ -589,7 +589,7 @@ func TestSharedUnlimited(t *testing.T) {
 			// (see ratelimit.FreshFor): a wait of a round trip, or of its
 			// watch catching up with another subscriber's write.
 			for name, s := range map[string]*ratelimit.Shared{"a": a, "b": b} {
-				testutil.Eventually(t, func() bool { return reserve(t, s, id, l).Hold == ratelimit.Go },
+				testutil.Eventually(t, func() bool { return reserve(t, s, id, l).Verdict == ratelimit.Go },
 					"%s after the pause: never Go", name)
 			}
 		})
@@ -614,7 +614,7 @@ func TestSharedWithoutItsWatchReadsEntries(t *testing.T) {
 	wantGo(t, "b", reserve(t, b, id, l))
 	observe(t, a, id, l, ratelimit.Result{PauseFor: time.Second})
 	fake.Advance(ratelimit.LeaseTTL)
-	wantHold(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, skew(fake))
+	wantVerdict(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, skew(fake))
 	if st := b.Stats(); st.Reads != 2 {
 		t.Errorf("b: %+v, want a read per lease", st)
 	}

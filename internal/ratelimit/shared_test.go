@@ -102,7 +102,7 @@ func observe(t *testing.T, s *ratelimit.Shared, id string, l ratelimit.Limit, r 
 // emptied reports a decision that says the bucket is empty, as opposed to a
 // Token hold after lost compare-and-sets, which asks to retry within 10 ms.
 func emptied(d ratelimit.Decision) bool {
-	return d.Hold == ratelimit.Token && d.Wait >= 10*time.Millisecond
+	return d.Verdict == ratelimit.Token && d.Wait >= 10*time.Millisecond
 }
 
 // drain reserves until the bucket is empty and returns the Go decisions.
@@ -113,11 +113,11 @@ func drain(t *testing.T, s *ratelimit.Shared, id string, l ratelimit.Limit) (int
 	for {
 		d := reserve(t, s, id, l)
 		switch {
-		case d.Hold == ratelimit.Go:
+		case d.Verdict == ratelimit.Go:
 			gos++
 		case emptied(d):
 			return gos, d
-		case d.Hold != ratelimit.Token:
+		case d.Verdict != ratelimit.Token:
 			t.Fatalf("draining: %+v", d)
 		}
 		if gos > 1_000_000 {
@@ -248,7 +248,7 @@ func TestSharedRelaysContendWithinTheBurst(t *testing.T) {
 							errs <- err
 							return
 						}
-						if d.Hold == ratelimit.Go {
+						if d.Verdict == ratelimit.Go {
 							counts[i]++
 						} else if emptied(d) {
 							return
@@ -284,7 +284,7 @@ func TestSharedKilledRelayLosesItsLease(t *testing.T) {
 	id := subID(t)
 	fake := newFake()
 	killed := newShared(t, n, fake, ratelimit.Options{})
-	if d := reserve(t, killed, id, l); d.Hold != ratelimit.Go {
+	if d := reserve(t, killed, id, l); d.Verdict != ratelimit.Go {
 		t.Fatalf("first request: %+v", d)
 	}
 	// killed now holds a lease of 100 with 99 unspent; it is never used again.
@@ -356,7 +356,7 @@ func runCap(t *testing.T, relays []capRelay, id string, l ratelimit.Limit, span 
 			for k := range relays {
 				i := (first + k) % len(relays)
 				d := reserve(t, relays[i].s, id, l)
-				if d.Hold == ratelimit.Go {
+				if d.Verdict == ratelimit.Go {
 					counts[i]++
 					going = true
 					continue
@@ -463,7 +463,7 @@ func TestSharedCapAfterAKilledRelay(t *testing.T) {
 	id := subID(t)
 	fake := clock.NewFake(time.Now())
 	killed := newShared(t, n, fake, ratelimit.Options{})
-	if d := reserve(t, killed, id, l); d.Hold != ratelimit.Go {
+	if d := reserve(t, killed, id, l); d.Verdict != ratelimit.Go {
 		t.Fatalf("first request: %+v", d)
 	}
 	survivor := newShared(t, n, fake, ratelimit.Options{})
@@ -489,7 +489,7 @@ func TestSharedHostClockAheadMintsNoTokens(t *testing.T) {
 	fake.Advance(time.Second)
 	gos := 0
 	for range 200 {
-		if reserve(t, s, id, l).Hold == ratelimit.Go {
+		if reserve(t, s, id, l).Verdict == ratelimit.Go {
 			gos++
 		}
 	}

@@ -122,7 +122,7 @@ func TestSharedThrottleWithPauseStillDecreases(t *testing.T) {
 			if st := entry(t, n, id); st.PausedUntil.IsZero() {
 				t.Errorf("entry %+v: the pause was not shared", st)
 			}
-			wantHold(t, "after the 429", reserve(t, s, id, l), ratelimit.Paused, tt.held, time.Millisecond)
+			wantVerdict(t, "after the 429", reserve(t, s, id, l), ratelimit.Paused, tt.held, time.Millisecond)
 		})
 	}
 }

@@ -63,7 +63,7 @@ func TestSharedKeepsTheRateOverASlowServer(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d.Hold == ratelimit.Go {
+				if d.Verdict == ratelimit.Go {
 					granted = append(granted, time.Now())
 					continue
 				}
@@ -120,7 +120,7 @@ func TestSharedCapHoldsBesideASlowRelay(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if d.Hold == ratelimit.Go {
+				if d.Verdict == ratelimit.Go {
 					mu.Lock()
 					granted = append(granted, time.Now())
 					each[i]++
@@ -222,8 +222,8 @@ func lateLeaseBehindAPause(t *testing.T, held func(payload []byte) bool, allows 
 
 	d := <-first
 	sent := 0
-	for asked := 1; d.Hold != ratelimit.Paused; asked++ {
-		if d.Hold == ratelimit.Go {
+	for asked := 1; d.Verdict != ratelimit.Paused; asked++ {
+		if d.Verdict == ratelimit.Go {
 			if sent++; sent > allows {
 				t.Errorf("decision %d: request %d let go by a lease a pause had overtaken (at most %d)", asked, sent, allows)
 			}
@@ -275,7 +275,7 @@ func TestSharedUnlimitedStopsWhenItsWatchIsNotKnownFresh(t *testing.T) {
 	bound := ratelimit.FreshFor + ratelimit.LeaseTTL
 	for at := time.Duration(0); at <= bound+time.Second; at += ratelimit.LeaseTTL / 4 {
 		d := reserve(t, behind, id, l)
-		if d.Hold == ratelimit.Go && at > bound {
+		if d.Verdict == ratelimit.Go && at > bound {
 			t.Fatalf("%v after the pause was stored, with the watch held back: a request let go", at)
 		}
 		fake.Advance(ratelimit.LeaseTTL / 4)
@@ -283,10 +283,10 @@ func TestSharedUnlimitedStopsWhenItsWatchIsNotKnownFresh(t *testing.T) {
 	release()
 	testutil.Eventually(t, func() bool {
 		d := reserve(t, behind, id, l)
-		if d.Hold == ratelimit.Go {
+		if d.Verdict == ratelimit.Go {
 			t.Fatal("a request let go once the watch showed the pause")
 		}
-		return d.Hold == ratelimit.Paused
+		return d.Verdict == ratelimit.Paused
 	}, "the relay never held for the pause its watch showed")
 }
 

@@ -482,18 +482,18 @@ func TestCircuitAt(t *testing.T) {
 	}
 }
 
-// TestHoldString proves the names a Hold is logged and shown under.
-func TestHoldString(t *testing.T) {
+// TestVerdictString proves the names a Verdict is logged and shown under.
+func TestVerdictString(t *testing.T) {
 	t.Parallel()
-	for h, want := range map[ratelimit.Hold]string{
+	for h, want := range map[ratelimit.Verdict]string{
 		ratelimit.Go:          "go",
 		ratelimit.Token:       "token",
 		ratelimit.Paused:      "paused",
 		ratelimit.CircuitOpen: "circuit_open",
-		ratelimit.Hold(42):    "unknown",
+		ratelimit.Verdict(42): "unknown",
 	} {
 		if got := h.String(); got != want {
-			t.Errorf("Hold(%d).String() = %q, want %q", int(h), got, want)
+			t.Errorf("Verdict(%d).String() = %q, want %q", int(h), got, want)
 		}
 	}
 }

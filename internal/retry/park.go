@@ -30,36 +30,36 @@ const (
 // [streams.StoreOnce]) until ctx ends or a minute has passed; then the
 // error is [streams.ErrUnanswered], and the parked copy may be stored.
 func Park(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
-	m := held(streams.RetryWaitPrefix, subscriber, body, header, at)
+	m := waiting(streams.RetryWaitPrefix, subscriber, body, header, at)
 	if _, err := streams.StoreOnce(ctx, js, m, dedupeID); err != nil {
 		return fmt.Errorf("retry: parking a delivery for %s: %w", subscriber, err)
 	}
 	return nil
 }
 
-// Hold is [Park] for a delivery that reached its lane before its due time
-// (a dead letter replayed early, a copy published by hand): it waits on
+// Schedule is [Park] for a delivery that reached its lane before its due
+// time (a dead letter replayed early, a copy published by hand): it waits on
 // streams.RetryAtPrefix, counted as scheduled rather than as a retry.
-func Hold(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
+func Schedule(ctx context.Context, js jetstream.JetStream, subscriber string, body []byte, header nats.Header, at time.Time, dedupeID string) error {
 	m := Scheduled(subscriber, body, header, at)
 	if _, err := streams.StoreOnce(ctx, js, m, dedupeID); err != nil {
-		return fmt.Errorf("retry: holding a delivery for %s until it is due: %w", subscriber, err)
+		return fmt.Errorf("retry: scheduling a delivery for %s until it is due: %w", subscriber, err)
 	}
 	return nil
 }
 
-// Scheduled returns the message that holds a copy of an event for
+// Scheduled returns the message that keeps a copy of an event for
 // subscriber in RETRIES until at, its due time; the mover then puts it on
 // the subscriber's lane as it does a due retry. The caller publishes it
 // with the copy's own Nats-Msg-Id, so that fanning an event out again
 // within RETRIES' duplicate window stores one copy. header is not modified.
 func Scheduled(subscriber string, body []byte, header nats.Header, at time.Time) *nats.Msg {
-	return held(streams.RetryAtPrefix, subscriber, body, header, at)
+	return waiting(streams.RetryAtPrefix, subscriber, body, header, at)
 }
 
-// held is the scheduled message that waits on prefix + subscriber + a
+// waiting is the scheduled message that waits on prefix + subscriber + a
 // unique token until at, then fires on streams.RetryDuePrefix + subscriber.
-func held(prefix, subscriber string, body []byte, header nats.Header, at time.Time) *nats.Msg {
+func waiting(prefix, subscriber string, body []byte, header nats.Header, at time.Time) *nats.Msg {
 	h := streams.CopyHeader(header, 3)
 	h.Set(headerSchedule, "@at "+at.UTC().Format(time.RFC3339Nano))
 	h.Set(headerScheduleTarget, streams.RetryDuePrefix+subscriber)
