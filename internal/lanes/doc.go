@@ -10,8 +10,7 @@
 // consumer), so it is never left without a pull request for long, whatever
 // became of the last one, and nothing the server sends it goes unread.
 //
-// Inside a lane, every subscriber has its own scheduler (scheduler.go names
-// the states a delivery goes through): a queue of held messages, at most
+// Inside a lane, every subscriber has its own scheduler: a queue of held messages, at most
 // max-in-flight requests at once, a request slot of the relay's
 // --max-requests shared round-robin among subscribers (package requests), and
 // a decision of the rate limiter (a token, or a pause or an open breaker to
@@ -47,4 +46,23 @@
 // failure (no descriptor, no port) is not one either. A delivery whose
 // subscriber is not in the relay_subscribers bucket is dead-lettered as
 // unroutable; one whose key is there but unusable to this relay is held.
+//
+// # One delivery's way
+//
+// A delivery's states are the type State, and state.go holds every
+// transition: it alone acks, hands back, terminates or lets go of a message,
+// or stores a copy of it elsewhere, and the table on State says which write
+// each transition makes and who acts next. A delivery's way from the pull to
+// its ack reads in this order, each file once:
+//
+//   - lane.go: the pull loop and dispatch (Pulled to Held, Scheduled,
+//     InOverflow or Dead), the keep-alive rounds;
+//   - scheduler.go: offer and the subscriber's loop (Held to InFlight),
+//     with queue.go (the held deliveries), share.go (how many it may hold),
+//     pause.go (Retry-After, open circuits, operators' pauses) and
+//     refill.go (to and from overflow);
+//   - send.go: the attempt; outcome.go: what its outcome settles;
+//   - state.go: the transition, and its write;
+//   - writes.go: the windows those writes wait in; tuning.go: every
+//     constant of the path.
 package lanes

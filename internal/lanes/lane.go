@@ -148,22 +148,6 @@ func (l *lane) run(ctx context.Context) {
 	l.flight.Close()
 }
 
-// handBack returns msgs, all of this lane, to JetStream for another relay
-// (or this one's next start) to deliver at once, and waits for the server to
-// have taken them: when relay stops its embedded server right after, they
-// must be in the consumer's stored state (see [consumer.HandBack]). The
-// server answers within a round trip: even a stop told to hurry waits for it.
-func (l *lane) handBack(msgs ...jetstream.Msg) {
-	if len(msgs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), handBackWait)
-	defer cancel()
-	if err := consumer.HandBack(ctx, msgs...); err != nil {
-		l.log.Warn("lanes: handing deliveries back", "err", err)
-	}
-}
-
 // dispatch places one message with its subscriber's scheduler. It never
 // blocks on a subscriber, nor on a write: what must be stored elsewhere
 // (overflow, RETRIES, the DLQ) is queued or handed to a goroutine of the
@@ -228,36 +212,13 @@ func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
 	switch {
 	case err != nil:
 		l.env.logOnce("lookup."+id, "lanes: cannot tell whether a subscriber exists; handing its deliveries back for a moment", "subscriber", id, "err", err)
-		_ = d.msg.NakWithDelay(settleRetry)
+		l.handBackIn(d, settleRetry)
 	case known:
 		l.env.logOnce("unknown."+id, "lanes: keeping in overflow the deliveries of a subscriber this relay cannot use yet", "subscriber", id)
 		l.toOverflow(d, id, nil)
 	default:
 		l.deadLetter(ctx, d, id, deadletter.Death{Reason: deadletter.Unroutable, LastError: "no subscriber " + id + " in " + streams.SubscribersBucket})
 	}
-}
-
-// toOverflow moves a held delivery to its subscriber's overflow: the copy is
-// stored, then the original acked; stored tells the scheduler (nil: none).
-// It only queues the put (see [putter]), and hands the delivery back for a
-// moment when the puts are too far behind to queue it: a lane's pull loop
-// calls it, and must not wait. A stale message (see [lane.alive]) is let go
-// instead: JetStream has given it, or will give it, to another relay.
-func (l *lane) toOverflow(d delivery, id string, stored func()) {
-	// No longer held by its scheduler: its putter's pending puts are
-	// renewed from now on (see [putter.offer]).
-	d.received, d.kept = l.renewedAt(d), 0
-	if !l.alive(d) {
-		l.letGo(d, id)
-		return
-	}
-	if !l.puts.offer(put{l: l, d: d, id: id, stored: stored}) {
-		l.env.logOnce("puts.full", "lanes: moves to overflow are behind (NATS slow to answer); handing deliveries back for a moment",
-			"subscriber", id, "delay", putFullDelay)
-		_ = d.msg.NakWithDelay(putFullDelay)
-		return
-	}
-	l.cfg.Metrics.Overflow()
 }
 
 func (l *lane) ctx() context.Context { return l.runCtx }
@@ -387,14 +348,6 @@ func (l *lane) renewedAt(d delivery) int64 {
 		return from
 	}
 	return max(from, confirmed)
-}
-
-// letGo drops a stale message from this relay without sending it, acking
-// it or handing it back: JetStream redelivers it to whichever relay pulls
-// next.
-func (l *lane) letGo(d delivery, id string) {
-	l.log.Warn("lanes: letting go of a delivery whose keep-alive was not confirmed within its ack wait",
-		"subscriber", id, "seq", d.seq)
 }
 
 // handBackAll returns every held message, and what the last pull request

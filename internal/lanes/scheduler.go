@@ -2,72 +2,22 @@ package lanes
 
 import (
 	"context"
-	"errors"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/deadletter"
-	"github.com/relay-dev/relay/internal/deliver"
-	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
-	"github.com/relay-dev/relay/streams"
 )
 
-// Where a delivery is, and who moves it next (docs/delivery-rules.md
-// "Isolation"):
-//
-//   - held: in its subscriber's queue in the lane, its ack wait kept alive;
-//     the scheduler sends it when a token, an in-flight slot and a request
-//     slot of the relay are free.
-//   - in flight: its request is on the wire; the outcome settles it.
-//   - parked: in RETRIES after a failed attempt, until its retry is due;
-//     the mover puts it back on the lane (package retry).
-//   - in overflow: on deliveries.overflow.<subscriber>, beyond the
-//     subscriber's share of the lane, or because the subscriber is paused
-//     (by a Retry-After or by an operator), its circuit open or it is
-//     disabled; the scheduler brings it back when its queue runs low
-//     (package overflow). An operator's pause is held as a disabled
-//     subscriber is: the loop stops, and a subscriber change (resume) or
-//     the sweep (a pause whose time has passed) starts it again.
-//   - dead: in the DLQ (package deadletter).
-//
-// A held message goes to overflow once on its way (one write) and comes
-// back once (one more), whatever the backlog's length and the rate: nothing
-// cycles on a timer, and a message brought back stays held (through a
-// shrinking share, or a pause shorter than keepBroughtBack) rather than go
-// out again. Only a pause or open circuit longer than that sends it out a
-// second time: then two more writes are nothing beside the wait.
-
-func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
-	return ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
-}
-
-// HoldLimit is how many messages a subscriber may hold in a lane of
-// maxAckPending slots shared with busy-1 other busy subscribers, when it
-// drains drainRate messages a second: a few seconds of its work, at least
-// max-in-flight, at most its fair share of the lane.
-func HoldLimit(sub *subscribers.Subscriber, maxAckPending, busy int, drainRate float64) int {
-	share := (maxAckPending - maxAckPending/reserveDiv) / max(1, busy)
-	window := holdWindow
-	if sub.Rate <= 0 {
-		if busy <= 1 {
-			// Alone on its lane, an unlimited subscriber takes its share
-			// whatever its pace (a response time estimated on a loaded
-			// machine would send a burst to overflow for nobody's sake).
-			return max(1, share)
-		}
-		window = unlimitedHoldWindow
-	}
-	want := sub.MaxInFlight
-	if drainRate > 0 {
-		want = max(want, int(min(math.Ceil(drainRate*window.Seconds()), float64(maxAckPending))))
-	}
-	return max(1, min(share, want))
-}
+// A subscriber's scheduler in a lane: offer takes each pulled delivery
+// (Held, or InOverflow when the subscriber cannot take it now), and loop
+// sends the head of the queue when the subscriber may take it. The queue is
+// in queue.go, the share of the lane in share.go, pauses in pause.go, the
+// way to and from overflow in refill.go, the request in send.go, its
+// outcome in outcome.go; every transition of a delivery is in state.go.
 
 // scheduler is one subscriber's share of a lane: its held messages, its
 // requests in flight, its backlog in overflow, and the loop that sends and
@@ -127,33 +77,6 @@ func newScheduler(l *lane, id string) *scheduler {
 	}
 }
 
-// drainRate is how fast a subscriber's queue empties on this relay: its
-// rate, or for an unlimited one what its in-flight slots allow at the
-// response time seen lately.
-func (s *scheduler) drainRate(sub *subscribers.Subscriber) float64 {
-	if sub.Rate > 0 {
-		return sub.Rate
-	}
-	latency := s.latency
-	if latency <= 0 {
-		latency = assumedLatency
-	}
-	return float64(sub.MaxInFlight) / max(latency.Seconds(), 0.0001)
-}
-
-// share is the most a subscriber may hold in its lane with the lane-mates
-// busy now, whatever its rate.
-func (s *scheduler) share() int {
-	return HoldLimit(&anyPace, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), 0)
-}
-
-// anyPace is a subscriber whose hold only its share of the lane bounds.
-var anyPace = subscribers.Subscriber{MaxInFlight: math.MaxInt}
-
-func (s *scheduler) holdLimit(sub *subscribers.Subscriber) int {
-	return HoldLimit(sub, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), s.drainRate(sub))
-}
-
 // offer takes a message from the lane: held, or sent to overflow when the
 // subscriber cannot take it now or has a backlog there already.
 func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subscriber) {
@@ -199,103 +122,10 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 		s.lane.toOverflow(d, s.id, s.stored)
 		return
 	}
-	s.pushLocked(d)
+	s.holdLocked(d)
 	s.syncLocked()
 	start := !s.running
 	s.running = true
-	s.mu.Unlock()
-	if start {
-		s.lane.work.Go(func() { s.loop(ctx) })
-	} else {
-		s.signal()
-	}
-}
-
-// pushLocked appends d to the queue. Each pop leaves a slot at the front of
-// the queue's array that append cannot see; with a steady backlog, append
-// would then make a new array every few hundred messages. So the queue
-// grows to twice its length, and once it fills what is left of its array
-// while taking at most half of it, it moves back to the array's front: one
-// copy of a delivery per push at most, and no allocation in a steady state.
-func (s *scheduler) pushLocked(d delivery) {
-	if n := len(s.queue); n == cap(s.queue) {
-		if n > 0 && n <= cap(s.buf)/2 && sameArrayEnd(s.buf, s.queue) {
-			whole := s.buf[:cap(s.buf)]
-			copy(whole, s.queue)
-			clear(whole[n:])
-			s.queue = whole[:n]
-		} else {
-			grown := make([]delivery, n, max(2*n, 2))
-			copy(grown, s.queue)
-			s.queue, s.buf = grown, grown[:0]
-		}
-	}
-	s.queue = append(s.queue, d)
-}
-
-// popFrontLocked takes the queue's head, which must exist.
-func (s *scheduler) popFrontLocked() delivery {
-	d := s.queue[0]
-	s.queue[0] = delivery{}
-	s.queue = s.queue[1:]
-	return d
-}
-
-// sameArrayEnd reports whether a and b, both of non-zero capacity, reach
-// to the same end of the same array.
-func sameArrayEnd(a, b []delivery) bool {
-	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
-}
-
-// stored is told when a delivery of this subscriber reached its overflow:
-// the backlog is there for sure, whatever a refill read meanwhile.
-func (s *scheduler) stored() {
-	s.mu.Lock()
-	s.backlog = true
-	s.puts++
-	s.syncLocked()
-	s.mu.Unlock()
-	s.signal()
-}
-
-// marks returns whether the scheduler takes its subscriber for one with a
-// backlog, and how many of its deliveries it has stored in overflow so far.
-func (s *scheduler) marks() (backlog bool, puts uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.backlog, s.puts
-}
-
-// noBacklog is told that a look at the stream, begun when the scheduler had
-// stored puts deliveries in overflow, found none of its subscriber's there:
-// unless one was stored since or a refill is on its way, it has no backlog.
-// A relay whose refills another relay made (see [scheduler.refillLocked])
-// learns so here, within a sweep, and its fan-out and lane stop sending
-// new copies to overflow.
-func (s *scheduler) noBacklog(puts uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.backlog || s.refilling || s.puts != puts {
-		return
-	}
-	s.backlog, s.next = false, 0
-	s.syncLocked()
-}
-
-// kick makes sure a scheduler with a backlog runs: after a subscriber is
-// enabled, when a sweep finds a backlog, when a pause ends.
-func (s *scheduler) kick(ctx context.Context, backlog bool) {
-	s.lane.starting.RLock()
-	defer s.lane.starting.RUnlock()
-	s.mu.Lock()
-	if s.stopped || s.lane.stopping.Load() {
-		s.mu.Unlock()
-		return
-	}
-	s.backlog = s.backlog || backlog
-	s.syncLocked()
-	start := !s.running && (s.backlog || len(s.queue) > 0)
-	s.running = s.running || start
 	s.mu.Unlock()
 	if start {
 		s.lane.work.Go(func() { s.loop(ctx) })
@@ -311,99 +141,6 @@ func (s *scheduler) signal() {
 	}
 }
 
-// syncLocked keeps the lane's count of busy schedulers, and the relay's set
-// of subscribers with a backlog, in step with this scheduler.
-func (s *scheduler) syncLocked() {
-	// A backlog alone (a disabled or paused subscriber's) holds no slot.
-	busy := len(s.queue) > 0 || len(s.inFlight) > 0 || s.refilling || s.expect > 0
-	if busy != s.busy {
-		s.busy = busy
-		if busy {
-			s.lane.busy.Add(1)
-		} else {
-			s.lane.busy.Add(-1)
-		}
-	}
-	if s.backlog != s.marked {
-		s.marked = s.backlog
-		s.lane.cfg.Backlogs.Set(s.id, s.backlog)
-	}
-}
-
-// takeLocked takes the held messages from the queue's from-th on and
-// returns them, but for those brought back from overflow when keep is set:
-// they stay, so that nothing goes out and back twice.
-func (s *scheduler) takeLocked(from int, keep bool) []delivery {
-	var held []delivery
-	kept := s.queue[:from]
-	for _, d := range s.queue[from:] {
-		if keep && d.broughtBack {
-			kept = append(kept, d)
-		} else {
-			held = append(held, d)
-		}
-	}
-	clear(s.queue[len(kept):])
-	s.queue = kept
-	if len(held) > 0 {
-		s.backlog = true
-	}
-	return held
-}
-
-// takeLateLocked takes the held messages at the head of the queue whose
-// deadline has passed at now. Only the head is looked at, so that the loop
-// costs the same for every message whatever the queue's length; a late one
-// further back is let go when it is popped (see [scheduler.pop]).
-func (s *scheduler) takeLateLocked(now time.Time) []delivery {
-	n := 0
-	for n < len(s.queue) && !s.queue[n].dueBy(now) {
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	late := append([]delivery(nil), s.queue[:n]...)
-	clear(s.queue[:n])
-	s.queue = s.queue[n:]
-	return late
-}
-
-// takeDoomedLocked takes the held messages whose deadline comes before
-// until, the end of a pause or an open circuit: the wait would carry them
-// past it. It keeps the others in order; it runs once as a pause begins, so
-// its look at the whole queue is not paid per message.
-func (s *scheduler) takeDoomedLocked(until time.Time) []delivery {
-	var doomed []delivery
-	kept := s.queue[:0]
-	for _, d := range s.queue {
-		if d.dueBy(until) {
-			kept = append(kept, d)
-		} else {
-			doomed = append(doomed, d)
-		}
-	}
-	clear(s.queue[len(kept):])
-	s.queue = kept
-	return doomed
-}
-
-// heldUntilLocked is when the subscriber may next be sent to, as far as is
-// known for certain at now: the end of a Retry-After pause or an open
-// circuit, or of an operator's pause that has an end; now when nothing
-// holds it (an operator's pause without an end, or a disabled subscriber,
-// may end at any time).
-func (s *scheduler) heldUntilLocked(sub subscribers.Subscriber, now time.Time) time.Time {
-	until := now
-	if now.Before(s.pausedUntil) {
-		until = s.pausedUntil
-	}
-	if sub.PausedAt(now) && !sub.PausedUntil.IsZero() && sub.PausedUntil.After(until) {
-		until = sub.PausedUntil
-	}
-	return until
-}
-
 // deadLetterAll dead-letters deliveries that cannot be sent by their
 // deadline, each in its own goroutine of the lane: a DLQ copy waits for its
 // PubAck.
@@ -412,12 +149,6 @@ func (s *scheduler) deadLetterAll(ctx context.Context, ds []delivery) {
 		s.lane.work.Go(func() {
 			s.lane.deadLetter(context.WithoutCancel(ctx), d, s.id, deadletter.Death{Reason: d.lateReason()})
 		})
-	}
-}
-
-func (s *scheduler) toOverflow(held []delivery) {
-	for _, d := range held {
-		s.lane.toOverflow(d, s.id, s.stored)
 	}
 }
 
@@ -531,120 +262,14 @@ func (s *scheduler) loop(ctx context.Context) {
 			continue
 		}
 		s.lane.flight.Begin()
-		send := func() {
-			// An in-flight request finishes even when the relay is stopping,
-			// within --shutdown-timeout: its outcome is then acked, parked or
-			// dead-lettered, never lost; one still open then is abandoned and
-			// handed back.
-			defer release()
-			defer s.lane.flight.End()
-			start := s.lane.cfg.Clock.Now()
-			s.mu.Lock()
-			localIsAttempt := s.localStreak >= maxLocalStreak
-			s.mu.Unlock()
-			out := s.lane.send(context.WithoutCancel(ctx), s.lane.env.finishing, d, fresh, dec.Probe, localIsAttempt)
-			took := s.lane.cfg.Clock.Now().Sub(start)
-			s.mu.Lock()
-			delete(s.inFlight, d.msg)
-			if out.Class == deliver.Local {
-				s.localStreak++
-			} else {
-				s.localStreak = 0
-				s.latency = movingAverage(s.latency, took)
-			}
-			if out.Class == deliver.Delivered {
-				if s.cautious {
-					s.lane.log.Info("lanes: subscriber accepts deliveries again", "subscriber", s.id)
-				}
-				s.cautious = false
-			}
-			s.syncLocked()
-			s.mu.Unlock()
-			s.signal()
-		}
 		if s.lastOut() {
 			// The loop would exit as soon as this request is out: it sends
 			// it itself rather than start a goroutine for it, one hand-off
 			// less for every event that finds its subscriber idle.
-			send()
+			s.attempt(ctx, d, fresh, dec.Probe, release)
 			return
 		}
-		s.lane.work.Go(send)
-	}
-}
-
-// leaveLocked ends the loop of a subscriber that is disabled, paused or
-// gone: what it holds waits in overflow (a gone one's is settled as
-// unknown; what it left in overflow is the sweep's). It is called with s.mu
-// held and returns with it released.
-func (s *scheduler) leaveLocked(ctx context.Context, inView bool) {
-	var held []delivery
-	if inView {
-		held = s.takeLocked(0, false)
-	} else {
-		held = append([]delivery(nil), s.queue...)
-		s.queue, s.buf = nil, nil
-		s.backlog, s.next = false, 0
-	}
-	s.running = false
-	s.expect = 0
-	s.syncLocked()
-	s.mu.Unlock()
-	for _, d := range held {
-		if inView {
-			s.lane.toOverflow(d, s.id, s.stored)
-		} else {
-			s.lane.work.Go(func() { s.lane.unknownSubscriber(context.WithoutCancel(ctx), d, s.id) })
-		}
-	}
-}
-
-// pauseLocked waits out a pause or an open circuit: what the subscriber
-// holds leaves the lane until then, holding no slot and burning no attempt
-// (what was brought back already stays through a short wait); what the
-// wait carries past its deadline dies now. It is called with s.mu held and
-// returns with it released.
-func (s *scheduler) pauseLocked(ctx context.Context, now time.Time) {
-	doomed := s.takeDoomedLocked(s.pausedUntil)
-	held := s.takeLocked(0, s.pausedUntil.Sub(now) < keepBroughtBack)
-	until := s.pausedUntil
-	s.syncLocked()
-	s.mu.Unlock()
-	s.deadLetterAll(ctx, doomed)
-	s.toOverflow(held)
-	s.sleep(ctx, until.Sub(now), false)
-}
-
-// wait acts on a decision that holds the next request: a pause or an open
-// circuit long enough to park for begins a pause (see pauseLocked); a
-// shorter wait, for a token among them, is slept here, waking by the head's
-// deadline to let it go rather than a token later.
-func (s *scheduler) wait(ctx context.Context, dec ratelimit.Decision, headDeadline time.Time) {
-	if dec.Verdict != ratelimit.Token && dec.Wait >= parkAfter {
-		s.mu.Lock()
-		now := s.lane.cfg.Clock.Now()
-		if !now.Before(s.pausedUntil) {
-			// A pause begins (not one extended): once per pause or open
-			// circuit, on each relay.
-			s.lane.log.Info("lanes: pausing a subscriber's deliveries", "subscriber", s.id,
-				"why", dec.Verdict.String(), "for", dec.Wait.Round(time.Millisecond).String())
-		}
-		s.pausedUntil = now.Add(dec.Wait)
-		// After an open circuit, or a pause long enough to send what was
-		// brought back out again, one message comes back first: a
-		// subscriber that is still down costs one.
-		s.cautious = s.cautious || dec.Verdict == ratelimit.CircuitOpen || dec.Wait >= keepBroughtBack
-		s.mu.Unlock()
-		return
-	}
-	waitFrom := s.lane.cfg.Clock.Now()
-	wait := dec.Wait
-	if !headDeadline.IsZero() {
-		wait = max(0, min(wait, headDeadline.Sub(waitFrom)+time.Millisecond))
-	}
-	s.sleep(ctx, wait, false)
-	if dec.Verdict == ratelimit.Token {
-		s.lane.cfg.Metrics.TokenWait(s.id, s.lane.cfg.Clock.Now().Sub(waitFrom))
+		s.lane.work.Go(func() { s.attempt(ctx, d, fresh, dec.Probe, release) })
 	}
 }
 
@@ -690,81 +315,11 @@ func (s *scheduler) pop() (delivery, bool) {
 			s.deadLetterAll(s.lane.ctx(), []delivery{d})
 			continue
 		}
-		s.inFlight[d.msg] = struct{}{}
+		s.flyLocked(d)
 		return d, true
 	}
 	s.syncLocked()
 	return delivery{}, false
-}
-
-// refillLocked starts bringing the backlog back when the queue has run down
-// to half its hold limit, one refill at a time.
-//
-// One relay at a time refills a subscriber (see [overflow.Refiller.Refill]):
-// while another does, this one starts none, and the copies that relay brings
-// back reach this one's queue as well.
-func (s *scheduler) refillLocked(ctx context.Context, sub *subscribers.Subscriber, hold int, now time.Time) {
-	if !s.backlog || s.refilling || s.lane.env.refiller.Busy(s.id) {
-		return
-	}
-	if s.expect > 0 && !now.Before(s.expectUntil) {
-		s.expect = 0
-	}
-	room := hold - len(s.queue) - s.expect
-	if room < max(1, hold/2) {
-		return
-	}
-	if s.cautious {
-		if len(s.queue)+s.expect+len(s.inFlight) > 0 {
-			return
-		}
-		room = 1
-	}
-	room = min(room, maxRefill)
-	s.refilling = true
-	// The copies may arrive before the refill returns: they are expected
-	// from now on, and what did not come back is taken off after.
-	s.expect += room
-	s.expectUntil = now.Add(expectFor)
-	from, subject, puts := s.next, streams.DeliverySubject(sub.Lane(s.lane.cfg.SharedLanes), s.id), s.puts
-	s.lane.work.Go(func() {
-		moved, next, more, err := s.lane.env.refiller.Refill(context.WithoutCancel(ctx), s.id, subject, from, room)
-		switch {
-		case errors.Is(err, overflow.ErrLeased):
-			// Another relay is at it; Busy keeps this one from asking
-			// again for a while.
-		case err != nil:
-			s.lane.log.Warn("lanes: bringing back a backlog", "subscriber", s.id, "err", err)
-			s.sleep(ctx, failedRetry, false)
-		}
-		s.mu.Lock()
-		s.refilling = false
-		s.next = next
-		s.expect = max(0, s.expect-(room-moved))
-		s.expectUntil = s.lane.cfg.Clock.Now().Add(expectFor)
-		if err == nil && !more {
-			// Nothing left from next on: read from the start next time,
-			// whatever became of the stream's sequence meanwhile.
-			s.next = 0
-			if s.puts == puts {
-				s.backlog = false
-			}
-		}
-		s.syncLocked()
-		s.mu.Unlock()
-		s.signal()
-	})
-}
-
-// movingAverage folds one response time into the average (a fifth of the
-// weight to the new one). It starts from assumedLatency rather than the
-// first response, which pays for a new connection: a burst's first replies
-// must not make a fast subscriber look slow.
-func movingAverage(avg, took time.Duration) time.Duration {
-	if avg <= 0 {
-		avg = assumedLatency
-	}
-	return avg + (took-avg)/5
 }
 
 // sleep waits for d (d < 0: no limit); woken, it also ends when a request
@@ -790,34 +345,4 @@ func (s *scheduler) idle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return !s.running && !s.busy && !s.backlog && len(s.queue) == 0 && len(s.inFlight) == 0
-}
-
-// outstanding lists the messages held or in flight.
-func (s *scheduler) outstanding() []jetstream.Msg {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]jetstream.Msg, 0, len(s.queue)+len(s.inFlight))
-	for _, d := range s.queue {
-		out = append(out, d.msg)
-	}
-	for msg := range s.inFlight {
-		out = append(out, msg)
-	}
-	return out
-}
-
-// drain stops the scheduler and returns the messages it held but had not
-// started sending.
-func (s *scheduler) drain() []jetstream.Msg {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopped = true
-	held := make([]jetstream.Msg, 0, len(s.queue))
-	for _, d := range s.queue {
-		held = append(held, d.msg)
-	}
-	s.queue, s.buf = nil, nil
-	s.backlog = false // this relay's lane no longer brings it back
-	s.syncLocked()
-	return held
 }

@@ -239,7 +239,7 @@ func (p *putter) send(pt put, stopping bool) {
 				return
 			}
 			p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
-			_ = pt.d.msg.NakWithDelay(settleRetry)
+			pt.l.handBackIn(pt.d, settleRetry)
 			return
 		}
 		f, err := overflow.PutAsync(p.js, pt.id, body, h, pt.d.seq)
@@ -254,7 +254,7 @@ func (p *putter) send(pt put, stopping bool) {
 		case err != nil:
 			p.forget(pt)
 			p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
-			_ = pt.d.msg.NakWithDelay(settleRetry)
+			pt.l.handBackIn(pt.d, settleRetry)
 			return
 		}
 		p.sent <- putting{put: pt, f: f, until: time.Now().Add(putAckWait), body: body, header: h}
@@ -278,9 +278,7 @@ func (p *putter) spill(pt putting) {
 		if err == nil {
 			var answered bool
 			if answered, err = awaitAck(f, time.Now().Add(putAckWait)); answered && err == nil {
-				if err := pt.d.msg.Ack(); err != nil {
-					p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
-				}
+				pt.l.ack(pt.d, pt.id, Parked)
 				return
 			}
 			if !answered {
@@ -288,7 +286,7 @@ func (p *putter) spill(pt putting) {
 			}
 		}
 		p.log.Warn("lanes: DELIVERIES is full, and moving a delivery to RETRIES failed", "subscriber", pt.id, "err", err)
-		_ = pt.d.msg.NakWithDelay(settleRetry)
+		pt.l.handBackIn(pt.d, settleRetry)
 	})
 }
 
@@ -332,18 +330,16 @@ func (p *putter) settle(pt putting) {
 		if pt.stored != nil {
 			pt.stored()
 		}
-		if err := pt.d.msg.Ack(); err != nil {
-			p.log.Warn("lanes: ack", "subscriber", pt.id, "err", err)
-		}
+		pt.l.ack(pt.d, pt.id, InOverflow)
 	case answered && streams.NoRoom(err):
 		p.spill(pt) // forgets it once settled
 		return
 	case answered:
 		p.log.Warn("lanes: moving a delivery to overflow", "subscriber", pt.id, "err", err)
-		_ = pt.d.msg.NakWithDelay(settleRetry)
+		pt.l.handBackIn(pt.d, settleRetry)
 	default:
 		p.log.Warn("lanes: moving a delivery to overflow: no PubAck", "subscriber", pt.id)
-		_ = pt.d.msg.NakWithDelay(settleRetry)
+		pt.l.handBackIn(pt.d, settleRetry)
 	}
 	p.forget(pt.put)
 }

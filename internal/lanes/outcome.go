@@ -1,0 +1,120 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/ratelimit"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// An attempt's outcome: what it settles a delivery to (Parked or Dead), and
+// what it tells the rate limiter.
+
+// failed settles an attempt that did not deliver: dead-letter it (and
+// disable a gone subscriber), or park it for a retry. It is apart from
+// send, whose stack every delivery's goroutine grows to, so that this rarer
+// path's frame is not part of it.
+func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscriber, eventID string, out deliver.Outcome, now time.Time) {
+	death := deadletter.Death{LastStatus: out.Status, LastError: deadletter.CleanError(errorText(out))}
+	switch out.Class {
+	case deliver.Gone:
+		death.Reason = deadletter.Gone
+		if l.deadLetter(ctx, d, sub.ID, death) && l.cfg.Disable != nil {
+			reason := fmt.Sprintf("410 Gone from %s at %s", subscribers.RedactURL(sub.URL), now.UTC().Format(time.RFC3339))
+			if err := l.cfg.Disable(ctx, sub.ID, reason); err != nil {
+				l.log.Error("lanes: disabling a gone subscriber", "subscriber", sub.ID, "err", err)
+			}
+		}
+		return
+	case deliver.Rejected:
+		death.Reason = deadletter.Rejected
+		l.deadLetter(ctx, d, sub.ID, death)
+		return
+	case deliver.Refused:
+		death.Reason = deadletter.Refused
+		l.deadLetter(ctx, d, sub.ID, death)
+		return
+	}
+
+	// Retryable.
+	if d.attempts >= sub.MaxAttempts {
+		death.Reason = deadletter.MaxAttempts
+		l.deadLetter(ctx, d, sub.ID, death)
+		return
+	}
+	at := l.cfg.Clock.Now().Add(l.cfg.RetryPolicy(*sub).NextRetry(d.attempts, out))
+	if !d.dueBy(at) {
+		death.Reason = deadletter.Deadline
+		l.deadLetter(ctx, d, sub.ID, death)
+		return
+	}
+	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", eventID,
+		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
+	h := streams.CopyHeader(d.msg.Headers(), 4)
+	h.Del(streams.HeaderOverflowSeq)
+	h.Set(streams.HeaderAttempt, strconv.Itoa(d.attempts))
+	h.Set(streams.HeaderFirstAttemptAt, d.firstAt.UTC().Format(time.RFC3339Nano))
+	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
+	setOrDel(h, streams.HeaderLastError, death.LastError, death.LastError != "")
+	l.cfg.Metrics.Retried(sub.ID)
+	l.park(ctx, d, *sub, h, at)
+}
+
+// resultOf is what an attempt's outcome tells the rate limiter: a
+// Retry-After on a 429 or 503, or an exhausted quota on any reply, pauses the
+// whole subscriber; every 429, with a Retry-After or without, is a throttle
+// signal that lowers its rate in force (the limiter makes at most one
+// decrease per lease window of them); a connection failure, a timeout or
+// another 5xx counts toward the breaker.
+func resultOf(out deliver.Outcome, probe bool) ratelimit.Result {
+	// Any answer but a 408, 425, 429 or 5xx shows the endpoint up: for the
+	// breaker a 404 is as good as a 200.
+	r := ratelimit.Result{Probe: probe, Success: out.Class == deliver.Delivered || out.Class == deliver.Rejected || out.Class == deliver.Gone}
+	switch {
+	case out.RetryAfterSet && out.RetryAfter > 0:
+		r.PauseFor = out.RetryAfter
+	case out.QuotaExhausted && out.QuotaReset > 0:
+		r.PauseFor = out.QuotaReset
+	}
+	if out.Class == deliver.Retryable {
+		switch {
+		case out.Status == http.StatusTooManyRequests:
+			// A Retry-After says when to come back, not that the rate was
+			// right: without the decrease, a subscriber whose --rate is too
+			// high would be paused and overrun again for ever.
+			r.Throttled = true
+		case out.Status == http.StatusServiceUnavailable && out.RetryAfterSet:
+		default:
+			r.Failure = true
+		}
+	}
+	return r
+}
+
+func errorText(out deliver.Outcome) string {
+	if out.Err == nil {
+		return ""
+	}
+	return out.Err.Error()
+}
+
+func setOrDel(h nats.Header, key, value string, set bool) {
+	if !set {
+		h.Del(key)
+		return
+	}
+	h.Set(key, value)
+}
+
+func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
+	return ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
+}

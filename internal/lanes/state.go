@@ -1,0 +1,318 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/consumer"
+	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/retry"
+	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
+)
+
+// A delivery's states, and every transition between them: this file is the
+// one place that acks, hands back, terminates or lets go of a message of a
+// lane, or stores a copy of one elsewhere. The rest of the package decides
+// which transition a delivery takes, and calls it.
+
+// State is where a delivery of a lane is, and so who moves it next. A
+// delivery is one message of DELIVERIES that a lane consumer handed to this
+// relay. Its transitions, each with the write it makes:
+//
+//	from             to          write                      who acts next
+//	Pulled           Held        none                       its subscriber's scheduler
+//	Held             InFlight    none                       its request's outcome
+//	InFlight         Delivered   ack                        nobody
+//	InFlight         Parked      copy to RETRIES, then ack  the retry mover, at the retry's time
+//	Pulled           Scheduled   copy to RETRIES, then ack  the retry mover, at its due time
+//	Pulled, Held     InOverflow  copy to overflow, then ack its scheduler's refill
+//	any              Dead        copy to the DLQ, then term an operator (relay dlq replay)
+//	any              HandedBack  nak, with a delay or none  JetStream, to the next pull
+//	any              LetGo       none                       JetStream, once its ack wait ends
+//
+// A Parked, Scheduled or InOverflow copy comes back to its lane as a new
+// message: Pulled again. A write that fails hands the original back
+// rather than lose it; every copy is stored under an id of its own (package
+// streams), so that a copy stored after all is not stored twice.
+type State uint8
+
+const (
+	// Pulled: read from the lane consumer; the lane's dispatch places it
+	// (Held, Scheduled, InOverflow or Dead) without waiting on anything.
+	Pulled State = iota
+	// Held: in its subscriber's queue in the lane, its ack wait renewed
+	// by the keep-alive rounds. The subscriber's scheduler sends the head
+	// once a request slot of the relay, a token and an in-flight slot are
+	// free; while it waits for them the head stays held, so that a pause
+	// that begins meanwhile takes it to overflow with the rest.
+	Held
+	// InFlight: its request is on the wire; the outcome settles it
+	// (Delivered, Parked or Dead), and a request not made hands it back.
+	InFlight
+	// Parked: in RETRIES until a time, after a failed attempt (or at once,
+	// when a full DELIVERIES refused its move to overflow); the retry mover
+	// puts it back on its lane.
+	Parked
+	// Scheduled: in RETRIES until its Relay-Deliver-At, having reached the
+	// lane early; the retry mover puts it back on its lane when it is due.
+	Scheduled
+	// InOverflow: on deliveries.overflow.<subscriber>, beyond the
+	// subscriber's share of the lane, or because it is paused, its circuit
+	// open, or it is disabled; its scheduler's refill brings it back.
+	InOverflow
+	// HandedBack: given back to JetStream, at once or after a delay, with
+	// nothing stored; the next pull of any relay takes it again.
+	HandedBack
+	// LetGo: dropped unsent, neither acked nor handed back, because its ack
+	// wait may have run out on this relay (see [lane.alive]): JetStream
+	// gives it to whichever relay pulls next.
+	LetGo
+	// Dead: its copy is in the DLQ and the original terminated; an
+	// operator lists and replays it.
+	Dead
+	// Delivered: its subscriber answered 2xx and the original is acked.
+	Delivered
+)
+
+// String names a state for logs.
+func (st State) String() string {
+	switch st {
+	case Pulled:
+		return "pulled"
+	case Held:
+		return "held"
+	case InFlight:
+		return "in_flight"
+	case Parked:
+		return "parked"
+	case Scheduled:
+		return "scheduled"
+	case InOverflow:
+		return "in_overflow"
+	case HandedBack:
+		return "handed_back"
+	case LetGo:
+		return "let_go"
+	case Dead:
+		return "dead"
+	case Delivered:
+		return "delivered"
+	}
+	return "unknown"
+}
+
+// holdLocked moves a delivery to Held: no write; its scheduler's loop acts
+// next. The caller holds s.mu.
+func (s *scheduler) holdLocked(d delivery) { s.pushLocked(d) }
+
+// flyLocked moves the delivery just taken from the queue to InFlight: no
+// write; its request's outcome acts next. The caller holds s.mu.
+func (s *scheduler) flyLocked(d delivery) { s.inFlight[d.msg] = struct{}{} }
+
+// landedLocked ends a delivery's InFlight once its outcome has settled it.
+// The caller holds s.mu.
+func (s *scheduler) landedLocked(d delivery) { delete(s.inFlight, d.msg) }
+
+// ack ends a delivery whose copy is stored where to says (its request
+// delivered, a parked or scheduled copy in RETRIES, a copy in overflow):
+// the original is acked and leaves DELIVERIES. Nothing of it is this
+// relay's any more.
+func (l *lane) ack(d delivery, id string, to State) {
+	if err := d.msg.Ack(); err != nil {
+		l.log.Warn("lanes: ack", "subscriber", id, "to", to.String(), "err", err)
+	}
+}
+
+// handBackIn moves a delivery to HandedBack with a delay: JetStream sends
+// it again after delay, to whichever relay pulls then. Used when its
+// outcome could not be recorded, or it cannot be taken up now.
+func (l *lane) handBackIn(d delivery, delay time.Duration) { _ = d.msg.NakWithDelay(delay) }
+
+// park moves a delivery into RETRIES until at and acks the original once
+// the parked copy is stored. If it cannot be parked, the original is handed
+// back with a delay instead, losing nothing (but the attempt just made is
+// not counted).
+func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber, h nats.Header, at time.Time) {
+	w := l.env.writes
+	body, err := l.env.bodyOf(ctx, d.msg)
+	if errors.Is(err, errBodyGone) {
+		l.deadLetter(ctx, d, sub.ID, bodyLost(err))
+		return
+	}
+	h.Del(streams.HeaderEventSeq)
+	if err == nil {
+		err = w.parks.enter(ctx)
+	}
+	if err == nil {
+		// Until answered, with one id (see streams.StoreOnce): a PubAck
+		// lost after the parked copy was stored must not hand the
+		// original back to make a second retry chain. The original is in
+		// flight meanwhile, and renewed; a relay that stops waits no
+		// longer than for its requests.
+		err = retry.Park(l.env.finishing, w.park, sub.ID, body, h, at, streams.ParkID(d.seq, d.attempts))
+		w.parks.leave()
+	}
+	if err != nil {
+		l.log.Warn("lanes: parking a delivery", "subscriber", sub.ID, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
+		l.handBackIn(d, max(settleRetry, at.Sub(l.cfg.Clock.Now())))
+		return
+	}
+	l.ack(d, sub.ID, Parked)
+}
+
+// schedule keeps a delivery that is not due yet in RETRIES until it is,
+// then acks the original; one that cannot be scheduled is handed back until
+// then.
+func (l *lane) schedule(ctx context.Context, d delivery, id string) {
+	l.scheduling.add(d.seq, d.msg)
+	defer l.scheduling.forget(d.seq, d.msg)
+	w := l.env.writes
+	body, h, err := l.env.whole(ctx, d.msg)
+	if errors.Is(err, errBodyGone) {
+		l.deadLetter(ctx, d, id, bodyLost(err))
+		return
+	}
+	if err == nil {
+		err = w.parks.enter(ctx)
+	}
+	if err == nil {
+		err = retry.Schedule(l.env.finishing, w.park, id, body, h, d.deliverAt, streams.ScheduleID(d.seq))
+		w.parks.leave()
+	}
+	if err != nil {
+		l.log.Warn("lanes: scheduling a delivery until it is due", "subscriber", id, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
+		l.handBackIn(d, max(settleRetry, time.Until(d.deliverAt)))
+		return
+	}
+	l.ack(d, id, Scheduled)
+}
+
+// deadLetter stores the DLQ copy, then terminates the original; a Term'ed
+// message is deleted at once, so the copy must be safe first. It reports
+// whether the delivery was dead-lettered.
+func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death deadletter.Death) bool {
+	death.Attempts = d.attempts
+	death.FirstAttemptAt = d.firstAt
+	death.OriginSeq = d.seq
+	if subj := d.msg.Subject(); !strings.HasPrefix(subj, streams.OverflowPrefix) {
+		death.OriginSubject = subj
+	}
+	body, h, err := l.env.whole(ctx, d.msg)
+	switch {
+	case errors.Is(err, errBodyGone):
+		// Nothing left to keep: the dead letter says why it has no body.
+		if death.LastError == "" {
+			death.LastError = deadletter.CleanError(err.Error())
+		}
+	case err != nil:
+		l.log.Warn("lanes: reading a delivery's body", "subscriber", id, "err", err)
+		l.handBackIn(d, settleRetry)
+		return false
+	}
+	if err := l.env.deadLetter(ctx, id, body, h, death); err != nil {
+		l.handBackIn(d, settleRetry)
+		return false
+	}
+	if err := d.msg.TermWithReason(string(death.Reason)); err != nil {
+		l.log.Warn("lanes: term", "subscriber", id, "err", err)
+	}
+	return true
+}
+
+// deadLetter stores the DLQ copy of a delivery with headers h and counts
+// it; the caller then removes the original.
+func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.Header, death deadletter.Death) error {
+	death.Subscriber = id
+	death.DeadAt = e.cfg.Clock.Now()
+	if death.LastStatus == 0 && death.LastError == "" {
+		// Died without an attempt of its own (expired, late, or
+		// max-attempts lowered): keep what the last attempt saw.
+		death.LastStatus, _ = strconv.Atoi(h.Get(streams.HeaderLastStatus))
+		death.LastError = h.Get(streams.HeaderLastError)
+	}
+	err := e.writes.deads.enter(ctx)
+	if err == nil {
+		// Until answered, as a park: a dead letter whose PubAck was lost
+		// must not come back to be sent again. Within the caller's time
+		// (a refill's lease) and the relay's stop.
+		storeCtx, cancel := e.settling(ctx)
+		err = deadletter.Publish(storeCtx, e.writes.dead, body, h, death)
+		cancel()
+		e.writes.deads.leave()
+	}
+	if err != nil {
+		e.cfg.Logger.Error("lanes: dead-lettering", "subscriber", id, "reason", death.Reason, "err", err)
+		return err
+	}
+	e.cfg.Metrics.DeadLettered(id, death.Reason)
+	if death.Reason == deadletter.Deadline || death.Reason == deadletter.Expired {
+		e.cfg.Timeliness.Missed(id)
+	}
+	e.cfg.Logger.Info("lanes: dead-lettered", "subscriber", id, "event", h.Get(streams.HeaderEventID),
+		"reason", death.Reason, "attempts", death.Attempts, "last_status", death.LastStatus)
+	return nil
+}
+
+// settling is ctx, ended as well when the relay's stop no longer waits
+// for the requests in flight (finishing): a write that settles a delivery
+// asks again for its PubAck until then (see streams.StoreOnce), and no
+// longer.
+func (e *engine) settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.finishing, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// toOverflow moves a held delivery to its subscriber's overflow: the copy is
+// stored, then the original acked; stored tells the scheduler (nil: none).
+// It only queues the put (see [putter]), and hands the delivery back for a
+// moment when the puts are too far behind to queue it: a lane's pull loop
+// calls it, and must not wait. A stale message (see [lane.alive]) is let go
+// instead: JetStream has given it, or will give it, to another relay.
+func (l *lane) toOverflow(d delivery, id string, stored func()) {
+	// No longer held by its scheduler: its putter's pending puts are
+	// renewed from now on (see [putter.offer]).
+	d.received, d.kept = l.renewedAt(d), 0
+	if !l.alive(d) {
+		l.letGo(d, id)
+		return
+	}
+	if !l.puts.offer(put{l: l, d: d, id: id, stored: stored}) {
+		l.env.logOnce("puts.full", "lanes: moves to overflow are behind (NATS slow to answer); handing deliveries back for a moment",
+			"subscriber", id, "delay", putFullDelay)
+		l.handBackIn(d, putFullDelay)
+		return
+	}
+	l.cfg.Metrics.Overflow()
+}
+
+// letGo drops a stale message from this relay without sending it, acking
+// it or handing it back: JetStream redelivers it to whichever relay pulls
+// next.
+func (l *lane) letGo(d delivery, id string) {
+	l.log.Warn("lanes: letting go of a delivery whose keep-alive was not confirmed within its ack wait",
+		"subscriber", id, "seq", d.seq)
+}
+
+// handBack returns msgs, all of this lane, to JetStream for another relay
+// (or this one's next start) to deliver at once, and waits for the server to
+// have taken them: when relay stops its embedded server right after, they
+// must be in the consumer's stored state (see [consumer.HandBack]). The
+// server answers within a round trip: even a stop told to hurry waits for it.
+func (l *lane) handBack(msgs ...jetstream.Msg) {
+	if len(msgs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handBackWait)
+	defer cancel()
+	if err := consumer.HandBack(ctx, msgs...); err != nil {
+		l.log.Warn("lanes: handing deliveries back", "err", err)
+	}
+}
