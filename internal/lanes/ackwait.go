@@ -11,6 +11,21 @@ import (
 	"github.com/relay-dev/relay/streams"
 )
 
+// The ack-wait account (when this relay received a message, when it was
+// kept and renewed, whether it is still this relay's) is kept in real time,
+// never in Config.Clock: it follows the server's ack timer, which runs in
+// real time whatever a test's clock says, and consumer.ReceivedAt stamps in
+// real time. So are the waits for the server's answers (a PubAck, a
+// keep-alive's reply), as context deadlines are. Everything else the lanes
+// decide by the time (deadlines, pauses, due times, sweeps, caches, the
+// shutdown timeout) reads Config.Clock.
+
+// ackNow is the present in the ack-wait account (unix nanoseconds).
+func ackNow() int64 { return time.Now().UnixNano() }
+
+// ackAge is how long ago at (unix nanoseconds) was in the ack-wait account.
+func ackAge(at int64) time.Duration { return time.Duration(ackNow() - at) }
+
 // AckWaitUse is what the lane consumers of a cluster say of the ack wait
 // its relays use. Every relay must use the consumers' own: a relay counts
 // from it when it renews the messages it holds (every quarter of it) and

@@ -55,7 +55,7 @@ func newDelivery(msg jetstream.Msg) delivery {
 	if at, ok := consumer.ReceivedAt(msg); ok {
 		d.received = at.UnixNano()
 	} else {
-		d.received = time.Now().UnixNano()
+		d.received = ackNow()
 	}
 	if md, err := msg.Metadata(); err == nil {
 		d.seq = md.Sequence.Stream

@@ -48,8 +48,12 @@ type lookup struct {
 	present bool
 	err     error
 	// started is when the read began: an absence it found holds for every
-	// delivery this relay had received by then (unix nanoseconds).
+	// delivery this relay had received by then (unix nanoseconds, in the
+	// ack-wait account, as a delivery's receipt is; see ackNow).
 	started int64
+	// began is when the read began, by Config.Clock: the next read of the
+	// id waits for lookupFor after it.
+	began time.Time
 	// at is when the answer came; zero while the read is on its way.
 	at time.Time
 }
@@ -90,6 +94,7 @@ func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 // many deliveries ask.
 func (e *engine) lookup(ctx context.Context, id string, after int64) (bool, error) {
 	for {
+		now := e.cfg.Clock.Now()
 		e.mu.Lock()
 		k, ok := e.known[id]
 		switch {
@@ -101,30 +106,30 @@ func (e *engine) lookup(ctx context.Context, id string, after int64) (bool, erro
 				return false, ctx.Err()
 			}
 			continue
-		case ok && k.err != nil && time.Since(k.at) < lookupFor:
+		case ok && k.err != nil && now.Sub(k.at) < lookupFor:
 			e.mu.Unlock()
 			return false, k.err // a bucket that fails is asked once a second too
-		case ok && k.err == nil && time.Since(k.at) < lookupFor && (k.present || k.started >= after):
+		case ok && k.err == nil && now.Sub(k.at) < lookupFor && (k.present || k.started >= after):
 			e.mu.Unlock()
 			return k.present, nil
 		case ok && k.err == nil && !k.present:
-			if wait := time.Until(time.Unix(0, k.started).Add(lookupFor)); wait > 0 {
+			if wait := k.began.Add(lookupFor).Sub(now); wait > 0 {
 				e.mu.Unlock()
 				select {
-				case <-time.After(wait):
+				case <-e.cfg.Clock.After(wait):
 				case <-ctx.Done():
 					return false, ctx.Err()
 				}
 				continue
 			}
 		}
-		k = &lookup{ready: make(chan struct{}), started: time.Now().UnixNano()}
+		k = &lookup{ready: make(chan struct{}), started: ackNow(), began: now}
 		e.known[id] = k
 		e.mu.Unlock()
 
 		present, err := e.check(ctx, id)
 		e.mu.Lock()
-		k.present, k.err, k.at = present, err, time.Now()
+		k.present, k.err, k.at = present, err, e.cfg.Clock.Now()
 		e.mu.Unlock()
 		close(k.ready)
 		return present, err
@@ -146,15 +151,16 @@ func (e *engine) check(ctx context.Context, id string) (bool, error) {
 // forget drops what is known of ids the live view now holds, and answers
 // older than a minute, so the cache stays the size of its misses.
 func (e *engine) forget(inView func(id string) bool) {
+	now := e.cfg.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id, k := range e.known {
-		if !k.at.IsZero() && (inView(id) || time.Since(k.at) > logEvery) {
+		if !k.at.IsZero() && (inView(id) || now.Sub(k.at) > logEvery) {
 			delete(e.known, id)
 		}
 	}
 	for key, at := range e.logged {
-		if time.Since(at) > logEvery {
+		if now.Sub(at) > logEvery {
 			delete(e.logged, key)
 		}
 	}
@@ -162,13 +168,14 @@ func (e *engine) forget(inView func(id string) bool) {
 
 // logOnce logs at warn, at most once every logEvery for the same key.
 func (e *engine) logOnce(key, msg string, args ...any) {
+	now := e.cfg.Clock.Now()
 	e.mu.Lock()
 	last, ok := e.logged[key]
-	if ok && time.Since(last) < logEvery {
+	if ok && now.Sub(last) < logEvery {
 		e.mu.Unlock()
 		return
 	}
-	e.logged[key] = time.Now()
+	e.logged[key] = now
 	e.mu.Unlock()
 	e.cfg.Logger.Warn(msg, args...)
 }

@@ -80,7 +80,7 @@ func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, 
 		flight:     cfg.Metrics.Lane(name),
 		scheduling: newRenewed(),
 	}
-	l.confirmed.Store(time.Now().UnixNano())
+	l.confirmed.Store(ackNow())
 	// Bounded: the manager tries a lane that cannot start again later,
 	// and meanwhile starts the others.
 	createCtx, cancel := context.WithTimeout(ctx, laneCreateTimeout)
@@ -136,7 +136,7 @@ func (l *lane) run(ctx context.Context) {
 		l.log.Error("lanes: consuming, starting again", "err", err)
 		select {
 		case <-ctx.Done():
-		case <-time.After(failedRetry):
+		case <-l.cfg.Clock.After(failedRetry):
 		}
 	}
 	l.starting.Lock()
@@ -195,7 +195,7 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 		l.work.Go(func() { l.schedule(context.WithoutCancel(ctx), d, id) })
 	default:
 		l.dispatching.Lock()
-		d.kept = time.Now().UnixNano()
+		d.kept = ackNow()
 		l.scheduler(id).offer(ctx, d, sub)
 		l.dispatching.Unlock()
 	}
@@ -267,6 +267,8 @@ func (l *lane) schedulers() []*scheduler {
 // order; with none to send, a ping proves the connection.)
 func (l *lane) keepAliveLoop(ctx context.Context) {
 	every := keepAliveEvery(l.cfg.AckWait)
+	// The rounds run in real time, as the ack wait they renew does (see
+	// ackNow).
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -276,7 +278,7 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		l.dispatching.Lock()
-		start := time.Now()
+		start := ackNow()
 		l.dispatching.Unlock()
 		var last jetstream.Msg
 		keep := func(msg jetstream.Msg) {
@@ -312,12 +314,12 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
 			continue
 		}
-		if start.UnixNano()-l.confirmed.Load() >= int64(aliveFor(l.cfg.AckWait)) {
+		if start-l.confirmed.Load() >= int64(aliveFor(l.cfg.AckWait)) {
 			// Stored before confirmed: whoever reads the new confirmed
 			// sees the gap before it.
-			l.gapAt.Store(start.UnixNano())
+			l.gapAt.Store(start)
 		}
-		l.confirmed.Store(start.UnixNano())
+		l.confirmed.Store(start)
 	}
 }
 
@@ -328,7 +330,7 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 // relay, and sending it would POST it twice at once. The quarter left
 // covers the server's send to this client (see [consumer.ReceivedAt]).
 func (l *lane) alive(d delivery) bool {
-	return time.Since(time.Unix(0, l.renewedAt(d))) < aliveFor(l.cfg.AckWait)
+	return ackAge(l.renewedAt(d)) < aliveFor(l.cfg.AckWait)
 }
 
 // renewedAt is when d's ack wait was last reset, as far as this relay can

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/ratelimit"
@@ -94,10 +95,12 @@ type bundle struct {
 	maxAckPending int
 	// maxRequests is the relays' --max-requests; 0 takes the default.
 	maxRequests int
-	n           *testutil.NATS
-	store       *subscribers.Store
-	rcv         *httptest.Server
-	arr         *arrivals
+	// clock is the lanes' clock; nil takes the real one.
+	clock clock.Clock
+	n     *testutil.NATS
+	store *subscribers.Store
+	rcv   *httptest.Server
+	arr   *arrivals
 }
 
 func setup(t *testing.T) *bundle {
@@ -183,7 +186,7 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 	go func() {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
-			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests,
+			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests, Clock: b.clock,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},

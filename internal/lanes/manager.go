@@ -142,10 +142,8 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-stopped:
 			return
 		}
-		t := time.NewTimer(max(cfg.ShutdownTimeout, 0))
-		defer t.Stop()
 		select {
-		case <-t.C:
+		case <-cfg.Clock.After(max(cfg.ShutdownTimeout, 0)):
 			cfg.Logger.Warn("lanes: shutdown timeout passed; abandoning the requests still in flight and handing their messages back",
 				"shutdown_timeout", max(cfg.ShutdownTimeout, 0))
 			abandon()
@@ -190,8 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Lanes left by an earlier run (a larger --lanes, a dedicated subscriber
 	// since moved to a shared lane) still hold messages: keep draining them.
 	leftovers := false
-	sweep := time.NewTicker(sweepEvery)
-	defer sweep.Stop()
+	sweep := cfg.Clock.After(sweepEvery)
 	m.sweep(ctx)
 	for {
 		changed := cfg.Subscribers.Changed()
@@ -204,7 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// again in a second, not only at the next subscriber change.
 		var retry <-chan time.Time
 		if !ok || !leftovers {
-			retry = time.After(failedRetry)
+			retry = cfg.Clock.After(failedRetry)
 		}
 		select {
 		case <-ctx.Done():
@@ -214,8 +211,9 @@ func Run(ctx context.Context, cfg Config) error {
 			// could not use before: its backlog moves again at once.
 			m.kickAll()
 		case <-retry:
-		case <-sweep.C:
+		case <-sweep:
 			m.sweep(ctx)
+			sweep = cfg.Clock.After(sweepEvery)
 		}
 	}
 }

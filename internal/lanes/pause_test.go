@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 )
@@ -41,5 +42,36 @@ func TestOperatorsPauseHoldsWithoutARequest(t *testing.T) {
 	require.NoError(t, err)
 	testutil.Eventually(t, func() bool { return b.arr.count("held") == queued },
 		"%d of %d delivered after resume", b.arr.count("held"), queued)
+	b.waitSettled(t)
+}
+
+// TestOperatorsHourLongPauseEndsByTheLanesClock crosses an operator's pause
+// of an hour on the lanes' injected clock: while the clock stands inside the
+// pause, everything of the subscriber waits in overflow and no request is
+// made; once the clock passes its end, the sweep (which runs on the same
+// clock) finds the backlog and all of it is delivered, without a change of
+// the subscriber to wake the lanes.
+func TestOperatorsHourLongPauseEndsByTheLanesClock(t *testing.T) {
+	t.Parallel()
+	const queued = 20
+	b := setup(t)
+	fake := clock.NewFake(time.Now())
+	b.clock = fake
+	later := b.put(t, subscribers.Subscriber{ID: "later", Paused: true, PausedUntil: fake.Now().Add(time.Hour)})
+	b.enqueue(t, later, 4, queued)
+	b.flush(t)
+	b.startLanes(t, 4)
+
+	testutil.Eventually(t, func() bool { return b.overflowed(t, "later") == queued },
+		"%d of %d in overflow", b.overflowed(t, "later"), queued)
+	require.Zero(t, b.arr.count("later"), "a request inside the pause")
+
+	fake.Advance(time.Hour)
+	// Each look moves the clock by a sweep's interval, so that the sweep
+	// and the loops' waits run as they would in that time.
+	testutil.Eventually(t, func() bool {
+		fake.Advance(2 * time.Second)
+		return b.arr.count("later") == queued
+	}, "%d of %d delivered after the pause ended", b.arr.count("later"), queued)
 	b.waitSettled(t)
 }

@@ -142,7 +142,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	if d.firstAt.IsZero() {
 		d.firstAt = now
 	}
-	sent := time.Now()
+	sent := l.cfg.Clock.Now()
 	out = l.cfg.Client.Send(reqCtx, req)
 	if out.Class == deliver.Local && (!localIsAttempt || reqCtx.Err() != nil) {
 		// No descriptor, no port, the relay stopping (a request abandoned at

@@ -188,7 +188,7 @@ func (l *lane) schedule(ctx context.Context, d delivery, id string) {
 	}
 	if err != nil {
 		l.log.Warn("lanes: scheduling a delivery until it is due", "subscriber", id, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
-		l.handBackIn(d, max(settleRetry, time.Until(d.deliverAt)))
+		l.handBackIn(d, max(settleRetry, d.deliverAt.Sub(l.cfg.Clock.Now())))
 		return
 	}
 	l.ack(d, id, Scheduled)

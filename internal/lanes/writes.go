@@ -179,7 +179,7 @@ func newPutter(js jetstream.JetStream, spills window, log *slog.Logger) *putter 
 // [lane.renewedAt]).
 func (p *putter) offer(pt put) bool {
 	p.pending.add(pt.d.seq, pt.d.msg)
-	pt.d.kept = time.Now().UnixNano()
+	pt.d.kept = ackNow()
 	select {
 	case p.queue <- pt:
 		return true
@@ -290,7 +290,8 @@ func (p *putter) spill(pt putting) {
 	})
 }
 
-// awaitAck waits for f's PubAck until until; answered is false when none
+// awaitAck waits for f's PubAck until until (real time, as every wait
+// for the server's answer); answered is false when none
 // came. An answer already there is taken, however late the caller looks:
 // a settling loop that fell behind must not take a stored copy for one
 // that got no answer.
