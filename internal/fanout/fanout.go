@@ -184,9 +184,9 @@ func Run(ctx context.Context, cfg Config) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
-		MaxAckPending: 8192,
+		MaxAckPending: eventsPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}, 512, log, func(msg jetstream.Msg) { in <- msg })
+	}, eventPull, log, func(msg jetstream.Msg) { in <- msg })
 }
 
 // horizon is the shorter of the two ages that bound how long EVENTS keeps an
@@ -204,6 +204,18 @@ func horizon(retention, maxAge time.Duration) time.Duration {
 
 // inBuffer is how many pulled events may wait for the copier.
 const inBuffer = 1024
+
+// The fan-out's consumer on EVENTS.
+const (
+	// eventPull is how many events one pull request asks for.
+	eventPull = copyBatch
+	// eventsPending is the fan-out consumer's MaxAckPending: how many
+	// events may be pulled and not yet acked. Events are acked in order
+	// once all their copies are stored, so this is the fan-out's window: a
+	// batch being copied, the one pulled behind it, and the copies of
+	// earlier ones still waiting for their PubAcks.
+	eventsPending = 16 * copyBatch
+)
 
 // copyEvents copies the events of in, in order, until in is closed. It
 // takes them in batches of what has arrived meanwhile, so that one view

@@ -43,6 +43,20 @@ type MoverConfig struct {
 // and one round trip each would cap that at what one round trip allows.
 const moveWindow = 1024
 
+// The mover's consumer on retries.due.>.
+const (
+	// movePull is how many due copies one pull request asks for.
+	movePull = 256
+	// movePending is the mover's consumer's MaxAckPending: what it may
+	// hold at once, four move windows, so that pulling goes on while a
+	// full window waits for its PubAcks.
+	movePending = 4 * moveWindow
+	// movePubAckWait bounds the wait for a moved copy's PubAck: a lost one
+	// is then an error (and the due copy is taken again), not a wait
+	// without end.
+	movePubAckWait = 10 * time.Second
+)
+
 // moving is a due delivery whose copy is on its way to DELIVERIES.
 type moving struct {
 	msg jetstream.Msg
@@ -67,7 +81,7 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 	// timeout makes a lost PubAck an error instead of a wait without end.
 	js, err := jetstream.New(cfg.JS.Conn(),
 		jetstream.WithPublishAsyncMaxPending(moveWindow),
-		jetstream.WithPublishAsyncTimeout(10*time.Second))
+		jetstream.WithPublishAsyncTimeout(movePubAckWait))
 	if err != nil {
 		return err
 	}
@@ -83,8 +97,8 @@ func Move(ctx context.Context, cfg MoverConfig) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1,
-		MaxAckPending: 4096,
-	}, 256, cfg.Logger, func(msg jetstream.Msg) {
+		MaxAckPending: movePending,
+	}, movePull, cfg.Logger, func(msg jetstream.Msg) {
 		if mv, ok := moveOne(js, cfg, msg); ok {
 			moves <- mv
 		}
