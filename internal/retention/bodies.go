@@ -145,7 +145,16 @@ func (k *BodyKeeper) oldestOnLanes(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return oldest, fmt.Errorf("retention: looking up %s: %w", streams.Deliveries, err)
 	}
-	list := deliveries.ListConsumers(ctx)
+	listCtx, cancel := context.WithCancel(ctx)
+	list := deliveries.ListConsumers(listCtx)
+	defer func() {
+		// The lister's goroutine waits to hand over its next info until it
+		// is read, whatever its context says: a return before the end must
+		// read the rest, or the goroutine is left waiting for good.
+		cancel()
+		for range list.Info() {
+		}
+	}()
 	for info := range list.Info() {
 		filter := info.Config.FilterSubject
 		if !streams.IsDelivery(filter) {

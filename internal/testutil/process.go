@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Process is a child process a test started and may kill, such as the real
@@ -83,4 +85,11 @@ func (p *Process) Stop(sig os.Signal, d time.Duration) error {
 		p.Kill()
 		return fmt.Errorf("testutil: %s still running %s after %v", p.cmd.Path, d, sig)
 	}
+}
+
+// IgnoreSpawner is the goleak option that leaves out the goroutine which
+// starts child processes on Linux: it lives as long as the test binary, by
+// design (see spawnLoop).
+func IgnoreSpawner() goleak.Option {
+	return goleak.IgnoreTopFunction("github.com/relay-dev/relay/internal/testutil.spawnLoop")
 }

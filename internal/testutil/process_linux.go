@@ -24,14 +24,19 @@ func dieWithParent(cmd *exec.Cmd) {
 // before it said a word: a nats-server node that never came up.
 var spawner = sync.OnceValue(func() chan<- func() {
 	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread must not end
-		for f := range ch {
-			f()
-		}
-	}()
+	go spawnLoop(ch)
 	return ch
 })
+
+// spawnLoop is the spawner's goroutine. It lives as long as the test
+// binary: a goroutine-leak check of a package that starts processes ignores
+// it by this name (see [IgnoreSpawner]).
+func spawnLoop(ch <-chan func()) {
+	runtime.LockOSThread() // never unlocked: the thread must not end
+	for f := range ch {
+		f()
+	}
+}
 
 // start starts cmd on the spawner's thread.
 func start(cmd *exec.Cmd) error {
