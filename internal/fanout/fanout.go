@@ -19,7 +19,6 @@ import (
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/metrics"
-	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
@@ -29,6 +28,18 @@ import (
 // ConsumerName is the durable pull consumer on EVENTS that every relay
 // shares.
 const ConsumerName = "fanout"
+
+// Backlogs is what the fan-out learns from the lanes: which subscribers
+// have a backlog in overflow on this relay.
+type Backlogs interface {
+	// Has reports whether id has a backlog.
+	Has(id string) bool
+}
+
+// noBacklogs has none.
+type noBacklogs struct{}
+
+func (noBacklogs) Has(string) bool { return false }
 
 // Config wires a fan-out.
 type Config struct {
@@ -44,8 +55,9 @@ type Config struct {
 	// Backlogs holds the subscribers whose lanes have a backlog in
 	// overflow on this relay: their copies go to their overflow at once,
 	// behind the backlog, rather than through a lane that would move them
-	// there after every message ahead of them. May be nil.
-	Backlogs *overflow.Backlogged
+	// there after every message ahead of them (relay run gives the lanes
+	// and the fan-out the same [overflow.Backlogged]). Nil: none has one.
+	Backlogs Backlogs
 	// Backlog decides which copies are dead-lettered as backlog instead of
 	// queued (see package backlog). Run makes and runs one when it is nil.
 	Backlog *backlog.Gauge
@@ -90,7 +102,7 @@ const copyHeaderBytes = 400
 
 // onLanes counts the subscribers whose copies go on their lanes rather than
 // behind a backlog in their overflow.
-func onLanes(subs []*subscribers.Subscriber, backlogs *overflow.Backlogged) int {
+func onLanes(subs []*subscribers.Subscriber, backlogs Backlogs) int {
 	n := 0
 	for _, sub := range subs {
 		if !backlogs.Has(sub.ID) {
@@ -126,6 +138,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real
+	}
+	if cfg.Backlogs == nil {
+		cfg.Backlogs = noBacklogs{}
 	}
 	stream, err := cfg.JS.Stream(ctx, streams.Events)
 	if err != nil {

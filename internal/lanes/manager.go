@@ -25,6 +25,18 @@ import (
 // ErrConfig is returned for a Config missing a required field.
 var ErrConfig = errors.New("lanes: invalid config")
 
+// BacklogMarks is what the lanes tell the fan-out: which subscribers have
+// a backlog in overflow on this relay (see [overflow.Backlogged]).
+type BacklogMarks interface {
+	// Set marks id as having a backlog, or not.
+	Set(id string, backlog bool)
+}
+
+// noMarks tells nobody.
+type noMarks struct{}
+
+func (noMarks) Set(string, bool) {}
+
 // Config wires the lanes of one relay.
 type Config struct {
 	// JS is the JetStream context; required.
@@ -57,9 +69,9 @@ type Config struct {
 	// subscriber is disabled until relay sub enable"). Nil leaves it on.
 	Disable func(ctx context.Context, id, reason string) error
 	// Backlogs is told which subscribers have a backlog in overflow, for
-	// the fan-out to write their copies there at once (see
-	// [overflow.Backlogged]). May be nil.
-	Backlogs *overflow.Backlogged
+	// the fan-out to write their copies there at once (relay run gives
+	// both the same [overflow.Backlogged]). Nil tells nobody.
+	Backlogs BacklogMarks
 	// MaxRequests bounds the requests in flight over all subscribers of
 	// this relay (--max-requests), shared fairly among them. Defaults to
 	// 4096; negative means unlimited.
@@ -90,6 +102,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	if c.Backlogs == nil {
+		c.Backlogs = noMarks{}
 	}
 	if c.AckWait == 0 {
 		c.AckWait = defaultAckWait
