@@ -51,9 +51,27 @@
 //
 // A delivery's states are the type State, and state.go holds every
 // transition: it alone acks, hands back, terminates or lets go of a message,
-// or stores a copy of it elsewhere, and the table on State says which write
-// each transition makes and who acts next. A delivery's way from the pull to
-// its ack reads in this order, each file once:
+// or stores a copy of it elsewhere. Each transition, the write it makes, and
+// who acts next:
+//
+//	from             to          write                      who acts next
+//	Pulled           Held        none                       its subscriber's scheduler
+//	Held             InFlight    none                       its request's outcome
+//	InFlight         Delivered   ack                        nobody
+//	InFlight         Parked      copy to RETRIES, then ack  the retry mover, at the retry's time
+//	Pulled           Scheduled   copy to RETRIES, then ack  the retry mover, at its due time
+//	Pulled, Held     InOverflow  copy to overflow, then ack its scheduler's refill
+//	any              Dead        copy to the DLQ, then term an operator (relay dlq replay)
+//	any              HandedBack  nak, with a delay or none  JetStream, to the next pull
+//	any              LetGo       none                       JetStream, once its ack wait ends
+//
+// A Parked, Scheduled or InOverflow copy comes back to its lane as a new
+// message: Pulled again. A write that fails hands the original back
+// rather than lose it; every copy is stored under an id of its own (package
+// streams), so that a copy stored after all is not stored twice.
+//
+// A delivery's way from the pull to its ack reads in this order, each file
+// once:
 //
 //   - lane.go: the pull loop and dispatch (Pulled to Held, Scheduled,
 //     InOverflow or Dead), the keep-alive rounds;

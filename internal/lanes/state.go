@@ -24,23 +24,8 @@ import (
 
 // State is where a delivery of a lane is, and so who moves it next. A
 // delivery is one message of DELIVERIES that a lane consumer handed to this
-// relay. Its transitions, each with the write it makes:
-//
-//	from             to          write                      who acts next
-//	Pulled           Held        none                       its subscriber's scheduler
-//	Held             InFlight    none                       its request's outcome
-//	InFlight         Delivered   ack                        nobody
-//	InFlight         Parked      copy to RETRIES, then ack  the retry mover, at the retry's time
-//	Pulled           Scheduled   copy to RETRIES, then ack  the retry mover, at its due time
-//	Pulled, Held     InOverflow  copy to overflow, then ack its scheduler's refill
-//	any              Dead        copy to the DLQ, then term an operator (relay dlq replay)
-//	any              HandedBack  nak, with a delay or none  JetStream, to the next pull
-//	any              LetGo       none                       JetStream, once its ack wait ends
-//
-// A Parked, Scheduled or InOverflow copy comes back to its lane as a new
-// message: Pulled again. A write that fails hands the original back
-// rather than lose it; every copy is stored under an id of its own (package
-// streams), so that a copy stored after all is not stored twice.
+// relay. Its transitions, with the write each makes, are the table of the
+// package's doc (doc.go); each is a function of this file.
 type State uint8
 
 const (
