@@ -95,6 +95,11 @@ type Shared struct {
 	calMu     sync.Mutex
 	calServer time.Time
 	calLocal  time.Time
+	// calTop bounds the server's clock at calLocal from above: the time
+	// read plus the read's round trip (the server stamped it within the
+	// round trip). A pause is stored from it, so that it lasts its whole
+	// Retry-After on every relay, however late this relay's estimate.
+	calTop time.Time
 
 	writes, conflicts, reads, checks atomic.Int64
 
@@ -217,6 +222,7 @@ func (s *Shared) Forget(keep func(id string) bool) {
 // arrives (the server stamped it before), so the server time relay
 // estimates is never ahead of the real one.
 func (s *Shared) calibrate(ctx context.Context) error {
+	sent := s.opts.Clock.Now()
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: reading the server's time: %w", ErrBucket, err)
@@ -224,7 +230,7 @@ func (s *Shared) calibrate(ctx context.Context) error {
 	now := s.opts.Clock.Now()
 	s.calMu.Lock()
 	defer s.calMu.Unlock()
-	s.calServer, s.calLocal = info.TimeStamp, now
+	s.calServer, s.calLocal, s.calTop = info.TimeStamp, now, info.TimeStamp.Add(now.Sub(sent))
 	return nil
 }
 
@@ -244,6 +250,15 @@ func (s *Shared) serverNow(ctx context.Context) time.Time {
 // estimate is the server time now; s.calMu is held.
 func (s *Shared) estimate() time.Time {
 	return s.calServer.Add(s.opts.Clock.Now().Sub(s.calLocal))
+}
+
+// serverLatest is a time the server's clock has not passed yet: the estimate's
+// upper bound (see calTop).
+func (s *Shared) serverLatest() time.Time {
+	s.calMu.Lock()
+	defer s.calMu.Unlock()
+	// Never below the estimate, which entries' times may have raised.
+	return laterOf(s.estimate(), s.calTop.Add(s.opts.Clock.Now().Sub(s.calLocal)))
 }
 
 // learn tightens the estimate with an entry's timestamp: the entry was
@@ -716,7 +731,10 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 		st.At = laterOf(from, server)
 	}
 	if r.PauseFor > 0 {
-		if until := server.Add(min(r.PauseFor, s.opts.MaxPause)); until.After(st.PausedUntil) {
+		// From the latest the server's time can be, not the estimate: an
+		// estimate behind the server's clock would end the pause that much
+		// early on a relay whose estimate is closer.
+		if until := s.serverLatest().Add(min(r.PauseFor, s.opts.MaxPause)); until.After(st.PausedUntil) {
 			st.PausedUntil = until
 		}
 	}

@@ -299,3 +299,37 @@ func via(t *testing.T, n *testutil.NATS, proxy *testutil.LatencyProxy) *testutil
 	}
 	return &testutil.NATS{Server: n.Server, URL: proxy.URL(), JS: js}
 }
+
+// TestPauseLastsItsWholeRetryAfterOnEveryRelay: a relay whose estimate of
+// the server's clock is late (its calibration's answer took 200 ms to come
+// back) stores a Retry-After pause that lasts the whole Retry-After on a
+// relay whose estimate is close: the pause is stored from the latest the
+// server's time can be, not from the estimate. Stored from the estimate, it
+// ended about 100 ms early there.
+func TestPauseLastsItsWholeRetryAfterOnEveryRelay(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	proxy := testutil.StartLatencyProxy(t, strings.TrimPrefix(n.URL, "nats://"), 100*time.Millisecond)
+	late := newShared(t, via(t, n, proxy), clock.Real, ratelimit.Options{CalibrateEvery: time.Hour})
+	near := newShared(t, n, clock.Real, ratelimit.Options{CalibrateEvery: time.Hour})
+	id := subID(t)
+	l := ratelimit.Limit{Rate: 100, Burst: 10}
+	reserve(t, near, id, l) // the entry exists
+	// The late relay knows the entry already, as a relay sending to the
+	// subscriber does: its pause is written without a read first.
+	testutil.Eventually(t, func() bool { return reserve(t, late, id, l).Verdict == ratelimit.Go },
+		"the late relay never got a token")
+
+	answered := time.Now() // the 429 came back no earlier than this
+	observe(t, late, id, l, ratelimit.Result{PauseFor: 2 * time.Second, Throttled: true})
+	var d ratelimit.Decision
+	testutil.Eventually(t, func() bool {
+		d = reserve(t, near, id, l)
+		return d.Verdict == ratelimit.Paused
+	}, "the pause never reached the other relay")
+	ends := time.Now().Add(d.Wait)
+	t.Logf("the other relay holds until %v after the 429's answer", ends.Sub(answered).Round(time.Millisecond))
+	if want := answered.Add(2 * time.Second); ends.Before(want) {
+		t.Fatalf("the pause ends %v early on the other relay", want.Sub(ends).Round(time.Millisecond))
+	}
+}
