@@ -41,7 +41,9 @@
 // # Pause, adaptive rate, breaker
 //
 // The same entry holds the subscriber-wide pause (a Retry-After: the later
-// of two pauses wins), the adaptive rate and the circuit breaker (opened
+// of two pauses wins; its end counted from the latest the server's clock can
+// read, the estimate's upper bound, so that a relay whose estimate is
+// closer than the storing relay's does not end it early), the adaptive rate and the circuit breaker (opened
 // after consecutive failures, for a cool-down that grows while they
 // continue, then one probe). A relay learns of a pause or an open circuit
 // another relay stored from its watch (see [Shared.Follow]), and whatever
