@@ -16,7 +16,8 @@ import (
 // never in Config.Clock: it follows the server's ack timer, which runs in
 // real time whatever a test's clock says, and consumer.ReceivedAt stamps in
 // real time. So are the waits for the server's answers (a PubAck, a
-// keep-alive's reply), as context deadlines are. Everything else the lanes
+// keep-alive's reply), as context deadlines are, and the moment a request
+// is sent, which the delivery stages measure against the server's stamps. Everything else the lanes
 // decide by the time (deadlines, pauses, due times, sweeps, caches, the
 // shutdown timeout) reads Config.Clock.
 

@@ -45,14 +45,16 @@
 // the count rides on the copy parked for a retry (Relay-Attempt). A local
 // failure (no descriptor, no port) is not one either. A delivery whose
 // subscriber is not in the relay_subscribers bucket is dead-lettered as
-// unroutable; one whose key is there but unusable to this relay is held.
+// unroutable; one whose key is there but unusable to this relay waits in
+// its overflow.
 //
 // # One delivery's way
 //
 // A delivery's states are the type State, and state.go holds every
-// transition: it alone acks, hands back, terminates or lets go of a message,
-// or stores a copy of it elsewhere. Each transition, the write it makes, and
-// who acts next:
+// transition: it alone acks, hands back, terminates or lets go of a message
+// (a move to overflow is made by the putter of writes.go, which ends it
+// through state.go). Each transition, the write it makes, and who acts
+// next:
 //
 //	from             to          write                      who acts next
 //	Pulled           Held        none                       its subscriber's scheduler

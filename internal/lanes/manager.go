@@ -50,7 +50,10 @@ type Config struct {
 	// Limiter hands out tokens and keeps the pause and the breaker;
 	// required (ratelimit.Shared on a cluster).
 	Limiter ratelimit.Limiter
-	// Clock defaults to clock.Real.
+	// Clock is the time of everything the lanes decide by the time (see
+	// ackwait.go for what stays in real time); clock.Real by default. A fake
+	// clock must be moved for the lanes' waits to end: the sweeps, the
+	// retries after a failure, the shutdown timeout.
 	Clock clock.Clock
 	// AckWait of the lane consumers; held and in-flight messages are kept
 	// alive with InProgress well within it. Defaults to 60s.

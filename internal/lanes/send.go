@@ -142,7 +142,9 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	if d.firstAt.IsZero() {
 		d.firstAt = now
 	}
-	sent := l.cfg.Clock.Now()
+	// Real time, as the stages it is measured against: the server's stamps
+	// and the delivery's receipt.
+	sent := time.Now()
 	out = l.cfg.Client.Send(reqCtx, req)
 	if out.Class == deliver.Local && (!localIsAttempt || reqCtx.Err() != nil) {
 		// No descriptor, no port, the relay stopping (a request abandoned at

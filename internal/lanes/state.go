@@ -19,8 +19,10 @@ import (
 
 // A delivery's states, and every transition between them: this file is the
 // one place that acks, hands back, terminates or lets go of a message of a
-// lane, or stores a copy of one elsewhere. The rest of the package decides
-// which transition a delivery takes, and calls it.
+// lane, and it stores the parked, scheduled and dead copies. A move to
+// overflow is queued here and made by the putter (writes.go), which ends it
+// through ack or handBackIn. The rest of the package decides which
+// transition a delivery takes, and calls it.
 
 // State is where a delivery of a lane is, and so who moves it next. A
 // delivery is one message of DELIVERIES that a lane consumer handed to this
@@ -30,7 +32,9 @@ type State uint8
 
 const (
 	// Pulled: read from the lane consumer; the lane's dispatch places it
-	// (Held, Scheduled, InOverflow or Dead) without waiting on anything.
+	// (Held, Scheduled, InOverflow or Dead; LetGo when it waited too long
+	// in the client, HandedBack when the lane is stopping) without waiting
+	// on anything.
 	Pulled State = iota
 	// Held: in its subscriber's queue in the lane, its ack wait renewed
 	// by the keep-alive rounds. The subscriber's scheduler sends the head

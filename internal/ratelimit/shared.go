@@ -97,8 +97,9 @@ type Shared struct {
 	calLocal  time.Time
 	// calTop bounds the server's clock at calLocal from above: the time
 	// read plus the read's round trip (the server stamped it within the
-	// round trip). A pause is stored from it, so that it lasts its whole
-	// Retry-After on every relay, however late this relay's estimate.
+	// round trip), or an earlier reading's bound if that was tighter. A
+	// pause is stored from it, so that it lasts its whole Retry-After on
+	// every relay, however late this relay's estimate (see serverLatest).
 	calTop time.Time
 
 	writes, conflicts, reads, checks atomic.Int64
@@ -230,7 +231,15 @@ func (s *Shared) calibrate(ctx context.Context) error {
 	now := s.opts.Clock.Now()
 	s.calMu.Lock()
 	defer s.calMu.Unlock()
-	s.calServer, s.calLocal, s.calTop = info.TimeStamp, now, info.TimeStamp.Add(now.Sub(sent))
+	top := info.TimeStamp.Add(now.Sub(sent))
+	if !s.calLocal.IsZero() {
+		// A reading slowed by a stall bounds the clock loosely: the
+		// tighter bound of the last one, carried forward, stays.
+		if last := s.calTop.Add(now.Sub(s.calLocal)); last.Before(top) {
+			top = laterOf(last, info.TimeStamp)
+		}
+	}
+	s.calServer, s.calLocal, s.calTop = info.TimeStamp, now, top
 	return nil
 }
 
@@ -253,13 +262,20 @@ func (s *Shared) estimate() time.Time {
 }
 
 // serverLatest is a time the server's clock has not passed yet: the estimate's
-// upper bound (see calTop).
+// upper bound (see calTop), never below the estimate (which entries' times
+// may have raised) nor more than maxClockSpread above it, so that a
+// reading of the clock made through a stall lengthens no pause by more.
 func (s *Shared) serverLatest() time.Time {
 	s.calMu.Lock()
 	defer s.calMu.Unlock()
-	// Never below the estimate, which entries' times may have raised.
-	return laterOf(s.estimate(), s.calTop.Add(s.opts.Clock.Now().Sub(s.calLocal)))
+	est := s.estimate()
+	top := s.calTop.Add(s.opts.Clock.Now().Sub(s.calLocal))
+	return laterOf(est, minTime(top, est.Add(maxClockSpread)))
 }
+
+// maxClockSpread is the most a pause is lengthened by the spread between
+// the estimate of the server's clock and its upper bound.
+const maxClockSpread = time.Second
 
 // learn tightens the estimate with an entry's timestamp: the entry was
 // written before it was read, so the server's time is at least that.
@@ -733,8 +749,10 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 	if r.PauseFor > 0 {
 		// From the latest the server's time can be, not the estimate: an
 		// estimate behind the server's clock would end the pause that much
-		// early on a relay whose estimate is closer.
-		if until := s.serverLatest().Add(min(r.PauseFor, s.opts.MaxPause)); until.After(st.PausedUntil) {
+		// early on a relay whose estimate is closer. --max-pause bounds it
+		// from the estimate.
+		until := minTime(s.serverLatest().Add(r.PauseFor), server.Add(s.opts.MaxPause))
+		if until.After(st.PausedUntil) {
 			st.PausedUntil = until
 		}
 	}
@@ -773,6 +791,14 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 		}
 	}
 	return st, st != before, restart
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func laterOf(a, b time.Time) time.Time {
