@@ -270,7 +270,7 @@ func (s *Shared) serverLatest() time.Time {
 	defer s.calMu.Unlock()
 	est := s.estimate()
 	top := s.calTop.Add(s.opts.Clock.Now().Sub(s.calLocal))
-	return laterOf(est, minTime(top, est.Add(maxClockSpread)))
+	return laterOf(est, earlierOf(top, est.Add(maxClockSpread)))
 }
 
 // maxClockSpread is the most a pause is lengthened by the spread between
@@ -751,7 +751,7 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 		// estimate behind the server's clock would end the pause that much
 		// early on a relay whose estimate is closer. --max-pause bounds it
 		// from the estimate.
-		until := minTime(s.serverLatest().Add(r.PauseFor), server.Add(s.opts.MaxPause))
+		until := earlierOf(s.serverLatest().Add(r.PauseFor), server.Add(s.opts.MaxPause))
 		if until.After(st.PausedUntil) {
 			st.PausedUntil = until
 		}
@@ -793,8 +793,8 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 	return st, st != before, restart
 }
 
-// minTime is the earlier of a and b.
-func minTime(a, b time.Time) time.Time {
+// earlierOf is the earlier of a and b, as laterOf is the later.
+func earlierOf(a, b time.Time) time.Time {
 	if a.Before(b) {
 		return a
 	}
