@@ -24,10 +24,12 @@ func newListenCmd() *cobra.Command {
 		Use:   "listen",
 		Short: "Run a local webhook receiver that verifies signatures and prints each delivery",
 		Long: `Runs a local webhook receiver for trying relay by hand. It verifies each
-delivery's Standard Webhooks signature with --secret, prints its id, attempt,
+delivery's Standard Webhooks signature with --secret (v1) or --public-key
+(v1a; either is enough when both are given), prints its id, attempt,
 signature check, size and a preview of the body, and answers 2xx (401 for a bad
 signature). --status, --fail-rate, --retry-after and --delay simulate trouble.`,
 		Example: `  relay listen --addr 127.0.0.1:9000 --secret whsec_...
+  relay listen --public-key whpk_...
   relay listen --status 429 --retry-after 120`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,8 +46,8 @@ signature). --status, --fail-rate, --retry-after and --delay simulate trouble.`,
 			}
 			return receiver.Serve(cmd.Context(), f.addr, h, func(a net.Addr) {
 				verify := "verifying signatures"
-				if len(f.cfg.Secrets) == 0 {
-					verify = "not verifying signatures (no --secret)"
+				if len(f.cfg.Secrets) == 0 && len(f.cfg.PublicKeys) == 0 {
+					verify = "not verifying signatures (no --secret or --public-key)"
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "listening on http://%s/, %s\n", a, verify)
 				if f.ready != nil {
@@ -56,7 +58,8 @@ signature). --status, --fail-rate, --retry-after and --delay simulate trouble.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:9000", "HOST:PORT to listen on")
-	fl.StringArrayVar(&f.cfg.Secrets, "secret", nil, "whsec_ secret to verify signatures with; repeatable")
+	fl.StringArrayVar(&f.cfg.Secrets, "secret", nil, "whsec_ secret to verify v1 signatures with; repeatable")
+	fl.StringArrayVar(&f.cfg.PublicKeys, "public-key", nil, "whpk_ public key to verify v1a (ed25519) signatures with; repeatable")
 	fl.IntVar(&f.cfg.Status, "status", 0, "answer every delivery with this HTTP status")
 	fl.Float64Var(&f.cfg.FailRate, "fail-rate", 0, "fraction of deliveries (0-1) to answer with 500")
 	fl.StringVar(&f.cfg.RetryAfter, "retry-after", "", "Retry-After value sent with simulated 429/503/500 answers")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -117,6 +118,12 @@ last two keep it out of the process list and the shell history. Without any,
 relay generates one (whsec_ and 32 random bytes) and prints it alone on stdout,
 once: no command prints it again.
 
+--signing ed25519 signs with an ed25519 key instead (Standard Webhooks v1a):
+the receiver verifies with its public key (whpk_...) and holds nothing that can
+sign. Without --signing-key-file (whsk_ keys, one a line) relay generates the
+key and prints its public key on stdout; relay sub get shows it again, and no
+command prints the private key. --signing both signs with one key of each kind.
+
 A URL on a loopback or private address (127.0.0.1, 10.0.0.5, localhost) is
 stored, with a note: a relay refuses to deliver there unless it runs with
 --allow-private-targets.
@@ -130,7 +137,8 @@ secrets of a rotation still in its grace.
 --lane dedicated gives the subscriber a JetStream consumer of its own; at most
 ` + fmt.Sprint(subscribers.MaxDedicated) + ` subscribers may have one.`,
 		Example: `  relay sub add demo --url https://example.com/hook --secret whsec_... --events 'video.*' --rate 50
-  relay sub add demo --url https://example.com/hook --secret-file demo-secret.txt`,
+  relay sub add demo --url https://example.com/hook --secret-file demo-secret.txt
+  relay sub add demo --url https://example.com/hook --signing ed25519`,
 		Args: exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sub := subscribers.Subscriber{ID: args[0]}
@@ -139,14 +147,7 @@ secrets of a rotation still in its grace.
 				return err
 			}
 			change(&sub)
-			generated := secretFlag == ""
-			if generated {
-				secret, err := subscribers.NewSecret()
-				if err != nil {
-					return err
-				}
-				sub.Secrets = []string{secret}
-			}
+			generated := f.generated
 			sub.SetDefaults()
 			if err := sub.Validate(); err != nil {
 				return secretErr(err, secretFlag)
@@ -159,12 +160,12 @@ secrets of a rotation still in its grace.
 				err := s.Put(ctx, sub, opts...)
 				var changed *subscribers.URLChangedError
 				switch {
-				case err != nil && generated && !errors.Is(err, subscribers.ErrInvalid) && !errors.As(err, &changed) &&
+				case err != nil && len(generated) > 0 && !errors.Is(err, subscribers.ErrInvalid) && !errors.As(err, &changed) &&
 					!errors.Is(err, subscribers.ErrTooManyDedicated):
 					// The write may have landed with its reply lost: then
 					// nobody but this command knows the secret.
-					fmt.Fprintln(cmd.OutOrStdout(), sub.Secrets[0])
-					return fmt.Errorf("adding subscriber %s: %w; the secret printed may or may not be stored: relay sub get %s shows whether it is", sub.ID, err, sub.ID)
+					printGenerated(cmd.OutOrStdout(), generated)
+					return fmt.Errorf("adding subscriber %s: %w; the key printed may or may not be stored: relay sub get %s shows whether it is", sub.ID, err, sub.ID)
 				case errors.As(err, &changed):
 					return usagef("subscriber %s exists with URL %s, not %s: add --force to replace it, or change only what you give with relay sub update %s",
 						sub.ID, subscribers.RedactURL(changed.Stored), subscribers.RedactURL(changed.Given), sub.ID)
@@ -173,10 +174,10 @@ secrets of a rotation still in its grace.
 				case err != nil:
 					return secretErr(err, secretFlag)
 				}
-				if generated {
-					// As rotate-secret: the secret alone on stdout, once.
-					fmt.Fprintln(cmd.OutOrStdout(), sub.Secrets[0])
-					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; its secret, printed above, was generated and is never printed again\n", sub.ID, summary(sub))
+				if len(generated) > 0 {
+					// As rotate-secret: the key alone on stdout, once.
+					printGenerated(cmd.OutOrStdout(), generated)
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", sub.ID, summary(sub), generatedNote(generated))
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
 				}
@@ -192,10 +193,21 @@ secrets of a rotation still in its grace.
 	return cmd
 }
 
+// generatedNote says what printGenerated printed.
+func generatedNote(generated []string) string {
+	switch subscribers.SigningOf(generated) {
+	case subscribers.SigningBoth:
+		return "its secret and its public key, printed above, were generated; the secret is never printed again (relay sub get shows the public key)"
+	case subscribers.SigningEd25519:
+		return "its signing key was generated and stays with relay; give the receiver its public key, printed above (relay sub get shows it again)"
+	}
+	return "its secret, printed above, was generated and is never printed again"
+}
+
 // summary is the one-line description of a subscriber that add and update
 // print, its URL redacted.
 func summary(sub subscribers.Subscriber) string {
-	return fmt.Sprintf("%s, events %s, rate %s", subscribers.RedactURL(sub.URL), eventsString(sub.Events), rateString(sub))
+	return fmt.Sprintf("%s, events %s, rate %s, signing %s", subscribers.RedactURL(sub.URL), eventsString(sub.Events), rateString(sub), sub.Signing())
 }
 
 func eventsString(events []string) string {
@@ -228,12 +240,36 @@ func stateString(s subscribers.Subscriber, now time.Time) string {
 	return "enabled"
 }
 
+// shownSubscriber is a subscriber as ls and get show it: redacted, with its
+// signing scheme and the public keys of its ed25519 keys, which are safe to
+// print and what a receiver needs.
+type shownSubscriber struct {
+	subscribers.Subscriber
+	// Signing is the scheme the active keys sign with.
+	Signing subscribers.Signing `json:"signing"`
+	// PublicKey is the public key of the newest active ed25519 key.
+	PublicKey string `json:"public_key,omitempty"`
+	// PublicKeys are the public keys of every ed25519 key signing now,
+	// active then retired, newest first, when there is more than one.
+	PublicKeys []string `json:"public_keys,omitempty"`
+}
+
 // printable is what ls and get show of a subscriber: secrets and credential
 // headers masked, and the URL redacted unless showURL.
-func printable(s subscribers.Subscriber, showURL bool) subscribers.Subscriber {
-	r := s.Redacted()
+func printable(s subscribers.Subscriber, showURL bool) shownSubscriber {
+	r := shownSubscriber{Subscriber: s.Redacted(), Signing: s.Signing()}
 	if showURL {
 		r.URL = s.URL
+	}
+	keys := slices.Clone(s.Secrets)
+	for _, p := range s.PreviousSecrets {
+		keys = append(keys, p.Secret)
+	}
+	if pubs := subscribers.PublicKeys(keys); len(pubs) > 0 {
+		r.PublicKey = pubs[0]
+		if len(pubs) > 1 {
+			r.PublicKeys = pubs
+		}
 	}
 	return r
 }
@@ -288,13 +324,14 @@ func newSubLsCmd(conn *connFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				redacted := make([]subscribers.Subscriber, 0, len(subs))
+				redacted := make([]shownSubscriber, 0, len(subs))
 				for _, sub := range subs {
 					redacted = append(redacted, printable(sub, showURL))
 				}
 				now := time.Now()
 				return printList(cmd.OutOrStdout(), redacted, asJSON, noSubscribers,
-					"ID\tURL\tEVENTS\tRATE\tLANE\tSTATE", func(sub subscribers.Subscriber) string {
+					"ID\tURL\tEVENTS\tRATE\tLANE\tSTATE", func(shown shownSubscriber) string {
+						sub := shown.Subscriber
 						return strings.Join([]string{sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub), stateString(sub, now)}, "\t")
 					})
 			})
@@ -317,19 +354,27 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				sub = printable(sub, showURL)
+				shown := printable(sub, showURL)
+				sub = shown.Subscriber
 				out := cmd.OutOrStdout()
 				if asJSON {
-					return writeJSON(out, sub)
+					return writeJSON(out, shown)
 				}
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 				row("id", sub.ID)
 				row("url", sub.URL)
 				row("state", stateString(sub, time.Now()))
+				row("signing", shown.Signing)
 				row("secrets", strings.Join(sub.Secrets, " "))
 				for _, p := range sub.PreviousSecrets {
 					row("previous secret", p.Secret+" until "+p.Until.UTC().Format(time.RFC3339))
+				}
+				switch {
+				case len(shown.PublicKeys) > 0:
+					row("public keys", strings.Join(shown.PublicKeys, " "))
+				case shown.PublicKey != "":
+					row("public key", shown.PublicKey)
 				}
 				row("events", eventsString(sub.Events))
 				row("rate", rateString(sub))

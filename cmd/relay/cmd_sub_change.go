@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
@@ -28,7 +30,12 @@ func newSubUpdateCmd(conn *connFlags) *cobra.Command {
 every other one, then checks the result as relay sub add does. --events, --header
 and the secret flags replace the whole list they set (--events '' for every
 event); --burst is kept unless given. To change the secret with a grace period
-during which the old one still signs, use relay sub rotate-secret instead.`,
+during which the old one still signs, use relay sub rotate-secret instead.
+
+--signing keeps the keys of a kind still in use, generates one for a kind newly
+in use (a secret is printed on stdout, an ed25519 key as its public key) and
+drops a kind no longer in use at once. To move receivers from hmac to ed25519
+without a rejected request, go through --signing both.`,
 		Example: `  relay sub update demo --rate 100
   relay sub update demo --url https://example.com/v2/hook --events 'video.*,order.>'`,
 		Args: exactArgs(1, "a subscriber ID"),
@@ -57,7 +64,12 @@ during which the old one still signs, use relay sub rotate-secret instead.`,
 				case err != nil:
 					return secretErr(err, secretFlag)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
+				if len(f.generated) > 0 {
+					printGenerated(cmd.OutOrStdout(), f.generated)
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", id, summary(sub), generatedNote(f.generated))
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
+				}
 				if cmd.Flags().Changed("url") {
 					warnPrivate(cmd.ErrOrStderr(), sub.URL)
 				}
@@ -79,10 +91,11 @@ func anyGiven(fs *pflag.FlagSet) bool {
 func newSubRotateSecretCmd(conn *connFlags) *cobra.Command {
 	var (
 		secrets secretFlags
+		keyFile string
 		grace   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "rotate-secret ID [--secret whsec_...|--secret-file PATH|--secret-env NAME] [--grace 24h]",
+		Use:   "rotate-secret ID [--secret whsec_...|--secret-file PATH|--secret-env NAME] [--signing-key-file PATH] [--grace 24h]",
 		Short: "Replace a subscriber's signing secret, signing with the old one too for a grace period",
 		Long: `Makes a new secret the subscriber's signing secret. Without --secret,
 --secret-file or --secret-env a random one is generated (whsec_ and base64 of
@@ -94,7 +107,13 @@ signatures, the new secret's and the old one's ("v1,<new> v1,<old>"), so the
 receiver can switch to the new secret whenever it likes; after it only the new
 one. stderr says until when the old one stays valid. --grace 0 stops signing
 with every old secret at once. A running relay then removes the old secret
-from the bucket.`,
+from the bucket.
+
+A subscriber that signs with ed25519 (relay sub add --signing ed25519) gets a
+new whsk_ key the same way, and its public key is printed on stdout: during
+the grace requests carry "v1a,<new> v1a,<old>". With --signing both, one key
+of each kind is rotated. Give new keys of the kinds the subscriber signs with;
+to change the kinds, use relay sub update --signing.`,
 		Example: `  NEW=$(relay sub rotate-secret demo --grace 48h)
   relay sub rotate-secret demo --secret-file new-secret.txt --grace 0`,
 		Args: exactArgs(1, "a subscriber ID"),
@@ -110,28 +129,41 @@ from the bucket.`,
 			if err != nil {
 				return err
 			}
-			generated := secretFlag == ""
-			if generated {
-				secret, err := subscribers.NewSecret()
+			if cmd.Flags().Changed("signing-key-file") {
+				keys, err := readSigningKeys(keyFile)
 				if err != nil {
 					return err
 				}
-				given = []string{secret}
+				given = append(given, keys...)
 			}
+			generated := len(given) == 0
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				if generated {
+					// A new key of each kind the subscriber signs with.
+					sub, err := s.Get(ctx, id)
+					if err != nil {
+						return notFound(err, id)
+					}
+					if given, err = subscribers.NewKeys(sub.Signing()); err != nil {
+						return err
+					}
+				}
 				sub, err := s.RotateSecret(ctx, id, given, grace)
 				if err != nil && generated && !errors.Is(err, subscribers.ErrNotFound) && !errors.Is(err, subscribers.ErrInvalid) {
 					// The write may have landed with its reply lost: then
 					// nobody but this command knows the new secret. It
 					// goes to stdout in any case, and the error says so.
-					fmt.Fprintln(cmd.OutOrStdout(), given[0])
-					return fmt.Errorf("rotating the secret of %s: %w; the secret printed may or may not be stored: relay sub get %s shows whether it is", id, err, id)
+					printGenerated(cmd.OutOrStdout(), given)
+					return fmt.Errorf("rotating the secret of %s: %w; the key printed may or may not be stored: relay sub get %s shows whether it is", id, err, id)
 				}
 				if err != nil {
 					return secretErr(notFound(err, id), secretFlag)
 				}
 				if generated {
-					fmt.Fprintln(cmd.OutOrStdout(), given[0])
+					printGenerated(cmd.OutOrStdout(), given)
+				} else {
+					// A signing key given is not printed; its public key is.
+					printGenerated(cmd.OutOrStdout(), slices.DeleteFunc(slices.Clone(given), func(k string) bool { return !deliver.IsSigningKey(k) }))
 				}
 				var until time.Time
 				for _, p := range sub.PreviousSecrets {
@@ -151,6 +183,7 @@ from the bucket.`,
 	}
 	fl := cmd.Flags()
 	secrets.register(fl, "the new signing secret, whsec_ + base64 of 24-64 bytes (default: generate one)")
+	fl.StringVar(&keyFile, "signing-key-file", "", "read the new ed25519 signing keys (whsk_..., one a line) from this file (default: generate one)")
 	fl.DurationVar(&grace, "grace", subscribers.DefaultGrace, "how long the old secret still signs (0: stop at once; at most 720h)")
 	return cmd
 }

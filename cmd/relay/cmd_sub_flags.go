@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
@@ -20,6 +21,8 @@ import (
 type subFlags struct {
 	url         string
 	secrets     secretFlags
+	signing     string
+	keyFile     string
 	events      []string
 	rate        float64
 	burst       int
@@ -32,6 +35,11 @@ type subFlags struct {
 	deadline    time.Duration
 	headers     []string
 	lane        string
+
+	// generated are the keys the last application of a change generated,
+	// for the command to print: a "whsec_" secret, or a "whsk_" key whose
+	// public key is printed.
+	generated []string
 }
 
 // register defines the flags on fs. With defaults (add) the help shows
@@ -40,6 +48,8 @@ type subFlags struct {
 func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.StringVar(&f.url, "url", "", "webhook URL (http or https)")
 	f.secrets.register(fs, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
+	fs.StringVar(&f.signing, "signing", shown(defaults, string(subscribers.SigningHMAC)), "signature scheme: hmac (v1, whsec_ secret), ed25519 (v1a, whsk_ key) or both")
+	fs.StringVar(&f.keyFile, "signing-key-file", "", "read the ed25519 signing keys (whsk_..., one a line, newest first) from this file")
 	fs.StringSliceVar(&f.events, "events", nil, "event types to receive, comma separated, NATS wildcards allowed (none: all)")
 	fs.Float64Var(&f.rate, "rate", 0, "requests per second, 0 = unlimited")
 	fs.IntVar(&f.burst, "burst", 0, "bucket size: requests allowed at once (0: the rate)")
@@ -122,7 +132,7 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if given("burst") && f.burst < 0 {
 		return nil, "", usagef("--burst: must not be negative, got %d", f.burst)
 	}
-	secrets, secretFlag, err := f.secrets.read(fs)
+	keys, secretFlag, err := f.keys(fs)
 	if err != nil {
 		return nil, "", err
 	}
@@ -130,9 +140,7 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		if given("url") {
 			sub.URL = f.url
 		}
-		if secretFlag != "" {
-			sub.Secrets = append([]string(nil), secrets...)
-		}
+		sub.Secrets, f.generated = keys.apply(sub.Secrets)
 		if given("events") {
 			sub.Events = append([]string(nil), events...)
 		}
@@ -176,6 +184,145 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	return change, secretFlag, nil
 }
 
+// keyChange is what the key flags (--secret and its two siblings,
+// --signing-key-file, --signing) change of a subscriber's keys.
+type keyChange struct {
+	// signing is --signing, "" when not given.
+	signing subscribers.Signing
+	// secrets and signingKeys are the keys given of each kind, nil when
+	// none was.
+	secrets, signingKeys []string
+	// newSecret and newSigningKey are generated in advance, used for a
+	// kind that is wanted and has no key given or stored.
+	newSecret, newSigningKey string
+}
+
+// apply returns the keys a subscriber holding cur has after the change, and
+// those of them that were generated. Each kind is the keys given, else the
+// keys of that kind held, else (when the kind is wanted) a generated one; a
+// kind --signing does not want is dropped. With neither --signing nor a key
+// given the keys stay as they are, unless there are none (a new
+// subscriber), which gets a generated secret.
+func (k keyChange) apply(cur []string) (keys, generated []string) {
+	var held, heldSigning []string
+	for _, key := range cur {
+		if deliver.IsSigningKey(key) {
+			heldSigning = append(heldSigning, key)
+		} else {
+			held = append(held, key)
+		}
+	}
+	want := k.signing
+	if want == "" {
+		if k.secrets == nil && k.signingKeys == nil && len(cur) > 0 {
+			return cur, nil
+		}
+		hmac := k.secrets != nil || len(held) > 0
+		ed := k.signingKeys != nil || len(heldSigning) > 0
+		switch {
+		case hmac && ed:
+			want = subscribers.SigningBoth
+		case ed:
+			want = subscribers.SigningEd25519
+		default:
+			want = subscribers.SigningHMAC
+		}
+	}
+	pick := func(wanted bool, given, held []string, fresh string) {
+		switch {
+		case !wanted:
+		case given != nil:
+			keys = append(keys, given...)
+		case len(held) > 0:
+			keys = append(keys, held...)
+		default:
+			keys = append(keys, fresh)
+			generated = append(generated, fresh)
+		}
+	}
+	pick(want.HMAC(), k.secrets, held, k.newSecret)
+	pick(want.Ed25519(), k.signingKeys, heldSigning, k.newSigningKey)
+	return keys, generated
+}
+
+// keys reads the key flags given on fs: the secrets, the signing keys and
+// --signing, refusing a key of a kind --signing does not use. It returns the
+// flag the secrets came from, as [secretFlags.read] does.
+func (f *subFlags) keys(fs *pflag.FlagSet) (keyChange, string, error) {
+	var k keyChange
+	if fs.Changed("signing") {
+		g, err := subscribers.ParseSigning(f.signing)
+		if err != nil {
+			return k, "", validationErr(err)
+		}
+		k.signing = g
+	}
+	secrets, secretFlag, err := f.secrets.read(fs)
+	if err != nil {
+		return k, "", err
+	}
+	for _, s := range secrets {
+		if deliver.IsSigningKey(s) {
+			return k, "", usagef("%s: give whsk_ signing keys with --signing-key-file, not with %s", secretFlag, secretFlag)
+		}
+	}
+	if secretFlag != "" {
+		k.secrets = secrets
+	}
+	if fs.Changed("signing-key-file") {
+		if k.signingKeys, err = readSigningKeys(f.keyFile); err != nil {
+			return k, "", err
+		}
+	}
+	if k.signing != "" && k.secrets != nil && !k.signing.HMAC() {
+		return k, "", usagef("%s: --signing %s uses no whsec_ secret; give --signing both to sign with both", secretFlag, k.signing)
+	}
+	if k.signing != "" && k.signingKeys != nil && !k.signing.Ed25519() {
+		return k, "", usagef("--signing-key-file: --signing %s uses no ed25519 key; give --signing both to sign with both", k.signing)
+	}
+	if k.newSecret, err = subscribers.NewSecret(); err != nil {
+		return k, "", err
+	}
+	if k.newSigningKey, err = deliver.NewSigningKey(); err != nil {
+		return k, "", err
+	}
+	return k, secretFlag, nil
+}
+
+// readSigningKeys reads a --signing-key-file: whsk_ keys, one a line,
+// newest first, each checked here so that the error names this flag. No
+// error quotes a key.
+func readSigningKeys(path string) ([]string, error) {
+	text, err := readKeyFile("--signing-key-file", path)
+	if err != nil {
+		return nil, err
+	}
+	keys := secretLines(text)
+	if len(keys) == 0 {
+		return nil, usagef("--signing-key-file: %s holds no key; write one whsk_ key a line, newest first", path)
+	}
+	for i, key := range keys {
+		if _, err := deliver.ParseSigningKey(key); err != nil {
+			msg := strings.TrimPrefix(err.Error(), deliver.ErrInvalidSecret.Error()+": ")
+			return nil, usagef("--signing-key-file: key %d of %d: %s", i+1, len(keys), msg)
+		}
+	}
+	return keys, nil
+}
+
+// printGenerated prints the keys a command generated, each once: a secret
+// as it is (the receiver needs it), a signing key as its public key (the
+// receiver needs no more, and the private key is never printed).
+func printGenerated(out io.Writer, generated []string) {
+	for _, key := range generated {
+		if deliver.IsSigningKey(key) {
+			pub, _ := deliver.PublicKey(key)
+			key = pub
+		}
+		fmt.Fprintln(out, key)
+	}
+}
+
 // maxSecretFile bounds what --secret-file reads: a few secrets take a few
 // hundred bytes, and a file far larger is not a secret file.
 const maxSecretFile = 64 << 10
@@ -216,7 +363,7 @@ func (f *secretFlags) read(fs *pflag.FlagSet) ([]string, string, error) {
 	}
 	switch given[0] {
 	case "--secret-file":
-		text, err := readSecretFile(f.file)
+		text, err := readKeyFile("--secret-file", f.file)
 		if err != nil {
 			return nil, "", err
 		}
@@ -242,23 +389,23 @@ func (f *secretFlags) read(fs *pflag.FlagSet) ([]string, string, error) {
 	return append([]string(nil), f.values...), given[0], nil
 }
 
-// readSecretFile reads a --secret-file, refusing one far too large to be
-// one.
-func readSecretFile(path string) (string, error) {
+// readKeyFile reads a --secret-file or --signing-key-file, refusing one far
+// too large to be one.
+func readKeyFile(flag, path string) (string, error) {
 	if path == "" {
-		return "", usagef("--secret-file: give the path of a file that holds the secret")
+		return "", usagef("%s: give the path of a file that holds the key", flag)
 	}
 	file, err := os.Open(path)
 	if err != nil {
-		return "", usagef("--secret-file: %w (give a readable file holding the secret, whsec_..., one a line)", err)
+		return "", usagef("%s: %w (give a readable file holding the keys, one a line)", flag, err)
 	}
 	defer file.Close()
 	raw, err := io.ReadAll(io.LimitReader(file, maxSecretFile+1))
 	if err != nil {
-		return "", usagef("--secret-file: reading %s: %w", path, err)
+		return "", usagef("%s: reading %s: %w", flag, path, err)
 	}
 	if len(raw) > maxSecretFile {
-		return "", usagef("--secret-file: %s is larger than %d KiB; it should hold whsec_ secrets, one a line", path, maxSecretFile>>10)
+		return "", usagef("%s: %s is larger than %d KiB; it should hold keys, one a line", flag, path, maxSecretFile>>10)
 	}
 	return string(raw), nil
 }

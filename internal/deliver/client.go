@@ -3,6 +3,7 @@ package deliver
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -337,9 +338,13 @@ type Request struct {
 	// say). They cannot replace webhook-*, content-type, content-length,
 	// transfer-encoding, connection or host, which belong to the delivery.
 	Header http.Header
-	// Keys are the subscriber's signing keys from [ParseSecret]; one
-	// signature per key is sent. With no keys the request is unsigned.
+	// Keys are the subscriber's HMAC keys from [ParseSecret]; one v1
+	// signature per key is sent.
 	Keys [][]byte
+	// SigningKeys are the subscriber's ed25519 keys from [ParseSigningKey];
+	// one v1a signature per key is sent, after the v1 ones. With neither
+	// kind of key the request is unsigned.
+	SigningKeys []ed25519.PrivateKey
 	// Timeout bounds the whole attempt, reading the reply included. Defaults
 	// to [DefaultTimeout], or to the context's own deadline if it has one.
 	Timeout time.Duration
@@ -448,8 +453,8 @@ func (c *Client) newRequest(ctx context.Context, r Request) (*http.Request, erro
 	id := WebhookID(r.ID)
 	set("Webhook-Id", id)
 	set("Webhook-Timestamp", strconv.FormatInt(ts, 10))
-	if len(r.Keys) > 0 {
-		set("Webhook-Signature", Signatures(r.Keys, id, ts, r.Body))
+	if len(r.Keys) > 0 || len(r.SigningKeys) > 0 {
+		set("Webhook-Signature", SignatureHeader(r.Keys, r.SigningKeys, id, ts, r.Body))
 	}
 	if id != r.ID && validHeaderValue(r.ID) {
 		h["Relay-Event-Id"] = []string{r.ID}

@@ -2,6 +2,8 @@ package deliver
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"net"
 	"net/http"
@@ -142,7 +144,8 @@ func FuzzParseRateLimitReset(f *testing.F) {
 // and the Standard Webhooks reference library accept; a request whose id,
 // timestamp header, body or signature differs in any way from what was
 // signed, or that is checked with another key, is refused. A rotation's
-// header (Signatures) verifies under each of its keys.
+// header (Signatures) verifies under each of its keys. The same holds of
+// v1a signatures (SignV1a, VerifyV1a).
 func FuzzSignVerify(f *testing.F) {
 	key := bytes.Repeat([]byte{0x5a}, 32)
 	f.Add(key, "evt_01", int64(1_767_225_600), []byte(`{"id":"evt_01"}`), "evt_02", "", int8(1), []byte(`{"id":"evt_02"}`), uint16(10), byte('A'), uint8(0))
@@ -207,6 +210,32 @@ func FuzzSignVerify(f *testing.F) {
 			if err := Verify([][]byte{k}, id, tsHeader, both, body, now, 0); err != nil {
 				t.Fatalf("a rotation's header does not verify under one of its keys: %v", err)
 			}
+		}
+
+		// v1a, under an ed25519 key made from the fuzzed bytes: the same
+		// both ways, and a header with both kinds verifies with either.
+		seed := sha256.Sum256(key)
+		priv := ed25519.NewKeyFromSeed(seed[:])
+		pubs := []ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}
+		mixed := SignatureHeader(keys, []ed25519.PrivateKey{priv}, id, ts, body)
+		if err := VerifyV1a(pubs, id, tsHeader, mixed, body, now, 0); err != nil {
+			t.Fatalf("VerifyV1a refuses what SignatureHeader made: %v", err)
+		}
+		if err := Verify(keys, id, tsHeader, mixed, body, now, 0); err != nil {
+			t.Fatalf("Verify refuses the v1 entry beside a v1a one: %v", err)
+		}
+		v1a := SignV1a(priv, id, ts, body)
+		if otherID != id {
+			refused("id (v1a)", VerifyV1a(pubs, otherID, tsHeader, v1a, body, now, 0))
+		}
+		if otherTS := tsPrefix + strconv.FormatInt(ts+int64(tsDelta), 10); otherTS != tsHeader {
+			refused("timestamp (v1a)", VerifyV1a(pubs, id, otherTS, v1a, body, now, 0))
+		}
+		if !bytes.Equal(otherBody, body) {
+			refused("body (v1a)", VerifyV1a(pubs, id, tsHeader, v1a, otherBody, now, 0))
+		}
+		if otherSig := changeOneByte(v1a, int(sigPos), sigByte, sigOp); otherSig != v1a {
+			refused("signature (v1a)", VerifyV1a(pubs, id, tsHeader, otherSig, body, now, 0))
 		}
 	})
 }

@@ -53,13 +53,20 @@ func ParseSecret(s string) ([]byte, error) {
 // base64 decoding cost more than the HMAC of a small body. Errors are not
 // remembered.
 func SecretKey(s string) ([]byte, error) {
+	return cachedKey(s, ParseSecret)
+}
+
+// cachedKey returns the key parse makes of s, parsing s only the first
+// time. Secrets and signing keys share the cache: their prefixes keep them
+// apart.
+func cachedKey(s string, parse func(string) ([]byte, error)) ([]byte, error) {
 	secretKeys.mu.RLock()
 	key, ok := secretKeys.keys[s]
 	secretKeys.mu.RUnlock()
 	if ok {
 		return key, nil
 	}
-	key, err := ParseSecret(s)
+	key, err := parse(s)
 	if err != nil {
 		return nil, err
 	}
@@ -72,31 +79,36 @@ func SecretKey(s string) ([]byte, error) {
 	return key, nil
 }
 
-// secretKeys are the keys [SecretKey] decoded, by secret; like macs, it
-// starts again empty past maxCachedKeys.
+// secretKeys are the keys [cachedKey] decoded, by secret or signing key;
+// like macs, it starts again empty past maxCachedKeys.
 var secretKeys = struct {
 	mu   sync.RWMutex
 	keys map[string][]byte
 }{keys: make(map[string][]byte)}
 
-// MaskSecret returns a form of a secret that is safe to print: the prefix and
-// the first four base64 characters followed by an ellipsis, enough to tell two
-// secrets apart in `relay sub ls` without revealing either. A string too short
-// to spare four characters, or without the prefix, shows none of its own.
+// MaskSecret returns a form of a secret or a signing key that is safe to
+// print: the prefix ("whsec_" or "whsk_") and the first four base64
+// characters followed by an ellipsis, enough to tell two apart in `relay sub
+// ls` without revealing either. A string too short to spare four
+// characters, or without a known prefix, shows none of its own.
 func MaskSecret(s string) string {
 	if s == "" {
 		return ""
 	}
-	encoded, ok := strings.CutPrefix(s, SecretPrefix)
+	prefix := SecretPrefix
+	if IsSigningKey(s) {
+		prefix = SigningKeyPrefix
+	}
+	encoded, ok := strings.CutPrefix(s, prefix)
 	if !ok {
 		return "…"
 	}
-	// The shortest valid secret has 32 base64 characters; anything much
-	// shorter is not a real secret and four characters would be too much of
-	// it.
+	// The shortest valid secret has 32 base64 characters, the shortest
+	// signing key 43; anything much shorter is not a real one and four
+	// characters would be too much of it.
 	const shown = 4
 	if len(encoded) < 4*shown {
-		return SecretPrefix + "…"
+		return prefix + "…"
 	}
-	return SecretPrefix + encoded[:shown] + "…"
+	return prefix + encoded[:shown] + "…"
 }

@@ -20,8 +20,9 @@ import (
 const DefaultTolerance = 5 * time.Minute
 
 // signaturePrefix names the scheme of a signature: v1 is HMAC-SHA256 in the
-// Standard Webhooks specification. Signatures with other prefixes (v1a is
-// asymmetric) are ignored rather than rejected, so a header may carry several.
+// Standard Webhooks specification. [Verify] ignores signatures with other
+// prefixes (v1a is asymmetric, see [VerifyV1a]) rather than rejecting them,
+// so a header may carry both kinds.
 const signaturePrefix = "v1,"
 
 // strictBase64 decodes received signatures. The last character of a
@@ -158,22 +159,8 @@ func Signatures(keys [][]byte, id string, ts int64, body []byte) string {
 // signature was right. Errors wrap [ErrMissingHeaders], [ErrStaleTimestamp] or
 // [ErrBadSignature].
 func Verify(keys [][]byte, id, tsHeader, sigHeader string, body []byte, now time.Time, tolerance time.Duration) error {
-	if id == "" || tsHeader == "" || sigHeader == "" {
-		return fmt.Errorf("%w: webhook-id, webhook-timestamp and webhook-signature are all required", ErrMissingHeaders)
-	}
-	ts, err := strconv.ParseInt(tsHeader, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: webhook-timestamp %q is not unix seconds", ErrMissingHeaders, tsHeader)
-	}
-	if tolerance <= 0 {
-		tolerance = DefaultTolerance
-	}
-	// Compare in seconds against bounds computed from now: subtracting a
-	// hostile timestamp from now could overflow.
-	tol := int64(tolerance / time.Second)
-	if unix := now.Unix(); ts < unix-tol || ts > unix+tol {
-		return fmt.Errorf("%w: webhook-timestamp %d is more than %s from now (%d)",
-			ErrStaleTimestamp, ts, tolerance, unix)
+	if err := checkHeaders(id, tsHeader, sigHeader, now, tolerance); err != nil {
+		return err
 	}
 	if len(keys) == 0 {
 		return fmt.Errorf("%w: no key to verify with", ErrBadSignature)
@@ -198,4 +185,28 @@ func Verify(keys [][]byte, id, tsHeader, sigHeader string, body []byte, now time
 		}
 	}
 	return fmt.Errorf("%w: no v1 signature matches any of %d key(s)", ErrBadSignature, len(keys))
+}
+
+// checkHeaders is what [Verify] and [VerifyV1a] check before any signature:
+// all three headers present, and the timestamp unix seconds within
+// tolerance of now (DefaultTolerance when tolerance is 0).
+func checkHeaders(id, tsHeader, sigHeader string, now time.Time, tolerance time.Duration) error {
+	if id == "" || tsHeader == "" || sigHeader == "" {
+		return fmt.Errorf("%w: webhook-id, webhook-timestamp and webhook-signature are all required", ErrMissingHeaders)
+	}
+	ts, err := strconv.ParseInt(tsHeader, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: webhook-timestamp %q is not unix seconds", ErrMissingHeaders, tsHeader)
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	// Compare in seconds against bounds computed from now: subtracting a
+	// hostile timestamp from now could overflow.
+	tol := int64(tolerance / time.Second)
+	if unix := now.Unix(); ts < unix-tol || ts > unix+tol {
+		return fmt.Errorf("%w: webhook-timestamp %d is more than %s from now (%d)",
+			ErrStaleTimestamp, ts, tolerance, unix)
+	}
+	return nil
 }

@@ -64,6 +64,10 @@ func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time
 	if err != nil {
 		return deliver.Request{}, err
 	}
+	signingKeys, err := sub.SigningKeys(now)
+	if err != nil {
+		return deliver.Request{}, err
+	}
 	id := h.Get(streams.HeaderEventID)
 	if id == "" {
 		// A message published on DELIVERIES by hand: its stream sequence is
@@ -84,6 +88,7 @@ func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time
 		ContentType: streams.HeaderValue(h, streams.HeaderContentType),
 		Header:      header,
 		Keys:        keys,
+		SigningKeys: signingKeys,
 		Timeout:     sub.Timeout.Std(),
 	}, nil
 }

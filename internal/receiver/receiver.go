@@ -3,6 +3,7 @@ package receiver
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -52,6 +53,10 @@ type Config struct {
 	// if it is signed with any of them, as during a rotation. Empty means
 	// signatures are not checked and are reported as "unchecked".
 	Secrets []string
+	// PublicKeys are "whpk_" ed25519 public keys (--public-key): a delivery
+	// is also accepted if a v1a signature in it is valid under any of them.
+	// With Secrets and PublicKeys both empty signatures are not checked.
+	PublicKeys []string
 	// Status, when not 0, is the answer to every correctly signed delivery
 	// (--status), to show how relay treats it: 429 pauses, 410 disables,
 	// other 4xx dead-letter, 5xx retry.
@@ -81,6 +86,9 @@ type Config struct {
 // the error as is and exits 2. Errors wrap [ErrInvalidConfig].
 func (cfg Config) Validate() error {
 	if _, err := parseKeys(cfg.Secrets); err != nil {
+		return err
+	}
+	if _, err := parsePublicKeys(cfg.PublicKeys); err != nil {
 		return err
 	}
 	if cfg.Status != 0 && (cfg.Status < 100 || cfg.Status > 599) {
@@ -114,10 +122,25 @@ func parseKeys(secrets []string) ([][]byte, error) {
 	return keys, nil
 }
 
+// parsePublicKeys returns the ed25519 keys of public keys, naming the flag
+// on error.
+func parsePublicKeys(keys []string) ([]ed25519.PublicKey, error) {
+	out := make([]ed25519.PublicKey, 0, len(keys))
+	for _, k := range keys {
+		key, err := deliver.ParsePublicKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --public-key: %w", ErrInvalidConfig, err)
+		}
+		out = append(out, key)
+	}
+	return out, nil
+}
+
 // handler is the http.Handler NewHandler returns.
 type handler struct {
 	cfg  Config
 	keys [][]byte
+	pubs []ed25519.PublicKey
 
 	// mu serialises writes to cfg.Out, so that blocks from concurrent
 	// deliveries never interleave, and guards seen. Counting and printing
@@ -136,6 +159,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	pubs, err := parsePublicKeys(cfg.PublicKeys)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
@@ -145,7 +172,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
-	return &handler{cfg: cfg, keys: keys, seen: newAttempts(rememberedIDs)}, nil
+	return &handler{cfg: cfg, keys: keys, pubs: pubs, seen: newAttempts(rememberedIDs)}, nil
 }
 
 // ServeHTTP prints a delivery and answers it as the config says.
@@ -166,10 +193,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if _, ok := errors.AsType[*http.MaxBytesError](readErr); ok {
 			status = http.StatusRequestEntityTooLarge
 		}
-	case len(h.keys) > 0:
-		err := deliver.Verify(h.keys, id, r.Header.Get("Webhook-Timestamp"), r.Header.Get("Webhook-Signature"),
-			body, h.cfg.Clock(), 0)
-		if err != nil {
+	case len(h.keys) > 0 || len(h.pubs) > 0:
+		if err := h.verify(id, r.Header, body); err != nil {
 			signature = "bad (" + verifyReason(err) + ")"
 			status, message = http.StatusUnauthorized, "relay listen: "+err.Error()
 			break
@@ -297,6 +322,26 @@ func printable(s string) string {
 		b.WriteString(q[1 : len(q)-1])
 	}
 	return b.String()
+}
+
+// verify checks a delivery's signature with the secrets (v1) and the public
+// keys (v1a) configured: one valid signature of either kind is enough. The
+// error is the v1a one when only public keys are configured, else the v1 one.
+func (h *handler) verify(id string, header http.Header, body []byte) error {
+	ts, sig, now := header.Get("Webhook-Timestamp"), header.Get("Webhook-Signature"), h.cfg.Clock()
+	var err error
+	if len(h.keys) > 0 {
+		if err = deliver.Verify(h.keys, id, ts, sig, body, now, 0); err == nil {
+			return nil
+		}
+	}
+	if len(h.pubs) > 0 {
+		errV1a := deliver.VerifyV1a(h.pubs, id, ts, sig, body, now, 0)
+		if errV1a == nil || err == nil {
+			return errV1a
+		}
+	}
+	return err
 }
 
 // verifyReason is a short reason for a failed verification, for the summary

@@ -3,6 +3,7 @@ package receiver
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"io"
 	"math"
 	"net"
@@ -477,3 +478,46 @@ func TestServeReportsListenErrors(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// relay listen --public-key verifies v1a: a request signed with the
+// matching ed25519 key is accepted, one signed with another key refused;
+// with a secret beside it, either kind of signature is enough.
+func TestPublicKeyVerifiesV1a(t *testing.T) {
+	t.Parallel()
+
+	signingKey, err := deliver.NewSigningKey()
+	require.NoError(t, err)
+	otherKey, err := deliver.NewSigningKey()
+	require.NoError(t, err)
+	public, err := deliver.PublicKey(signingKey)
+	require.NoError(t, err)
+	priv := func(s string) ed25519.PrivateKey {
+		key, err := deliver.ParseSigningKey(s)
+		require.NoError(t, err)
+		return key
+	}
+
+	for _, cfg := range []Config{{PublicKeys: []string{public}}, {Secrets: []string{testSecret}, PublicKeys: []string{public}}} {
+		srv, out := startReceiver(t, cfg)
+		send := func(r deliver.Request) deliver.Outcome {
+			r.URL, r.Body = srv.URL, []byte(`{}`)
+			return newSender(t).Send(t.Context(), r)
+		}
+		o := send(deliver.Request{ID: "evt_ok", SigningKeys: []ed25519.PrivateKey{priv(signingKey)}})
+		require.Equal(t, deliver.Delivered, o.Class, "err: %v", o.Err)
+		o = send(deliver.Request{ID: "evt_other", SigningKeys: []ed25519.PrivateKey{priv(otherKey)}})
+		require.Equal(t, http.StatusUnauthorized, o.Status)
+		require.Contains(t, out.String(), "signature: bad (no match)")
+		o = send(deliver.Request{ID: "evt_v1", Keys: [][]byte{mustKey(t, testSecret)}})
+		if len(cfg.Secrets) > 0 {
+			require.Equal(t, deliver.Delivered, o.Class, "a v1 signature is enough when a secret is given")
+		} else {
+			require.Equal(t, http.StatusUnauthorized, o.Status, "a v1 signature is no v1a signature")
+		}
+	}
+
+	_, err = NewHandler(Config{PublicKeys: []string{signingKey}})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "--public-key")
+	require.NotContains(t, err.Error(), signingKey[5:20], "no error quotes a key")
+}

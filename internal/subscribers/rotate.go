@@ -71,6 +71,9 @@ func (s *Store) RotateSecret(ctx context.Context, id string, secrets []string, g
 		if slices.Equal(sub.Secrets, secrets) {
 			return false, invalid("--secret", "is the active secret already; give a new one, or leave out --secret to have one generated")
 		}
+		if got, have := SigningOf(secrets), sub.Signing(); got != have {
+			return false, invalid("--secret", fmt.Sprintf("the new keys sign with %s, the subscriber with %s; give keys of its kinds, or change the kinds with relay sub update --signing", got, have))
+		}
 		sub.PreviousSecrets = retire(sub.Secrets, sub.PreviousSecrets, secrets, now, grace)
 		sub.Secrets = slices.Clone(secrets)
 		return true, nil

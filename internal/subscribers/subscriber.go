@@ -68,11 +68,12 @@ type Subscriber struct {
 	ID string `json:"id"`
 	// URL is where events are POSTed: an http or https URL with a host.
 	URL string `json:"url"`
-	// Secrets are the active "whsec_" signing secrets, newest first. Every
-	// request carries a signature for each, so that a receiver may verify
-	// with any of them.
+	// Secrets are the active signing keys, newest first: "whsec_" secrets
+	// (v1, HMAC) and "whsk_" ed25519 keys (v1a); the kinds held are the
+	// subscriber's [Signing]. Every request carries a signature for each,
+	// so that a receiver may verify with any of them.
 	Secrets []string `json:"secrets"`
-	// PreviousSecrets are secrets that `relay sub rotate-secret` retired,
+	// PreviousSecrets are keys of either kind that `relay sub rotate-secret` retired,
 	// newest first, each still signed with until its Until: during the
 	// grace a receiver that has not switched to the new secret yet keeps
 	// accepting requests. Past it they are no longer signed with, and a
@@ -331,7 +332,7 @@ func validateSecrets(secrets []string) error {
 		return invalid("--secret", `at least one secret is required: "whsec_" followed by base64 of 24–64 bytes`)
 	}
 	for i, sec := range secrets {
-		if _, err := deliver.ParseSecret(sec); err != nil {
+		if err := parseKey(sec); err != nil {
 			return secretError(i, len(secrets), err)
 		}
 	}
@@ -345,7 +346,7 @@ func validatePrevious(prev []PreviousSecret) error {
 		return invalid("--secret", fmt.Sprintf("at most %d previous secrets are kept, got %d", MaxPreviousSecrets, len(prev)))
 	}
 	for i, p := range prev {
-		if _, err := deliver.ParseSecret(p.Secret); err != nil {
+		if err := parseKey(p.Secret); err != nil {
 			msg := strings.TrimPrefix(err.Error(), deliver.ErrInvalidSecret.Error()+": ")
 			return &ValidationError{Flag: "--secret", Msg: fmt.Sprintf("previous secret %d of %d: %s", i+1, len(prev), msg), Err: err}
 		}
@@ -364,34 +365,6 @@ func secretError(i, n int, err error) error {
 		msg = fmt.Sprintf("secret %d of %d: %s", i+1, n, msg)
 	}
 	return &ValidationError{Flag: "--secret", Msg: msg, Err: err}
-}
-
-// Keys returns the decoded signing keys a request made at now is signed
-// with, one signature each: the active secrets, newest first, then the
-// previous secrets whose grace has not ended at now, newest first. The lanes
-// pass their clock's time, so that a retired secret stops being used at the
-// end of its grace whether or not the bucket was cleaned yet. The error is a
-// [*ValidationError] for --secret.
-func (s Subscriber) Keys(now time.Time) ([][]byte, error) {
-	keys := make([][]byte, 0, len(s.Secrets)+len(s.PreviousSecrets))
-	for i, sec := range s.Secrets {
-		key, err := deliver.SecretKey(sec)
-		if err != nil {
-			return nil, secretError(i, len(s.Secrets), err)
-		}
-		keys = append(keys, key)
-	}
-	for _, p := range s.PreviousSecrets {
-		if !now.Before(p.Until) {
-			continue
-		}
-		key, err := deliver.SecretKey(p.Secret)
-		if err != nil {
-			return nil, validatePrevious(s.PreviousSecrets)
-		}
-		keys = append(keys, key)
-	}
-	return keys, nil
 }
 
 // expiry is the soonest time at which s holds something that must go: a
