@@ -394,7 +394,7 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 		}
 	case "relay listen":
 		cfg := receiver.Config{
-			Secrets: r.strs("secret"), Status: r.int("status"), FailRate: r.float("fail-rate"),
+			Secrets: r.strs("secret"), PublicKeys: r.strs("public-key"), Status: r.int("status"), FailRate: r.float("fail-rate"),
 			RetryAfter: r.str("retry-after"), Delay: r.duration("delay"),
 		}
 		addr := r.str("addr")
