@@ -25,9 +25,14 @@
 //
 // The cost per copy is a map lookup: the gauge reads the streams' state once
 // a [RefreshEvery] (one stream info each, and the per-subject counts only
-// when the deliveries waiting could reach the smallest bound or DELIVERIES
-// is half full),
-// and adds the copies this relay queued since. The bound is thus kept to
-// within what the relays queue in one refresh: several relays each add their
-// own copies until the next read shows the others'.
+// when the deliveries waiting, with what this relay queued since, could
+// reach the smallest bound, or DELIVERIES is half full; a copy that may
+// reach a bound the last read did not count asks for a read at once), and
+// adds what this relay queued that no read can have seen: each copy from
+// its queueing until its PubAck is back ([Gauge.Settled]), then until the
+// next read begins. One relay thus keeps the bound, however many
+// PubAcks are outstanding (but for the copies of events fanned out again,
+// see [Gauge.Count]); several relays each add their own copies until
+// the next read shows the others', so the bound is kept to within what the
+// others queue in one refresh.
 package backlog

@@ -116,6 +116,23 @@ type Gauge struct {
 	// the read began, and before those of the read before: a subscriber
 	// found in neither nor in counts has no claim on the stream's room.
 	since, before map[string]uint64
+	// What a subscriber has waiting besides the last read's count, in
+	// three parts that never overlap the read (see [Gauge.waitingLocked]):
+	// inflight, the copies this relay queued whose PubAck has not come
+	// back (not stored, or stored too late for any read to have seen);
+	// settled, those whose PubAck came back since the read in progress
+	// (or the last one) began; settledBefore, during a read, those that
+	// came back since the read before began, which the read in progress
+	// will count and the last one did not. Counting copies from their
+	// queueing to their PubAck keeps the bound however many PubAcks are
+	// outstanding: a read only shows what is stored.
+	inflight, settled, settledBefore map[string]uint64
+	// unread is DELIVERIES' and RETRIES' messages at the last read when it
+	// skipped the per-subject counts (counts nil): no subscriber had more.
+	unread uint64
+	// kick asks Run for a read now: a copy found a subscriber that may be
+	// at its bound, where the last read did not count.
+	kick chan struct{}
 	// bytes and maxBytes are DELIVERIES' at the last read (maxBytes <= 0:
 	// unbounded, no fair share), msgs its messages; sinceBytes what this
 	// relay queued since.
@@ -148,7 +165,8 @@ func New(cfg Config) (*Gauge, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real
 	}
-	return &Gauge{cfg: cfg, log: log, since: map[string]uint64{}}, nil
+	return &Gauge{cfg: cfg, log: log, since: map[string]uint64{},
+		inflight: map[string]uint64{}, settled: map[string]uint64{}, kick: make(chan struct{}, 1)}, nil
 }
 
 // Run reads the streams every cfg.Every until ctx ends. A read that fails
@@ -167,6 +185,7 @@ func (g *Gauge) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-g.kick:
 		}
 	}
 }
@@ -179,8 +198,18 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 	g.since = map[string]uint64{}
 	bytesBefore, msgsBefore := g.sinceBytes, g.sinceMsgs
 	g.sinceBytes, g.sinceMsgs = 0, 0
+	// From here the read may see what is stored: settled copies start
+	// again, those of the last interval kept until the read is in.
+	g.settledBefore, g.settled = g.settled, map[string]uint64{}
+	var queued uint64
+	for _, n := range g.inflight {
+		queued += n
+	}
+	for _, n := range g.settledBefore {
+		queued += n
+	}
 	g.mu.Unlock()
-	r, err := g.read(ctx)
+	r, err := g.read(ctx, queued)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err != nil {
@@ -188,9 +217,18 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 		for id, n := range sinceBefore {
 			g.since[id] += n
 		}
+		for id, n := range g.settledBefore {
+			g.settled[id] += n
+		}
+		g.settledBefore = nil
 		g.sinceBytes += bytesBefore
 		g.sinceMsgs += msgsBefore
 		return err
+	}
+	g.settledBefore = nil
+	g.unread = 0
+	if r.counts == nil {
+		g.unread = r.msgs + r.retriesMsgs
 	}
 	g.counts, g.held, g.idle, g.bytes, g.maxBytes, g.msgs = r.counts, r.held, r.idle, r.bytes, r.maxBytes, r.msgs
 	g.before = sinceBefore
@@ -224,7 +262,9 @@ type reading struct {
 
 // read takes the streams' state: their infos, and their per-subject counts
 // when some subscriber may be near its bound or DELIVERIES is filling.
-func (g *Gauge) read(ctx context.Context) (reading, error) {
+// queued is what this relay has queued that the last read did not count:
+// a subscriber may be that much nearer its bound than the streams show.
+func (g *Gauge) read(ctx context.Context, queued uint64) (reading, error) {
 	var r reading
 	deliveries, err := g.cfg.JS.Stream(ctx, streams.Deliveries)
 	if err != nil {
@@ -248,7 +288,7 @@ func (g *Gauge) read(ctx context.Context) (reading, error) {
 		}
 	}
 	filling := r.maxBytes > 0 && float64(r.bytes) >= countFrom*float64(r.maxBytes)
-	if r.msgs+r.retriesMsgs < smallest && !filling {
+	if r.msgs+r.retriesMsgs+queued < smallest && !filling {
 		// No subscriber can be near its bound: nothing to count.
 		return r, nil
 	}
@@ -260,7 +300,7 @@ func (g *Gauge) read(ctx context.Context) (reading, error) {
 	// they could take some subscriber to its bound.
 	near := false
 	for _, s := range all {
-		near = near || r.counts[s.ID]+r.retriesMsgs >= uint64(s.Backlog())
+		near = near || r.counts[s.ID]+r.retriesMsgs+queued >= uint64(s.Backlog())
 	}
 	if !near {
 		return r, nil
@@ -308,9 +348,18 @@ func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why str
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	waiting := g.counts[sub.ID] + g.since[sub.ID]
-	if bound := uint64(sub.Backlog()); waiting >= bound {
+	waiting := g.waitingLocked(sub.ID)
+	bound := uint64(sub.Backlog())
+	if waiting >= bound {
 		return Shed, fmt.Sprintf("%d deliveries wait for subscriber %s, its --max-backlog is %d", waiting, sub.ID, bound)
+	}
+	if g.counts == nil && waiting+g.unread >= bound {
+		// The last read did not count this subscriber's own: it may be at
+		// its bound or not. The copy goes, and a read now says.
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
 	}
 	if full, share := g.shareLocked(sub.ID); full >= ShareFrom && g.held[sub.ID] > 0 && float64(waiting) >= share {
 		return Shed, fmt.Sprintf("DELIVERIES is %.0f%% full and %d deliveries wait for subscriber %s, its fair share is %.0f",
@@ -338,6 +387,7 @@ func (g *Gauge) countLocked(id string, size int) {
 	if !g.claims(id) {
 		g.claimants++
 	}
+	g.inflight[id]++
 	g.since[id]++
 	g.sinceBytes += int64(size)
 	g.sinceMsgs++
@@ -365,14 +415,41 @@ func (g *Gauge) claims(id string) bool {
 	return g.counts[id] > 0 || g.before[id] > 0 || g.since[id] > 0
 }
 
+// Settled tells the gauge that the PubAck of a copy it counted (by
+// [Gauge.Admit] or [Gauge.Count]) came back, or that its publish failed:
+// from now on a read shows it, if it is stored.
+func (g *Gauge) Settled(id string) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight[id] == 0 {
+		return
+	}
+	if g.inflight[id]--; g.inflight[id] == 0 {
+		delete(g.inflight, id)
+	}
+	g.settled[id]++
+}
+
 // Waiting returns how many deliveries wait for a subscriber as this gauge
-// knows it: the last read's count and what this relay queued since. Zero
-// when the last read did not count (no subscriber near its bound).
+// knows it (see [Gauge.waitingLocked]).
 func (g *Gauge) Waiting(id string) uint64 {
 	if g == nil {
 		return 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.counts[id] + g.since[id]
+	return g.waitingLocked(id)
+}
+
+// waitingLocked is the last read's count of a subscriber's waiting
+// deliveries (zero when the read did not count them), plus what this relay
+// queued that the read cannot have seen: the copies still without a
+// PubAck, and those whose PubAck came back since the read began. A copy
+// stored just before a read whose PubAck comes back just after is counted
+// twice until the next read, never not at all.
+func (g *Gauge) waitingLocked(id string) uint64 {
+	return g.counts[id] + g.inflight[id] + g.settled[id] + g.settledBefore[id]
 }

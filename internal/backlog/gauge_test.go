@@ -78,12 +78,73 @@ func TestCountsWhatItQueuedUntilTheStreamShowsIt(t *testing.T) {
 	}
 	v, _ := g.Admit(&a, 10)
 	require.Equal(t, backlog.Shed, v, "queued since the read, not yet read back")
-	// The three are stored now; a read counts them once, not twice.
+	// The three are stored now, and their PubAcks in; a read counts them
+	// once, not twice.
 	put(t, n.JS, "deliveries.s00.a", 3, 10)
+	for range 3 {
+		g.Settled("a")
+	}
 	require.NoError(t, g.Refresh(testutil.Context(t)))
 	require.EqualValues(t, 3, g.Waiting("a"))
 	v, _ = g.Admit(&a, 10)
 	require.Equal(t, backlog.Shed, v)
+}
+
+// A copy counts as waiting from its queueing on, whatever a read shows
+// meanwhile: one whose PubAck has not come back is not stored yet, and no
+// read can have seen it. (Beside a second test suite, 4,096 PubAcks
+// outstanding at a read let a paused subscriber bound to 100 reach 285.)
+func TestCountsCopiesWithoutAPubAckAcrossReads(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 3}
+	g := newGauge(t, n.JS, a)
+	for range 3 {
+		v, _ := g.Admit(&a, 10)
+		require.Equal(t, backlog.Queue, v)
+	}
+	require.NoError(t, g.Refresh(testutil.Context(t)))
+	require.EqualValues(t, 3, g.Waiting("a"), "three on their way, none stored yet")
+	v, _ := g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v)
+
+	// Stored, and answered during a read: counted until the read after.
+	put(t, n.JS, "deliveries.s00.a", 3, 10)
+	for range 3 {
+		g.Settled("a")
+	}
+	require.EqualValues(t, 3, g.Waiting("a"))
+	require.NoError(t, g.Refresh(testutil.Context(t)))
+	require.EqualValues(t, 3, g.Waiting("a"))
+	g.Settled("a") // a second answer of the same copy changes nothing
+	require.EqualValues(t, 3, g.Waiting("a"))
+}
+
+// A read that skipped the per-subject counts (the streams held fewer than
+// any bound) still counts them once what this relay queued since could
+// take a subscriber to its bound, and a copy that may reach it asks for a
+// read at once.
+func TestCountsOnceWhatWasQueuedCouldReachABound(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 5}
+	put(t, n.JS, "deliveries.s00.a", 4, 10)
+	g, err := backlog.New(backlog.Config{JS: n.JS, Subscribers: view{a}, Every: time.Hour})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	testutil.Eventually(t, func() bool {
+		v, _ := g.Admit(&a, 10) // 4 stored, unread; this one may be the fifth
+		return v == backlog.Queue
+	}, "not admitted")
+	testutil.Eventually(t, func() bool { return g.Waiting("a") >= 5 }, "no read after a copy that may reach the bound: waiting %d", g.Waiting("a"))
+	v, _ := g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v, "4 stored and 1 on its way: the bound is reached")
 }
 
 func TestFairShareOfANearlyFullDeliveries(t *testing.T) {

@@ -186,7 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer gaugeWG.Wait()
 		defer stopGauge()
 	}
-	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.shed, cfg.Clock) })
+	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.shed, cfg.Backlog, cfg.Clock) })
 	wg.Go(func() {
 		defer close(acks)
 		copyEvents(ctx, js, cfg, view, in, acks)
@@ -455,6 +455,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		}
 		f, err := PublishCopy(ctx, js, m, streams.CopyID(id, sub.ID))
 		if err != nil {
+			cfg.Backlog.Settled(sub.ID) // counted, and not on its way
 			p.err = err
 			return p
 		}
@@ -535,7 +536,10 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 // or hands it back to be fanned out again; duplicates of copies already
 // stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
 // copies again).
-func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed *shedMemory, clk clock.Clock) {
+//
+// Each queued copy's answer is told to the gauge, which counts the copy as
+// waiting until then (a read of the streams shows only what is stored).
+func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed *shedMemory, gauge *backlog.Gauge, clk clock.Clock) {
 	for p := range acks {
 		err := p.err
 		if p.body != nil {
@@ -550,10 +554,11 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed 
 			if f == nil {
 				continue // dead-lettered, counted already; or stored before
 			}
+			queued := p.shed == nil || !p.shed[i]
 			select {
 			case ack := <-f.Ok():
 				switch {
-				case p.shed != nil && p.shed[i]:
+				case !queued:
 					if !ack.Duplicate {
 						m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
 					}
@@ -567,6 +572,9 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed 
 				if err == nil {
 					err = e
 				}
+			}
+			if queued {
+				gauge.Settled(p.subs[i].ID)
 			}
 		}
 		md, mdErr := p.msg.Metadata()
