@@ -61,6 +61,11 @@ without a rejected request, go through --signing both.`,
 					return usageError{err}
 				case errors.Is(err, subscribers.ErrNotFound):
 					return notFound(err, id)
+				case err != nil && len(f.generated) > 0 && !errors.Is(err, subscribers.ErrInvalid):
+					// The write may have landed with its reply lost: then
+					// nobody but this command knows the key it generated.
+					printGenerated(cmd.OutOrStdout(), f.generated)
+					return fmt.Errorf("updating subscriber %s: %w; the key printed may or may not be stored: relay sub get %s shows whether it is", id, err, id)
 				case err != nil:
 					return secretErr(err, secretFlag)
 				}
@@ -128,6 +133,9 @@ to change the kinds, use relay sub update --signing.`,
 			given, secretFlag, err := secrets.read(cmd.Flags())
 			if err != nil {
 				return err
+			}
+			if slices.ContainsFunc(given, deliver.IsSigningKey) {
+				return usagef("%s: give whsk_ signing keys with --signing-key-file, not with %s", secretFlag, secretFlag)
 			}
 			if cmd.Flags().Changed("signing-key-file") {
 				keys, err := readSigningKeys(keyFile)

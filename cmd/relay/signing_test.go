@@ -166,6 +166,7 @@ func TestSigningKeyFileAndRefusals(t *testing.T) {
 		{[]string{"sub", "add", "x", "--url", "https://example.com/", "--signing-key-file", bad}, "decodes to 24 bytes"},
 		{[]string{"sub", "add", "x", "--url", "https://example.com/", "--signing-key-file", filepath.Join(dir, "missing")}, "--signing-key-file"},
 		{[]string{"sub", "rotate-secret", "demo", "--secret", testSecret}, "relay sub update --signing"},
+		{[]string{"sub", "rotate-secret", "demo", "--secret", vectorKey}, "--signing-key-file"},
 	} {
 		code, out, errOut := relayCmd(t, append(tt.args, "--nats", n.URL)...)
 		require.Equal(t, exitUsage, code, "%v: %s", tt.args, errOut)

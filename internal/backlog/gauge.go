@@ -201,12 +201,12 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 	// From here the read may see what is stored: settled copies start
 	// again, those of the last interval kept until the read is in.
 	g.settledBefore, g.settled = g.settled, map[string]uint64{}
-	var queued uint64
-	for _, n := range g.inflight {
-		queued += n
+	queued := make(map[string]uint64, len(g.inflight)+len(g.settledBefore))
+	for id, n := range g.inflight {
+		queued[id] += n
 	}
-	for _, n := range g.settledBefore {
-		queued += n
+	for id, n := range g.settledBefore {
+		queued[id] += n
 	}
 	g.mu.Unlock()
 	r, err := g.read(ctx, queued)
@@ -262,9 +262,10 @@ type reading struct {
 
 // read takes the streams' state: their infos, and their per-subject counts
 // when some subscriber may be near its bound or DELIVERIES is filling.
-// queued is what this relay has queued that the last read did not count:
-// a subscriber may be that much nearer its bound than the streams show.
-func (g *Gauge) read(ctx context.Context, queued uint64) (reading, error) {
+// queued is, by subscriber, what this relay has queued that the last read
+// did not count: a subscriber may be that much nearer its bound than the
+// streams show.
+func (g *Gauge) read(ctx context.Context, queued map[string]uint64) (reading, error) {
 	var r reading
 	deliveries, err := g.cfg.JS.Stream(ctx, streams.Deliveries)
 	if err != nil {
@@ -280,15 +281,17 @@ func (g *Gauge) read(ctx context.Context, queued uint64) (reading, error) {
 	all := g.cfg.Subscribers.All()
 	now := g.cfg.Clock.Now()
 	r.idle = map[string]bool{}
-	smallest := uint64(subscribers.DefaultMaxBacklog)
+	// Whether some subscriber could be at its bound: all the streams
+	// hold, and what this relay queued for it that they may not show yet.
+	reachable := false
 	for _, s := range all {
-		smallest = min(smallest, uint64(s.Backlog()))
+		reachable = reachable || r.msgs+r.retriesMsgs+queued[s.ID] >= uint64(s.Backlog())
 		if s.Disabled || s.PausedAt(now) {
 			r.idle[s.ID] = true
 		}
 	}
 	filling := r.maxBytes > 0 && float64(r.bytes) >= countFrom*float64(r.maxBytes)
-	if r.msgs+r.retriesMsgs+queued < smallest && !filling {
+	if !reachable && !filling {
 		// No subscriber can be near its bound: nothing to count.
 		return r, nil
 	}
@@ -300,7 +303,7 @@ func (g *Gauge) read(ctx context.Context, queued uint64) (reading, error) {
 	// they could take some subscriber to its bound.
 	near := false
 	for _, s := range all {
-		near = near || r.counts[s.ID]+r.retriesMsgs+queued >= uint64(s.Backlog())
+		near = near || r.counts[s.ID]+r.retriesMsgs+queued[s.ID] >= uint64(s.Backlog())
 	}
 	if !near {
 		return r, nil

@@ -162,8 +162,8 @@ func maskAttr(a slog.Attr) slog.Attr {
 }
 
 var (
-	// secretRe matches a Standard Webhooks secret.
-	secretRe = regexp.MustCompile(`whsec_[A-Za-z0-9+/=_-]+`)
+	// secretRe matches a Standard Webhooks secret or ed25519 signing key.
+	secretRe = regexp.MustCompile(`(whsec|whsk)_[A-Za-z0-9+/=_-]+`)
 	// urlRe matches a URL: scheme, optional userinfo, the rest up to a
 	// space or a quote; its query (or fragment) is what follows ? or #.
 	urlRe = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)([^/\s"'@]*@)?([^\s"'?#]*)([?#][^\s"']*)?`)
@@ -171,8 +171,8 @@ var (
 
 // Mask returns s with secrets, URL userinfo and URL queries masked.
 func Mask(s string) string {
-	if strings.Contains(s, "whsec_") {
-		s = secretRe.ReplaceAllString(s, "whsec_…")
+	if strings.Contains(s, "whsec_") || strings.Contains(s, "whsk_") {
+		s = secretRe.ReplaceAllString(s, "${1}_…")
 	}
 	if !strings.Contains(s, "://") {
 		return s

@@ -16,6 +16,7 @@ func TestMask(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"no secret here", "no secret here"},
 		{"secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw used", "secret whsec_… used"},
+		{"key whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A= and whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "key whsk_… and whsec_…"},
 		{"https://hooks.example.com/in", "https://hooks.example.com/in"},
 		{"https://user:pa55@hooks.example.com/in?token=abc#frag", "https://…@hooks.example.com/in?…"},
 		{`Post "https://hooks.example.com/in?sig=x": dial tcp: refused`, `Post "https://hooks.example.com/in?…": dial tcp: refused`},
