@@ -30,9 +30,24 @@ const secretExpectation = `secret must be "whsec_" followed by base64 of 24–64
 // the first thing to get lost. Errors wrap [ErrInvalidSecret] and never
 // contain the secret itself.
 func ParseSecret(s string) ([]byte, error) {
-	encoded, ok := strings.CutPrefix(s, SecretPrefix)
+	key, err := decodeKey(s, SecretPrefix, secretExpectation)
+	if err != nil {
+		return nil, err
+	}
+	if len(key) < minKeyLen || len(key) > maxKeyLen {
+		return nil, fmt.Errorf("%w: %s (it decodes to %d bytes)", ErrInvalidSecret, secretExpectation, len(key))
+	}
+	return key, nil
+}
+
+// decodeKey returns the bytes of a key written as prefix + base64: a
+// secret, a signing key or a public key. The base64 part may be given with
+// or without its "=" padding, for the reason [ParseSecret] gives. Errors
+// wrap [ErrInvalidSecret], say what was expected, and never quote the key.
+func decodeKey(s, prefix, expectation string) ([]byte, error) {
+	encoded, ok := strings.CutPrefix(s, prefix)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s (the prefix is missing)", ErrInvalidSecret, secretExpectation)
+		return nil, fmt.Errorf("%w: %s (the prefix is missing)", ErrInvalidSecret, expectation)
 	}
 	enc := base64.RawStdEncoding
 	if strings.HasSuffix(encoded, "=") {
@@ -40,10 +55,7 @@ func ParseSecret(s string) ([]byte, error) {
 	}
 	key, err := enc.DecodeString(encoded)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s (the rest is not standard base64)", ErrInvalidSecret, secretExpectation)
-	}
-	if len(key) < minKeyLen || len(key) > maxKeyLen {
-		return nil, fmt.Errorf("%w: %s (it decodes to %d bytes)", ErrInvalidSecret, secretExpectation, len(key))
+		return nil, fmt.Errorf("%w: %s (the rest is not standard base64)", ErrInvalidSecret, expectation)
 	}
 	return key, nil
 }

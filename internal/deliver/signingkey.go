@@ -30,16 +30,6 @@ const (
 	publicKeyExpectation  = `public key must be "whpk_" followed by base64 of a 32-byte ed25519 public key`
 )
 
-// decodeKeyBase64 decodes the base64 part of a key, with or without its "="
-// padding, for the reason [ParseSecret] gives.
-func decodeKeyBase64(encoded string) ([]byte, error) {
-	enc := base64.RawStdEncoding
-	if strings.HasSuffix(encoded, "=") {
-		enc = base64.StdEncoding
-	}
-	return enc.DecodeString(encoded)
-}
-
 // ParseSigningKey returns the ed25519 private key inside a "whsk_" key. The
 // base64 part may hold the 32-byte seed (as most libraries outside Go write
 // a private key) or the 64 bytes of seed and public key (as Go's
@@ -49,13 +39,9 @@ func decodeKeyBase64(encoded string) ([]byte, error) {
 // one and advertising the other. Errors wrap [ErrInvalidSecret] and never
 // contain the key.
 func ParseSigningKey(s string) (ed25519.PrivateKey, error) {
-	encoded, ok := strings.CutPrefix(s, SigningKeyPrefix)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s (the prefix is missing)", ErrInvalidSecret, signingKeyExpectation)
-	}
-	raw, err := decodeKeyBase64(encoded)
+	raw, err := decodeKey(s, SigningKeyPrefix, signingKeyExpectation)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s (the rest is not standard base64)", ErrInvalidSecret, signingKeyExpectation)
+		return nil, err
 	}
 	switch len(raw) {
 	case ed25519.SeedSize:
@@ -73,13 +59,9 @@ func ParseSigningKey(s string) (ed25519.PrivateKey, error) {
 // ParsePublicKey returns the ed25519 public key inside a "whpk_" key, for a
 // receiver that verifies v1a signatures. Errors wrap [ErrInvalidSecret].
 func ParsePublicKey(s string) (ed25519.PublicKey, error) {
-	encoded, ok := strings.CutPrefix(s, PublicKeyPrefix)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s (the prefix is missing)", ErrInvalidSecret, publicKeyExpectation)
-	}
-	raw, err := decodeKeyBase64(encoded)
+	raw, err := decodeKey(s, PublicKeyPrefix, publicKeyExpectation)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s (the rest is not standard base64)", ErrInvalidSecret, publicKeyExpectation)
+		return nil, err
 	}
 	if len(raw) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("%w: %s (it decodes to %d bytes)", ErrInvalidSecret, publicKeyExpectation, len(raw))
@@ -205,7 +187,7 @@ func VerifyV1a(keys []ed25519.PublicKey, id, tsHeader, sigHeader string, body []
 		if !ok {
 			continue
 		}
-		got, err := base64.StdEncoding.Strict().DecodeString(encoded)
+		got, err := strictBase64.DecodeString(encoded)
 		if err != nil || len(got) != ed25519.SignatureSize {
 			continue
 		}
