@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -217,16 +218,15 @@ func (k keyChange) apply(cur []string) (keys, generated []string) {
 		if k.secrets == nil && k.signingKeys == nil && len(cur) > 0 {
 			return cur, nil
 		}
-		hmac := k.secrets != nil || len(held) > 0
-		ed := k.signingKeys != nil || len(heldSigning) > 0
-		switch {
-		case hmac && ed:
-			want = subscribers.SigningBoth
-		case ed:
-			want = subscribers.SigningEd25519
-		default:
-			want = subscribers.SigningHMAC
+		// The kinds of the keys each flag gives, else of those held.
+		secrets, signingKeys := held, heldSigning
+		if k.secrets != nil {
+			secrets = k.secrets
 		}
+		if k.signingKeys != nil {
+			signingKeys = k.signingKeys
+		}
+		want = subscribers.SigningOf(slices.Concat(secrets, signingKeys))
 	}
 	pick := func(wanted bool, given, held []string, fresh string) {
 		switch {
