@@ -16,6 +16,7 @@ import (
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/lanes"
+	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -97,10 +98,14 @@ type bundle struct {
 	maxRequests int
 	// clock is the lanes' clock; nil takes the real one.
 	clock clock.Clock
-	n     *testutil.NATS
-	store *subscribers.Store
-	rcv   *httptest.Server
-	arr   *arrivals
+	// ackWait of the lane consumers; 0 takes the default.
+	ackWait time.Duration
+	// metrics are what the bundle's relays record.
+	metrics *metrics.Metrics
+	n       *testutil.NATS
+	store   *subscribers.Store
+	rcv     *httptest.Server
+	arr     *arrivals
 }
 
 func setup(t *testing.T) *bundle {
@@ -133,7 +138,7 @@ func newBundle(t *testing.T, n *testutil.NATS) *bundle {
 	arr := &arrivals{at: map[string][]time.Time{}, ids: map[string][]string{}, respond: map[string]func(int, http.ResponseWriter){}}
 	rcv := httptest.NewServer(arr.handler())
 	t.Cleanup(rcv.Close)
-	return &bundle{n: n, store: store, rcv: rcv, arr: arr}
+	return &bundle{n: n, store: store, rcv: rcv, arr: arr, metrics: metrics.New()}
 }
 
 func (b *bundle) addSubscriber(t *testing.T, id string, rate float64, burst int) subscribers.Subscriber {
@@ -186,7 +191,7 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 	go func() {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
-			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests, Clock: b.clock,
+			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests, Clock: b.clock, Metrics: b.metrics, AckWait: b.ackWait,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},
@@ -204,6 +209,29 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 		}
 		<-live.Done()
 	})
+}
+
+// defaultAckWait is the lanes' ack wait, which the bundles keep.
+const defaultAckWait = time.Minute
+
+// letGo is how many deliveries the bundle's relays let go unsent: NATS
+// confirmed none of their keep-alives for three quarters of an ack wait (on
+// a host loaded enough that the server answers nothing for that long), and
+// they come back when their ack wait ends. A test that judges the time its
+// deliveries took cannot judge a run that had any.
+func (b *bundle) letGo(t testing.TB) int {
+	t.Helper()
+	fams, err := b.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "relay_deliveries_let_go_total" {
+			return int(f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	t.Fatal("no relay_deliveries_let_go_total")
+	return 0
 }
 
 // enqueue publishes count deliveries for sub straight onto DELIVERIES, as

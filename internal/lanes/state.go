@@ -288,6 +288,7 @@ func (l *lane) toOverflow(d delivery, id string, stored func()) {
 func (l *lane) letGo(d delivery, id string) {
 	l.log.Warn("lanes: letting go of a delivery whose keep-alive was not confirmed within its ack wait",
 		"subscriber", id, "seq", d.seq)
+	l.cfg.Metrics.LetGo()
 }
 
 // handBack returns msgs, all of this lane, to JetStream for another relay

@@ -138,6 +138,7 @@ type Metrics struct {
 	deadlineMet      *prometheus.CounterVec
 	dueToAccepted    *prometheus.HistogramVec
 	overflowed       prometheus.Counter
+	letGo            prometheus.Counter
 	stageSeconds     *prometheus.HistogramVec
 	// stages are stageSeconds' children, in the order of stageNames.
 	stages [len(stageNames)]prometheus.Observer
@@ -243,6 +244,10 @@ func NewWith(opts Options) *Metrics {
 			Name: "relay_deliveries_overflowed_total",
 			Help: "Deliveries moved to their subscriber's overflow because it could not take them now: a backlog beyond its share of the lane, a pause, an open circuit, a disabled subscriber.",
 		}),
+		letGo: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_deliveries_let_go_total",
+			Help: "Deliveries this relay let go unsent because NATS had not confirmed their keep-alive for most of their ack wait: JetStream delivers them again once their ack wait ends.",
+		}),
 	}
 	m.stageSeconds = newStageHistogram()
 	for i, name := range stageNames {
@@ -257,7 +262,7 @@ func NewWith(opts Options) *Metrics {
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
-		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.stageSeconds, casConflicts,
+		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, m.stageSeconds, casConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -375,6 +380,16 @@ func (m *Metrics) Overflow() {
 		return
 	}
 	m.overflowed.Inc()
+}
+
+// LetGo records a delivery let go unsent, its keep-alive not confirmed
+// within most of its ack wait: it waits for JetStream to deliver it again,
+// an ack wait later, which is what an operator sees as a late delivery.
+func (m *Metrics) LetGo() {
+	if m == nil {
+		return
+	}
+	m.letGo.Inc()
 }
 
 // Lane returns the in-flight gauge of one lane of this relay, its series
