@@ -30,9 +30,13 @@
 // reach a bound the last read did not count asks for a read at once), and
 // adds what this relay queued that no read can have seen: each copy from
 // its queueing until its PubAck is back ([Gauge.Settled]), then until the
-// next read begins. One relay thus keeps the bound, however many
+// next read begins, less the share a subscriber taking deliveries was seen
+// to drain between two reads (see [Gauge.drained]: one that keeps up is not
+// counted behind by what it was delivered since the last read). One relay
+// thus keeps the bound of a subscriber that takes nothing, however many
 // PubAcks are outstanding (but for the copies of events fanned out again,
-// see [Gauge.Count]); several relays each add their own copies until
-// the next read shows the others', so the bound is kept to within what the
-// others queue in one refresh.
+// see [Gauge.Count]); one that stops taking deliveries may pass it by a
+// refresh's copies, until a read shows it; several relays each add their
+// own copies until the next read shows the others', so the bound is kept to
+// within what the others queue in one refresh.
 package backlog

@@ -127,6 +127,17 @@ type Gauge struct {
 	// queueing to their PubAck keeps the bound however many PubAcks are
 	// outstanding: a read only shows what is stored.
 	inflight, settled, settledBefore map[string]uint64
+	// drained is, by subscriber, the share of what it had at a read (its
+	// count then and the copies settled until the next read began) that
+	// the next read no longer found: delivered. It is the last such
+	// figure, kept through reads that had no copy of it to judge by. A
+	// subscriber that keeps up drains nearly all, and its settled copies
+	// count as waiting only in the proportion it did not drain, or one
+	// taking 150 events a second would count up to 150 waiting, delivered
+	// long ago, on the eve of each read; one that takes nothing (down)
+	// drains none, and its settled copies all count. A subscriber never
+	// judged yet, or paused now, drains none.
+	drained map[string]float64
 	// unread is DELIVERIES' and RETRIES' messages at the last read when it
 	// skipped the per-subject counts (counts nil): no subscriber had more.
 	unread uint64
@@ -225,6 +236,7 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 		g.sinceMsgs += msgsBefore
 		return err
 	}
+	g.drained = drainedOf(g.drained, g.counts, g.settledBefore, r.counts, r.subscribers)
 	g.settledBefore = nil
 	g.unread = 0
 	if r.counts == nil {
@@ -251,8 +263,39 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 	return nil
 }
 
+// drainedOf updates drained (see [Gauge.drained]) with what one read
+// shows: by subscriber, the share of what it had (prev, its count at the
+// read before, and added, the copies settled between the two reads'
+// starts) that the read, now, no longer finds. A read that did not count
+// subscribers shows nothing. A copy stored before a read whose PubAck came
+// after its start is in both prev and added, which makes the share a
+// little larger than it is. Subscribers no longer in the view (of n) are
+// forgotten.
+func drainedOf(drained map[string]float64, prev, added, now map[string]uint64, n int) map[string]float64 {
+	if now == nil || len(added) == 0 {
+		return drained
+	}
+	if drained == nil {
+		drained = make(map[string]float64, len(added))
+	}
+	for id, a := range added {
+		total, left := prev[id]+a, now[id]
+		drained[id] = 0
+		if left < total {
+			drained[id] = float64(total-left) / float64(total)
+		}
+	}
+	if len(drained) > 2*n+64 {
+		// Mostly subscribers removed: the next judgement will do.
+		clear(drained)
+	}
+	return drained
+}
+
 // reading is what one read of the streams found.
 type reading struct {
+	// subscribers is how many the view held.
+	subscribers       int
 	counts, held      map[string]uint64
 	idle              map[string]bool
 	bytes, maxBytes   int64
@@ -279,6 +322,7 @@ func (g *Gauge) read(ctx context.Context, queued map[string]uint64) (reading, er
 	}
 	r.retriesMsgs = retries.CachedInfo().State.Msgs
 	all := g.cfg.Subscribers.All()
+	r.subscribers = len(all)
 	now := g.cfg.Clock.Now()
 	r.idle = map[string]bool{}
 	// Whether some subscriber could be at its bound: all the streams
@@ -351,7 +395,7 @@ func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why str
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	waiting := g.waitingLocked(sub.ID)
+	waiting := g.waitingLocked(sub.ID, !sub.PausedAt(g.cfg.Clock.Now()))
 	bound := uint64(sub.Backlog())
 	if waiting >= bound {
 		return Shed, fmt.Sprintf("%d deliveries wait for subscriber %s, its --max-backlog is %d", waiting, sub.ID, bound)
@@ -420,8 +464,11 @@ func (g *Gauge) claims(id string) bool {
 
 // Settled tells the gauge that the PubAck of a copy it counted (by
 // [Gauge.Admit] or [Gauge.Count]) came back, or that its publish failed:
-// from now on a read shows it, if it is stored.
-func (g *Gauge) Settled(id string) {
+// from now on a read shows it, if it is stored. stored is false when the
+// copy is known not to be (JetStream refused it, or it was never sent): it
+// then waits nowhere, and no longer counts. A copy whose PubAck timed out
+// may be stored, and counts as one that is.
+func (g *Gauge) Settled(id string, stored bool) {
 	if g == nil {
 		return
 	}
@@ -433,7 +480,9 @@ func (g *Gauge) Settled(id string) {
 	if g.inflight[id]--; g.inflight[id] == 0 {
 		delete(g.inflight, id)
 	}
-	g.settled[id]++
+	if stored {
+		g.settled[id]++
+	}
 }
 
 // Waiting returns how many deliveries wait for a subscriber as this gauge
@@ -444,15 +493,21 @@ func (g *Gauge) Waiting(id string) uint64 {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.waitingLocked(id)
+	return g.waitingLocked(id, true)
 }
 
 // waitingLocked is the last read's count of a subscriber's waiting
 // deliveries (zero when the read did not count them), plus what this relay
 // queued that the read cannot have seen: the copies still without a
-// PubAck, and those whose PubAck came back since the read began. A copy
-// stored just before a read whose PubAck comes back just after is counted
-// twice until the next read, never not at all.
-func (g *Gauge) waitingLocked(id string) uint64 {
-	return g.counts[id] + g.inflight[id] + g.settled[id] + g.settledBefore[id]
+// PubAck, and those whose PubAck came back since the read began, less the
+// share of them a subscriber that keeps up has delivered already (see
+// [Gauge.drained]) when it is taking deliveries. A copy stored just before
+// a read whose PubAck comes back just after may be counted twice until the
+// next read.
+func (g *Gauge) waitingLocked(id string, taking bool) uint64 {
+	unread := g.settled[id] + g.settledBefore[id]
+	if d := g.drained[id]; taking && d > 0 {
+		unread -= uint64(float64(unread) * d)
+	}
+	return g.counts[id] + g.inflight[id] + unread
 }

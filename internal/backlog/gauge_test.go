@@ -82,7 +82,7 @@ func TestCountsWhatItQueuedUntilTheStreamShowsIt(t *testing.T) {
 	// once, not twice.
 	put(t, n.JS, "deliveries.s00.a", 3, 10)
 	for range 3 {
-		g.Settled("a")
+		g.Settled("a", true)
 	}
 	require.NoError(t, g.Refresh(testutil.Context(t)))
 	require.EqualValues(t, 3, g.Waiting("a"))
@@ -111,12 +111,12 @@ func TestCountsCopiesWithoutAPubAckAcrossReads(t *testing.T) {
 	// Stored, and answered during a read: counted until the read after.
 	put(t, n.JS, "deliveries.s00.a", 3, 10)
 	for range 3 {
-		g.Settled("a")
+		g.Settled("a", true)
 	}
 	require.EqualValues(t, 3, g.Waiting("a"))
 	require.NoError(t, g.Refresh(testutil.Context(t)))
 	require.EqualValues(t, 3, g.Waiting("a"))
-	g.Settled("a") // a second answer of the same copy changes nothing
+	g.Settled("a", true) // a second answer of the same copy changes nothing
 	require.EqualValues(t, 3, g.Waiting("a"))
 }
 
@@ -344,4 +344,63 @@ func TestEvictTakesAPausedSubscriberFirst(t *testing.T) {
 		t.Fatalf("still %.0f%% full after the second eviction: %v", 100*float64(info.State.Bytes)/float64(cfg.MaxBytes), held())
 	}
 	require.EqualValues(t, 5, held()["deliveries.s01.healthy"])
+}
+
+// A subscriber that keeps up is not shed for the copies it was delivered
+// between two reads: bound to 100 and sent 150 a second, each stored,
+// answered and gone before the next read, it would count 150 waiting at
+// each read's eve. Once a read has shown it drains all it is given, its
+// settled copies are discounted. One that takes nothing drains none, and
+// every settled copy counts until the stream shows it.
+func TestKeepingUpSubscriberIsNotShedForWhatItWasDelivered(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	fast := subscribers.Subscriber{ID: "fast", MaxBacklog: 100}
+	slow := subscribers.Subscriber{ID: "slow", MaxBacklog: 100}
+	put(t, n.JS, "deliveries.s00.filler", 200, 10) // the streams hold more than a bound: reads count
+	g := newGauge(t, n.JS, fast, slow)
+	for second := range 4 {
+		// Judged by a read first: until then every settled copy counts.
+		rate := 150
+		if second == 0 {
+			rate = 90
+		}
+		for i := range rate {
+			v, why := g.Admit(&fast, 10)
+			require.Equal(t, backlog.Queue, v, "second %d, copy %d: %s", second, i, why)
+			g.Settled("fast", true) // stored, and delivered at once: never in a read
+			if second == 0 && i < 89 {
+				v, _ = g.Admit(&slow, 10)
+				require.Equal(t, backlog.Queue, v)
+				put(t, n.JS, "deliveries.s01.slow", 1, 10)
+				g.Settled("slow", true)
+			}
+		}
+		require.NoError(t, g.Refresh(testutil.Context(t)))
+	}
+	require.Less(t, g.Waiting("fast"), uint64(10))
+	require.EqualValues(t, 89, g.Waiting("slow"))
+	for range 11 {
+		v, _ := g.Admit(&slow, 10)
+		require.Equal(t, backlog.Queue, v, "within its bound")
+		g.Settled("slow", true)
+	}
+	v, _ := g.Admit(&slow, 10)
+	require.Equal(t, backlog.Shed, v, "past its bound: its settled copies count, stored or not yet read")
+}
+
+// A copy JetStream refused (a full stream) waits nowhere: it stops counting
+// as soon as its answer comes, so that back-pressure does not turn into
+// dead letters of a subscriber that has nothing waiting.
+func TestRefusedCopyStopsCounting(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 3}
+	g := newGauge(t, n.JS, a)
+	for range 10 {
+		v, _ := g.Admit(&a, 10)
+		require.Equal(t, backlog.Queue, v)
+		g.Settled("a", false)
+	}
+	require.Zero(t, g.Waiting("a"))
 }

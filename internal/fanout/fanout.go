@@ -455,7 +455,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		}
 		f, err := PublishCopy(ctx, js, m, streams.CopyID(id, sub.ID))
 		if err != nil {
-			cfg.Backlog.Settled(sub.ID) // counted, and not on its way
+			cfg.Backlog.Settled(sub.ID, false) // counted, and not on its way
 			p.err = err
 			return p
 		}
@@ -572,9 +572,17 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed 
 				if err == nil {
 					err = e
 				}
+				if queued {
+					// Refused by JetStream (a full stream, say): not
+					// stored. Any other error (no PubAck in time, the
+					// connection lost) may hide a copy that is.
+					var refused *jetstream.APIError
+					gauge.Settled(p.subs[i].ID, !errors.As(e, &refused))
+				}
+				continue
 			}
 			if queued {
-				gauge.Settled(p.subs[i].ID)
+				gauge.Settled(p.subs[i].ID, true)
 			}
 		}
 		md, mdErr := p.msg.Metadata()
