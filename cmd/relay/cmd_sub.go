@@ -390,6 +390,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				for k, v := range sub.Headers {
 					row("header", k+": "+v)
 				}
+				if g := sub.OAuth2; g != nil {
+					row("oauth2", oauth2String(g))
+				}
 				row("created", sub.CreatedAt.UTC().Format(time.RFC3339))
 				row("updated", sub.UpdatedAt.UTC().Format(time.RFC3339))
 				return tw.Flush()

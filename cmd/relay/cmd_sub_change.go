@@ -190,7 +190,7 @@ to change the kinds, use relay sub update --signing.`,
 		},
 	}
 	fl := cmd.Flags()
-	secrets.register(fl, "the new signing secret, whsec_ + base64 of 24-64 bytes (default: generate one)")
+	secrets.register(fl, "secret", secretLinesHint, "the new signing secret, whsec_ + base64 of 24-64 bytes (default: generate one)")
 	fl.StringVar(&keyFile, "signing-key-file", "", "read the new ed25519 signing keys (whsk_..., one a line) from this file (default: generate one)")
 	fl.DurationVar(&grace, "grace", subscribers.DefaultGrace, "how long the old secret still signs (0: stop at once; at most 720h)")
 	return cmd

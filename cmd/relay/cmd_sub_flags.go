@@ -36,6 +36,7 @@ type subFlags struct {
 	deadline    time.Duration
 	headers     []string
 	lane        string
+	oauth2      oauth2Flags
 
 	// generated are the keys the last application of a change generated,
 	// for the command to print: a "whsec_" secret, or a "whsk_" key whose
@@ -48,7 +49,7 @@ type subFlags struct {
 // stored value, so no default is shown.
 func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.StringVar(&f.url, "url", "", "webhook URL (http or https)")
-	f.secrets.register(fs, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
+	f.secrets.register(fs, "secret", secretLinesHint, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
 	fs.StringVar(&f.signing, "signing", shown(defaults, string(subscribers.SigningHMAC)), "signature scheme: hmac (v1, whsec_ secret), ed25519 (v1a, whsk_ key) or both")
 	fs.StringVar(&f.keyFile, "signing-key-file", "", "read the ed25519 signing keys (whsk_..., one a line, newest first) from this file")
 	fs.StringSliceVar(&f.events, "events", nil, "event types to receive, comma separated, NATS wildcards allowed (none: all)")
@@ -63,6 +64,7 @@ func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.DurationVar(&f.deadline, "deadline-after", 0, "default deadline of an event without its own Relay-Deadline, from its due time (0: none)")
 	fs.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
 	fs.StringVar(&f.lane, "lane", shown(defaults, "shared"), "shared or dedicated")
+	f.oauth2.register(fs)
 }
 
 // shown is a flag's default when defaults are shown, else the zero value,
@@ -137,6 +139,10 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if err != nil {
 		return nil, "", err
 	}
+	grant, err := f.oauth2.change(fs)
+	if err != nil {
+		return nil, "", err
+	}
 	change = func(sub *subscribers.Subscriber) {
 		if given("url") {
 			sub.URL = f.url
@@ -180,6 +186,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		}
 		if given("lane") {
 			sub.Dedicated = f.lane == "dedicated"
+		}
+		if grant != nil {
+			sub.OAuth2 = grant(sub.OAuth2)
 		}
 	}
 	return change, secretFlag, nil
@@ -323,6 +332,9 @@ func printGenerated(out io.Writer, generated []string) {
 	}
 }
 
+// secretLinesHint says what a --secret-file or --secret-env holds.
+const secretLinesHint = "the whsec_ secrets, one a line, newest first"
+
 // maxSecretFile bounds what --secret-file reads: a few secrets take a few
 // hundred bytes, and a file far larger is not a secret file.
 const maxSecretFile = 64 << 10
@@ -331,27 +343,35 @@ const maxSecretFile = 64 << 10
 // (where other users of the machine may see them in the process list), in a
 // file, or in an environment variable.
 type secretFlags struct {
+	// name is the flag on the command line; name-file and name-env are
+	// the others.
+	name string
+	// what says what a line holds, for the errors: "one whsec_ secret a
+	// line, newest first".
+	what   string
 	values []string
 	file   string
 	env    string
 }
 
-// register defines --secret (with the given help), --secret-file and
-// --secret-env on fs.
-func (f *secretFlags) register(fs *pflag.FlagSet, help string) {
-	fs.StringArrayVar(&f.values, "secret", nil, help)
-	fs.StringVar(&f.file, "secret-file", "", "read the secrets from this file instead: one a line, newest first")
-	fs.StringVar(&f.env, "secret-env", "", "read the secrets from this environment variable instead: one a line, newest first")
+// register defines --name (with the given help), --name-file and
+// --name-env on fs.
+func (f *secretFlags) register(fs *pflag.FlagSet, name, what, help string) {
+	f.name, f.what = name, what
+	fs.StringArrayVar(&f.values, name, nil, help)
+	fs.StringVar(&f.file, name+"-file", "", "read "+what+" from this file instead")
+	fs.StringVar(&f.env, name+"-env", "", "read "+what+" from this environment variable instead")
 }
 
 // read returns the secrets given, newest first, and the flag that gave
 // them; no secret flag gives none and "". More than one of the three is a
 // usage error. No error quotes a secret.
 func (f *secretFlags) read(fs *pflag.FlagSet) ([]string, string, error) {
+	flag, file, env := "--"+f.name, "--"+f.name+"-file", "--"+f.name+"-env"
 	var given []string
-	for _, name := range []string{"secret", "secret-file", "secret-env"} {
-		if fs.Changed(name) {
-			given = append(given, "--"+name)
+	for _, name := range []string{flag, file, env} {
+		if fs.Changed(name[2:]) {
+			given = append(given, name)
 		}
 	}
 	switch len(given) {
@@ -359,30 +379,30 @@ func (f *secretFlags) read(fs *pflag.FlagSet) ([]string, string, error) {
 		return nil, "", nil
 	case 1:
 	default:
-		return nil, "", usagef("%s: give only one of --secret, --secret-file and --secret-env", strings.Join(given, " and "))
+		return nil, "", usagef("%s: give only one of %s, %s and %s", strings.Join(given, " and "), flag, file, env)
 	}
 	switch given[0] {
-	case "--secret-file":
-		text, err := readKeyFile("--secret-file", f.file)
+	case file:
+		text, err := readKeyFile(file, f.file)
 		if err != nil {
 			return nil, "", err
 		}
 		secrets := secretLines(text)
 		if len(secrets) == 0 {
-			return nil, "", usagef("--secret-file: %s holds no secret; write one whsec_ secret a line, newest first", f.file)
+			return nil, "", usagef("%s: %s holds no secret; write %s", file, f.file, f.what)
 		}
 		return secrets, given[0], nil
-	case "--secret-env":
+	case env:
 		if f.env == "" {
-			return nil, "", usagef("--secret-env: give the name of an environment variable that holds the secret")
+			return nil, "", usagef("%s: give the name of an environment variable that holds the secret", env)
 		}
 		text, ok := os.LookupEnv(f.env)
 		if !ok {
-			return nil, "", usagef("--secret-env: %s is not set; export it with the whsec_ secret, or use --secret-file", f.env)
+			return nil, "", usagef("%s: %s is not set; export it with %s, or use %s", env, f.env, f.what, file)
 		}
 		secrets := secretLines(text)
 		if len(secrets) == 0 {
-			return nil, "", usagef("--secret-env: %s is empty; set it to the whsec_ secret", f.env)
+			return nil, "", usagef("%s: %s is empty; set it to %s", env, f.env, f.what)
 		}
 		return secrets, given[0], nil
 	}

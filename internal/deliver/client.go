@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/oauth2"
 )
 
 const (
@@ -151,6 +153,7 @@ func WithIdleConns(n int) Option {
 // a subscriber are reused.
 type Client struct {
 	doer         Doer
+	tokens       *tokens
 	allowPrivate bool
 	idleConns    int
 	maxBody      int64
@@ -178,6 +181,7 @@ func NewClient(opts ...Option) (*Client, error) {
 	if c.doer == nil {
 		c.doer = newHTTPClient(c.allowPrivate, c.idleConns)
 	}
+	c.tokens = newTokens(c.doer, c.now)
 	return c, nil
 }
 
@@ -348,6 +352,12 @@ type Request struct {
 	// Timeout bounds the whole attempt, reading the reply included. Defaults
 	// to [DefaultTimeout], or to the context's own deadline if it has one.
 	Timeout time.Duration
+	// OAuth2, when set, is the grant whose access token the request
+	// carries as its Authorization header. The Client caches the token
+	// until shortly before it expires, and fetches it within the attempt
+	// (its timeout included) when it has none; a 401 drops it, so that the
+	// next attempt fetches another.
+	OAuth2 *OAuth2
 }
 
 // Send makes one attempt: it signs r with the client's clock, POSTs it, reads
@@ -380,9 +390,20 @@ func (c *Client) send(parent context.Context, r Request) Outcome {
 		defer cancel()
 	}
 	// The dial this attempt may start ends with it (boundToAttempt).
-	req, err := c.newRequest(context.WithValue(ctx, attemptKey{}, ctx), r)
+	dialCtx := context.WithValue(ctx, attemptKey{}, ctx)
+	var token *oauth2.Token
+	if r.OAuth2 != nil {
+		var err error
+		if token, err = c.tokens.token(dialCtx, r.OAuth2); err != nil {
+			return tokenOutcome(parent, err)
+		}
+	}
+	req, err := c.newRequest(dialCtx, r)
 	if err != nil {
 		return Outcome{Class: Rejected, Err: err}
+	}
+	if token != nil {
+		req.Header["Authorization"] = []string{token.Type() + " " + token.AccessToken}
 	}
 
 	resp, err := c.doer.Do(req)
@@ -390,6 +411,12 @@ func (c *Client) send(parent context.Context, r Request) Outcome {
 		return transportOutcome(parent, ctx, req, timeout, err)
 	}
 	o := Outcome{Class: classify(resp.StatusCode), Status: resp.StatusCode}
+	if token != nil && resp.StatusCode == http.StatusUnauthorized {
+		// The token was revoked or expired early: the next attempt fetches
+		// another, so the 401 is a failure to retry, not a refusal.
+		c.tokens.drop(ctx, r.OAuth2, token)
+		o.Class = Retryable
+	}
 	o.Body = c.drain(resp.Body)
 	if o.Class != Delivered {
 		o.Err = fmt.Errorf("%w: %s", ErrStatus, statusString(resp.StatusCode))
@@ -498,24 +525,45 @@ func transportOutcome(parent, attempt context.Context, req *http.Request, timeou
 	if errors.As(err, &uerr) {
 		uerr.URL = redactURL(req.URL)
 	}
-	switch {
-	case errors.Is(err, ErrRefused):
-		return Outcome{Class: Refused, Err: fmt.Errorf("%w (relay run --allow-private-targets allows it)", err)}
-	case errors.Is(parent.Err(), context.Canceled):
-		// The caller's cancellation, not the attempt's timeout (which ends
-		// only the derived context, with DeadlineExceeded). The transport's
-		// own error may be context.Canceled or a closed connection, so the
-		// parent says what happened.
-		return Outcome{Class: Local, Err: fmt.Errorf("%w: attempt cancelled: %w", ErrLocal, err)}
-	case localDialFailure(err):
-		return Outcome{Class: Local, Err: fmt.Errorf("%w: %w", ErrLocal, err)}
-	case isTimeout(err), errors.Is(attempt.Err(), context.DeadlineExceeded):
+	if o, ok := notTheReceivers(parent, err); ok {
+		return o
+	}
+	if isTimeout(err) || errors.Is(attempt.Err(), context.DeadlineExceeded) {
 		if timeout > 0 {
 			return Outcome{Class: Retryable, Err: fmt.Errorf("%w after %s: %w", ErrTimeout, timeout, err)}
 		}
 		return Outcome{Class: Retryable, Err: fmt.Errorf("%w: %w", ErrTimeout, err)}
 	}
 	return Outcome{Class: Retryable, Err: fmt.Errorf("%w: %w", ErrConnection, err)}
+}
+
+// tokenOutcome classifies an attempt whose access token could not be had:
+// as a request without a reply when it failed on relay's side, else a
+// failure of the receiver's side to retry.
+func tokenOutcome(parent context.Context, err error) Outcome {
+	if o, ok := notTheReceivers(parent, err); ok {
+		return o
+	}
+	return Outcome{Class: Retryable, Err: err}
+}
+
+// notTheReceivers classifies a failure that is not the receiver's: a
+// target the SSRF guard refused, the caller's cancellation, or a dial that
+// failed for want of a local resource. ok is false for any other.
+func notTheReceivers(parent context.Context, err error) (Outcome, bool) {
+	switch {
+	case errors.Is(err, ErrRefused):
+		return Outcome{Class: Refused, Err: fmt.Errorf("%w (relay run --allow-private-targets allows it)", err)}, true
+	case errors.Is(parent.Err(), context.Canceled):
+		// The caller's cancellation, not the attempt's timeout (which ends
+		// only the derived context, with DeadlineExceeded). The transport's
+		// own error may be context.Canceled or a closed connection, so the
+		// parent says what happened.
+		return Outcome{Class: Local, Err: fmt.Errorf("%w: attempt cancelled: %w", ErrLocal, err)}, true
+	case localDialFailure(err):
+		return Outcome{Class: Local, Err: fmt.Errorf("%w: %w", ErrLocal, err)}, true
+	}
+	return Outcome{}, false
 }
 
 // isTimeout says whether err is a deadline: the attempt's own, or one inside

@@ -54,6 +54,13 @@ var (
 	// Retrying cannot help, so the outcome is [Rejected].
 	ErrInvalidRequest = errors.New("deliver: invalid request")
 
+	// ErrToken means the attempt failed before its request because no
+	// access token could be had from the subscriber's OAuth2 token endpoint
+	// (see [OAuth2]). The attempt is [Retryable], retried on the
+	// subscriber's schedule, and the endpoint's answer is its error; a token
+	// URL the SSRF guard refuses makes it [Refused].
+	ErrToken = errors.New("deliver: oauth2 token")
+
 	// ErrInvalidOption means an [Option] given to [NewClient] has a value the
 	// client cannot work with.
 	ErrInvalidOption = errors.New("deliver: invalid option")

@@ -90,6 +90,7 @@ func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time
 		Keys:        keys,
 		SigningKeys: signingKeys,
 		Timeout:     sub.Timeout.Std(),
+		OAuth2:      sub.OAuth2,
 	}, nil
 }
 

@@ -121,6 +121,12 @@ type Subscriber struct {
 	// the receiver checks. Headers relay or HTTP set themselves cannot be
 	// configured.
 	Headers map[string]string `json:"headers,omitempty"`
+	// OAuth2, when set, has every request carry an access token of this
+	// OAuth 2.0 client-credentials grant as its Authorization header
+	// (`relay sub add --oauth2-token-url …`). Its client secret is stored
+	// as the signing secrets are, and masked wherever the subscriber is
+	// printed.
+	OAuth2 *deliver.OAuth2 `json:"oauth2,omitempty"`
 	// Dedicated gives the subscriber a lane of its own instead of a shared
 	// one; at most [MaxDedicated] subscribers may have one.
 	Dedicated bool `json:"dedicated,omitempty"`
@@ -240,8 +246,9 @@ func ValidateID(id string) error {
 // event filter; that the rate is finite and from 0 to 1,000,000 and the
 // burst at least 1 when there is a rate; max attempts from 1 to 1000; a
 // timeout above 0 and at most 5m; a retry base above 0 and a retry max no
-// lower; max in flight from 1 to 1024; and that every header is valid and
-// not reserved.
+// lower; max in flight from 1 to 1024; that every header is valid and
+// not reserved; and an OAuth2 grant's token URL (as the URL), client id,
+// client secret and scopes, with no Authorization header beside it.
 func (s Subscriber) Validate() error {
 	if err := ValidateID(s.ID); err != nil {
 		return err
@@ -303,24 +310,29 @@ func (s Subscriber) Validate() error {
 		}
 		seen[lower] = name
 	}
-	return nil
+	return validateOAuth2(s.OAuth2, s.Headers)
 }
 
 // validateURL checks the subscriber URL. Whether its address is private is
 // not judged here: the relay that dials decides, by its own flag.
-func validateURL(raw string) error {
+func validateURL(raw string) error { return validateURLFlag("--url", raw) }
+
+// validateURLFlag checks a URL relay dials (a webhook's, a token
+// endpoint's) given with flag: http or https, with a host, without
+// credentials.
+func validateURLFlag(flag, raw string) error {
 	const expect = "must be an http or https URL with a host"
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Neither the URL nor url.Parse's error (which quotes it) is shown:
 		// a query string may hold a credential.
-		return invalid("--url", expect+"; the one given does not parse as a URL")
+		return invalid(flag, expect+"; the one given does not parse as a URL")
 	}
 	if u.User != nil {
-		return invalid("--url", fmt.Sprintf("must not contain a user or password (send credentials with --header, such as \"Authorization: Basic ...\"), got %s", quote(RedactURL(raw))))
+		return invalid(flag, fmt.Sprintf("must not contain a user or password (send credentials with --header, such as \"Authorization: Basic ...\"), got %s", quote(RedactURL(raw))))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "" {
-		return invalid("--url", fmt.Sprintf("%s, got %s", expect, quote(RedactURL(raw))))
+		return invalid(flag, fmt.Sprintf("%s, got %s", expect, quote(RedactURL(raw))))
 	}
 	return nil
 }
@@ -426,6 +438,7 @@ func (s Subscriber) Redacted() Subscriber {
 		r.PreviousSecrets = append(r.PreviousSecrets, PreviousSecret{Secret: deliver.MaskSecret(p.Secret), Until: p.Until})
 	}
 	r.Events = slices.Clone(s.Events)
+	r.OAuth2 = redactedOAuth2(s.OAuth2)
 	if s.Headers != nil {
 		r.Headers = make(map[string]string, len(s.Headers))
 		for name, value := range s.Headers {
@@ -480,6 +493,7 @@ func (s Subscriber) clone() Subscriber {
 	c.PreviousSecrets = slices.Clone(s.PreviousSecrets)
 	c.Events = slices.Clone(s.Events)
 	c.Headers = maps.Clone(s.Headers)
+	c.OAuth2 = cloneOAuth2(s.OAuth2)
 	return c
 }
 
