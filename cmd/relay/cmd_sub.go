@@ -393,6 +393,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				if g := sub.OAuth2; g != nil {
 					row("oauth2", oauth2String(g))
 				}
+				if sub.TLS != nil {
+					row("tls", tlsString(sub.TLS))
+				}
 				row("created", sub.CreatedAt.UTC().Format(time.RFC3339))
 				row("updated", sub.UpdatedAt.UTC().Format(time.RFC3339))
 				return tw.Flush()

@@ -37,6 +37,7 @@ type subFlags struct {
 	headers     []string
 	lane        string
 	oauth2      oauth2Flags
+	tls         tlsFlags
 
 	// generated are the keys the last application of a change generated,
 	// for the command to print: a "whsec_" secret, or a "whsk_" key whose
@@ -65,6 +66,7 @@ func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
 	fs.StringVar(&f.lane, "lane", shown(defaults, "shared"), "shared or dedicated")
 	f.oauth2.register(fs)
+	f.tls.register(fs)
 }
 
 // shown is a flag's default when defaults are shown, else the zero value,
@@ -143,6 +145,10 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if err != nil {
 		return nil, "", err
 	}
+	tlsChange, err := f.tls.change(fs)
+	if err != nil {
+		return nil, "", err
+	}
 	change = func(sub *subscribers.Subscriber) {
 		if given("url") {
 			sub.URL = f.url
@@ -189,6 +195,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		}
 		if grant != nil {
 			sub.OAuth2 = grant(sub.OAuth2)
+		}
+		if tlsChange != nil {
+			sub.TLS = tlsChange(sub.TLS)
 		}
 	}
 	return change, secretFlag, nil
@@ -409,15 +418,16 @@ func (f *secretFlags) read(fs *pflag.FlagSet) ([]string, string, error) {
 	return append([]string(nil), f.values...), given[0], nil
 }
 
-// readKeyFile reads a --secret-file or --signing-key-file, refusing one far
-// too large to be one.
+// readKeyFile reads a file of keys or certificates given with flag
+// (--secret-file, --signing-key-file, --client-cert…), refusing one far too
+// large to be one.
 func readKeyFile(flag, path string) (string, error) {
 	if path == "" {
 		return "", usagef("%s: give the path of a file that holds the key", flag)
 	}
 	file, err := os.Open(path)
 	if err != nil {
-		return "", usagef("%s: %w (give a readable file holding the keys, one a line)", flag, err)
+		return "", usagef("%s: %w (give a readable file)", flag, err)
 	}
 	defer file.Close()
 	raw, err := io.ReadAll(io.LimitReader(file, maxSecretFile+1))
@@ -425,7 +435,7 @@ func readKeyFile(flag, path string) (string, error) {
 		return "", usagef("%s: reading %s: %w", flag, path, err)
 	}
 	if len(raw) > maxSecretFile {
-		return "", usagef("%s: %s is larger than %d KiB; it should hold keys, one a line", flag, path, maxSecretFile>>10)
+		return "", usagef("%s: %s is larger than %d KiB, far more than keys or certificates take", flag, path, maxSecretFile>>10)
 	}
 	return string(raw), nil
 }

@@ -152,7 +152,10 @@ func WithIdleConns(n int) Option {
 // Client should be shared by everything that delivers so that connections to
 // a subscriber are reused.
 type Client struct {
-	doer         Doer
+	doer Doer
+	// tlsDoers serve the receivers with a TLS setting of their own; nil
+	// with a Doer given by [WithDoer], which cannot apply one.
+	tlsDoers     *tlsDoers
 	tokens       *tokens
 	allowPrivate bool
 	idleConns    int
@@ -179,7 +182,10 @@ func NewClient(opts ...Option) (*Client, error) {
 		}
 	}
 	if c.doer == nil {
-		c.doer = newHTTPClient(c.allowPrivate, c.idleConns)
+		c.doer = newHTTPClient(c.allowPrivate, c.idleConns, nil)
+		c.tlsDoers = newTLSDoers(func(base *tls.Config) roundTripper {
+			return newHTTPClient(c.allowPrivate, c.idleConns, base)
+		})
 	}
 	c.tokens = newTokens(c.doer, c.now)
 	return c, nil
@@ -193,8 +199,9 @@ func NewClient(opts ...Option) (*Client, error) {
 // reply at most; the Accept-Encoding header would cost every request a map
 // of its own). Plain http goes over relay's own HTTP/1.1 connections
 // (http1.go), https through net/http's Transport; each keeps up to idleConns
-// idle connections.
-func newHTTPClient(allowPrivate bool, idleConns int) roundTripper {
+// idle connections. base, when not nil, is the receiver's own TLS setting
+// (see [TLS]) that every TLS connection starts from.
+func newHTTPClient(allowPrivate bool, idleConns int, base *tls.Config) roundTripper {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	if !allowPrivate {
 		dialer.Control = guardControl
@@ -207,7 +214,7 @@ func newHTTPClient(allowPrivate bool, idleConns int) roundTripper {
 			return dialer.DialContext(ctx, network, addr)
 		},
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialTLS(ctx, dialer, network, addr)
+			return dialTLS(ctx, dialer, network, addr, base)
 		},
 		ForceAttemptHTTP2:      true,
 		DisableCompression:     true,
@@ -253,8 +260,8 @@ func boundToAttempt(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // dialTLS dials addr and completes the TLS handshake within the attempt
 // that asked for it (see boundToAttempt) and tlsHandshakeTimeout, offering
-// HTTP/2 as the transport's own handshake would.
-func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string) (net.Conn, error) {
+// HTTP/2 as the transport's own handshake would, from base when not nil.
+func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string, base *tls.Config) (net.Conn, error) {
 	ctx, cancel := boundToAttempt(ctx)
 	defer cancel()
 	host, _, err := net.SplitHostPort(addr)
@@ -265,7 +272,12 @@ func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string) (net
 	if err != nil {
 		return nil, err
 	}
-	conn := tls.Client(raw, &tls.Config{ServerName: host, NextProtos: []string{"h2", "http/1.1"}})
+	cfg := &tls.Config{}
+	if base != nil {
+		cfg = base.Clone()
+	}
+	cfg.ServerName, cfg.NextProtos = host, []string{"h2", "http/1.1"}
+	conn := tls.Client(raw, cfg)
 	hctx, hcancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
 	defer hcancel()
 	if err := conn.HandshakeContext(hctx); err != nil {
@@ -323,6 +335,9 @@ func (c *Client) CloseIdleConnections() {
 	if closer, ok := c.doer.(interface{ CloseIdleConnections() }); ok {
 		closer.CloseIdleConnections()
 	}
+	if c.tlsDoers != nil {
+		c.tlsDoers.closeIdle()
+	}
 }
 
 // Request is one attempt to deliver one event to one subscriber.
@@ -352,6 +367,10 @@ type Request struct {
 	// Timeout bounds the whole attempt, reading the reply included. Defaults
 	// to [DefaultTimeout], or to the context's own deadline if it has one.
 	Timeout time.Duration
+	// TLS, when set, is the receiver's own TLS setting: a client
+	// certificate, a private CA. Its requests go over connections of
+	// their own.
+	TLS *TLS
 	// OAuth2, when set, is the grant whose access token the request
 	// carries as its Authorization header. The Client caches the token
 	// until shortly before it expires, and fetches it within the attempt
@@ -405,8 +424,14 @@ func (c *Client) send(parent context.Context, r Request) Outcome {
 	if token != nil {
 		req.Header["Authorization"] = []string{token.Type() + " " + token.AccessToken}
 	}
+	doer := c.doer
+	if r.TLS != nil && req.URL.Scheme == "https" {
+		if doer, err = c.tlsDoer(r.TLS); err != nil {
+			return Outcome{Class: Rejected, Err: err}
+		}
+	}
 
-	resp, err := c.doer.Do(req)
+	resp, err := doer.Do(req)
 	if err != nil {
 		return transportOutcome(parent, ctx, req, timeout, err)
 	}
@@ -535,6 +560,14 @@ func transportOutcome(parent, attempt context.Context, req *http.Request, timeou
 		return Outcome{Class: Retryable, Err: fmt.Errorf("%w: %w", ErrTimeout, err)}
 	}
 	return Outcome{Class: Retryable, Err: fmt.Errorf("%w: %w", ErrConnection, err)}
+}
+
+// tlsDoer is the Doer of a receiver with a TLS setting of its own.
+func (c *Client) tlsDoer(t *TLS) (Doer, error) {
+	if c.tlsDoers == nil {
+		return nil, fmt.Errorf("%w: a Client with a Doer of its own cannot apply a receiver's TLS setting", ErrTLS)
+	}
+	return c.tlsDoers.get(t, c.now())
 }
 
 // tokenOutcome classifies an attempt whose access token could not be had:

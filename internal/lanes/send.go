@@ -14,6 +14,7 @@ import (
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/tracing"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -81,6 +82,8 @@ func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time
 			header.Set(k, v)
 		}
 	}
+	// The event's trace context goes on, whether or not spans are made.
+	header = tracing.ParentOf(h).Forward(header)
 	return deliver.Request{
 		URL:         sub.URL,
 		ID:          id,
@@ -91,6 +94,7 @@ func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time
 		SigningKeys: signingKeys,
 		Timeout:     sub.Timeout.Std(),
 		OAuth2:      sub.OAuth2,
+		TLS:         sub.TLS,
 	}, nil
 }
 
@@ -151,7 +155,10 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	// Real time, as the stages it is measured against: the server's stamps
 	// and the delivery's receipt.
 	sent := time.Now()
+	span := l.cfg.Tracer.Attempt(reqCtx, d.msg.Headers(), req.ID, sub.ID, d.attempts+1)
+	req.Header = span.Inject(req.Header)
 	out = l.cfg.Client.Send(reqCtx, req)
+	span.EndAttempt(out.Status, out.Class.String(), out.Err)
 	if out.Class == deliver.Local && (!localIsAttempt || reqCtx.Err() != nil) {
 		// No descriptor, no port, the relay stopping (a request abandoned at
 		// --shutdown-timeout among them): not the subscriber's failure, not

@@ -127,6 +127,12 @@ type Subscriber struct {
 	// as the signing secrets are, and masked wherever the subscriber is
 	// printed.
 	OAuth2 *deliver.OAuth2 `json:"oauth2,omitempty"`
+	// TLS, when set, is how relay speaks TLS to the receiver beyond the
+	// defaults: a client certificate for mutual TLS (`--client-cert`,
+	// `--client-key`) and a private CA to trust (`--ca-cert`). The key is
+	// stored as the secrets are, and masked wherever the subscriber is
+	// printed.
+	TLS *deliver.TLS `json:"tls,omitempty"`
 	// Dedicated gives the subscriber a lane of its own instead of a shared
 	// one; at most [MaxDedicated] subscribers may have one.
 	Dedicated bool `json:"dedicated,omitempty"`
@@ -247,8 +253,9 @@ func ValidateID(id string) error {
 // burst at least 1 when there is a rate; max attempts from 1 to 1000; a
 // timeout above 0 and at most 5m; a retry base above 0 and a retry max no
 // lower; max in flight from 1 to 1024; that every header is valid and
-// not reserved; and an OAuth2 grant's token URL (as the URL), client id,
-// client secret and scopes, with no Authorization header beside it.
+// not reserved; a TLS setting's certificates and key (see validateTLS); and
+// an OAuth2 grant's token URL (as the URL), client id, client secret and
+// scopes, with no Authorization header beside it.
 func (s Subscriber) Validate() error {
 	if err := ValidateID(s.ID); err != nil {
 		return err
@@ -309,6 +316,9 @@ func (s Subscriber) Validate() error {
 			return invalid("--header", fmt.Sprintf("%q and %q are the same header; give it once", other, name))
 		}
 		seen[lower] = name
+	}
+	if err := validateTLS(s.TLS); err != nil {
+		return err
 	}
 	return validateOAuth2(s.OAuth2, s.Headers)
 }
@@ -439,6 +449,7 @@ func (s Subscriber) Redacted() Subscriber {
 	}
 	r.Events = slices.Clone(s.Events)
 	r.OAuth2 = redactedOAuth2(s.OAuth2)
+	r.TLS = redactedTLS(s.TLS)
 	if s.Headers != nil {
 		r.Headers = make(map[string]string, len(s.Headers))
 		for name, value := range s.Headers {
@@ -494,6 +505,10 @@ func (s Subscriber) clone() Subscriber {
 	c.Events = slices.Clone(s.Events)
 	c.Headers = maps.Clone(s.Headers)
 	c.OAuth2 = cloneOAuth2(s.OAuth2)
+	if s.TLS != nil {
+		t := *s.TLS
+		c.TLS = &t
+	}
 	return c
 }
 
