@@ -50,3 +50,15 @@ func TestAttemptsOfFreshDoesNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { streams.AttemptsOf(fresh) })
 	require.Zero(t, allocs, "a fresh delivery's headers are read without an allocation")
 }
+
+// A copy keeps the event's W3C trace headers, whatever their case: every
+// writer of a delivery (the fan-out, a park in RETRIES, the retry mover,
+// the overflow, a dead letter, a replay) copies with CopyHeader, so the
+// trace reaches the request whichever way the delivery went.
+func TestCopyHeaderKeepsTheTraceContext(t *testing.T) {
+	t.Parallel()
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	h := nats.Header{"traceparent": {parent}, "Tracestate": {"congo=t61rcWkgMzE"}, "Nats-Msg-Id": {"e1"}}
+	got := streams.CopyHeader(h, 0)
+	require.Equal(t, nats.Header{"traceparent": {parent}, "Tracestate": {"congo=t61rcWkgMzE"}}, got)
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
+	"github.com/relay-dev/relay/internal/tracing"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -56,6 +57,10 @@ const defaultEventsMaxAge = 7 * 24 * time.Hour
 // within the streams' duplicate window is it dropped as a duplicate. Half
 // the window leaves the other half for that request.
 const maxAckWait = streams.DuplicateWindow / 2
+
+// tracerFlushTimeout bounds how long a stopping relay run waits to export
+// the spans still queued: a collector that is down does not hold the stop.
+const tracerFlushTimeout = 5 * time.Second
 
 // minDLQMaxAge keeps --dlq-max-age above the DLQ's duplicate window, which
 // JetStream requires, with room for an operator to act.
@@ -111,7 +116,13 @@ event the fan-out has not copied.
 
 On its embedded server it locks --data (the file relay.lock in it): a second
 relay run on the same directory exits 1 at once, naming the process that
-holds it.`,
+holds it.
+
+An event's traceparent and tracestate headers go on to its webhook
+requests. With OTEL_EXPORTER_OTLP_ENDPOINT (or
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set, relay run also exports a span for
+each fan-out and each request over OTLP/HTTP, honouring the standard OTEL_*
+variables (docs/cli.md lists them).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -212,6 +223,22 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return err
 	}
 	log := newLogger(stderr, level, f.logFormat)
+	tracer, err := tracing.FromEnv(ctx, log, version)
+	if errors.Is(err, tracing.ErrConfig) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	// Deferred first, so run last: the spans of the lanes' last requests
+	// are flushed too.
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracerFlushTimeout)
+		defer cancel()
+		if err := tracer.Shutdown(flushCtx); err != nil {
+			log.Warn("tracing: flushing spans", "err", err)
+		}
+	}()
 	m := metrics.New()
 	if gcpace.Wanted(os.Getenv) {
 		// Fewer collections of a small heap; GOGC or GOMEMLIMIT overrides.
@@ -378,7 +405,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() {
 		errs <- fanout.Run(runCtx, fanout.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log, Metrics: m,
-			Backlogs: backlogs, Timeliness: timely, Horizon: f.eventsMaxAge,
+			Backlogs: backlogs, Timeliness: timely, Horizon: f.eventsMaxAge, Tracer: tracer,
 		})
 	})
 	wg.Go(func() { keeper.Run(runCtx) })
@@ -392,7 +419,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		errs <- lanes.Run(runCtx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
 			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests), Backlogs: backlogs,
-			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout), Timeliness: timely, Hurry: hurry,
+			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout), Timeliness: timely, Hurry: hurry, Tracer: tracer,
 			Disable: func(ctx context.Context, id, reason string) error {
 				return store.SetDisabled(ctx, id, true, reason)
 			},

@@ -22,6 +22,7 @@ import (
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
+	"github.com/relay-dev/relay/internal/tracing"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -80,6 +81,11 @@ type Config struct {
 	// Timeliness counts the copies dead-lettered here for their deadline;
 	// may be nil.
 	Timeliness *timeliness.Recorder
+	// Tracer makes a span of each event's fan-out, whose trace context
+	// then replaces the event's on the copies; nil makes none, and the
+	// event's own traceparent and tracestate ride on its copies as its
+	// other headers do.
+	Tracer *tracing.Tracer
 }
 
 // ErrConfig is returned for a Config missing a required field.
@@ -125,6 +131,9 @@ type pending struct {
 	// than a queued one; nil when the event shed none.
 	shed []bool
 	err  error
+	// span is the event's fan-out span, ended once its copies are
+	// answered for (the zero Span when tracing is off).
+	span tracing.Span
 }
 
 // Run fans out events until ctx is cancelled, then stops pulling, waits for
@@ -361,6 +370,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	orig := msg.Headers()
 	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
+	p.span = cfg.Tracer.Fanout(ctx, orig, id, eventType)
 	subs := cfg.Subscribers.Matching(eventType)
 	if len(subs) == 0 {
 		return p
@@ -371,6 +381,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	// One header for the event, a shallow copy of it per copy: publishing
 	// sets the copy's Nats-Msg-Id on its own map and changes no value.
 	header := CopyHeader(orig, id, eventType, md.Timestamp)
+	p.span.SetOn(header)
 	// A body shared by several copies on the lanes is stored once, before
 	// them, with its event's id: those copies carry its sequence. (Fanned
 	// out again, it is stored again, over the first: one a subject.)
@@ -585,6 +596,7 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed 
 				gauge.Settled(p.subs[i].ID, true)
 			}
 		}
+		p.span.EndFanout(len(p.subs), err)
 		md, mdErr := p.msg.Metadata()
 		if err != nil {
 			if mdErr == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
+	"github.com/relay-dev/relay/internal/tracing"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -97,6 +98,11 @@ type Config struct {
 	// Timeliness counts, for `relay status`, the deliveries accepted in
 	// time and those whose deadline was missed; may be nil.
 	Timeliness *timeliness.Recorder
+	// Tracer makes a span of each request, the child of the trace context
+	// its delivery carries, whose context the receiver then gets in place
+	// of the delivery's; nil makes none, and the receiver gets the
+	// delivery's own traceparent and tracestate.
+	Tracer *tracing.Tracer
 }
 
 func (c *Config) setDefaults() error {
