@@ -304,11 +304,12 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		for _, msg := range l.scheduling.list() {
 			keep(msg)
 		}
+		wait := l.confirmWait(start, every)
 		var err error
 		if last != nil {
-			_, err = l.cfg.JS.Conn().Request(last.Reply(), []byte("+WPI"), every)
+			_, err = l.cfg.JS.Conn().Request(last.Reply(), []byte("+WPI"), wait)
 		} else {
-			err = l.cfg.JS.Conn().FlushTimeout(every)
+			err = l.cfg.JS.Conn().FlushTimeout(wait)
 		}
 		if err != nil {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
@@ -321,6 +322,21 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		}
 		l.confirmed.Store(start)
 	}
+}
+
+// confirmWait is how long a keep-alive round that began at start waits for
+// its confirmation: a quarter of the ack wait (every), or longer while the
+// last confirmed round leaves room. An answer that comes within three
+// quarters of an ack wait of the last confirmed round's start renews what
+// that round renewed, and what arrived since, before any of it ran out on
+// the server (which counts from when it took that round, after its start,
+// or from its send, within a quarter of the ack wait before the client read
+// it; see [lane.alive]). On a server or host too loaded to answer within a
+// quarter of the ack wait, the rounds are then still confirmed, rather than
+// each given up on in turn until the lane lets its deliveries go.
+func (l *lane) confirmWait(start int64, every time.Duration) time.Duration {
+	left := time.Duration(l.confirmed.Load() + int64(aliveFor(l.cfg.AckWait)) - start)
+	return max(every, left)
 }
 
 // alive reports whether JetStream still counts d as this relay's: its ack
