@@ -49,3 +49,33 @@ func TestAlive(t *testing.T) {
 		require.Equal(t, tt.want, l.alive(d), tt.name)
 	}
 }
+
+// A keep-alive round waits for its answer a quarter of the ack wait, or
+// longer while what it renews leaves room: an answer later than three
+// quarters of an ack wait after the last confirmed round's start, or after
+// the receipt of a message stamped since (one that waited in the client
+// before it was held), would renew what may have run out on the server and
+// gone to another relay.
+func TestConfirmWait(t *testing.T) {
+	t.Parallel()
+	const ackWait = 60 * time.Second
+	every := keepAliveEvery(ackWait)
+	now := time.Now().UnixNano()
+	l := &lane{cfg: Config{AckWait: ackWait}}
+	l.confirmed.Store(now)
+	l.oldestSinceConfirmed, l.oldestSinceRound = noStamp, noStamp
+	start := now + int64(every)
+	require.Equal(t, 30*time.Second, l.confirmWait(start, noStamp, every), "45 s from the last confirmed start")
+
+	// A message read 20 s before the last confirmed round began, stamped
+	// after it: the round's answer must come within 45 s of its receipt.
+	d := delivery{received: now - int64(20*time.Second)}
+	l.stamp(&d)
+	require.Equal(t, every, l.confirmWait(start, l.oldestSinceConfirmed, every), "no room: a quarter, as ever")
+
+	// Its round confirmed, the next rounds count from that round's start.
+	l.oldestSinceConfirmed = l.oldestSinceRound // what the loop does on an answer
+	l.oldestSinceRound = noStamp
+	l.oldestSinceConfirmed = noStamp // nothing stamped since that round began
+	require.Equal(t, 30*time.Second, l.confirmWait(start, l.oldestSinceConfirmed, every))
+}

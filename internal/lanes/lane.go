@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -45,6 +46,12 @@ type lane struct {
 	// gapAt is when the last confirmed round began that came three quarters
 	// of an ack wait or more after the one before (see [lane.renewedAt]).
 	gapAt atomic.Int64
+	// stamps guards the oldest receipts (unix nanoseconds; noStamp when
+	// none) of the messages stamped as held since the last confirmed
+	// round began, and since the round in progress began: how late a
+	// round's answer may come is bounded by them (see [lane.confirmWait]).
+	stamps                                 sync.Mutex
+	oldestSinceConfirmed, oldestSinceRound int64
 	// flight counts its requests in flight, for relay_lane_in_flight.
 	flight *metrics.Lane
 
@@ -81,6 +88,7 @@ func newLane(ctx context.Context, cfg Config, env *engine, name string) (*lane, 
 		scheduling: newRenewed(),
 	}
 	l.confirmed.Store(ackNow())
+	l.oldestSinceConfirmed, l.oldestSinceRound = noStamp, noStamp
 	// Bounded: the manager tries a lane that cannot start again later,
 	// and meanwhile starts the others.
 	createCtx, cancel := context.WithTimeout(ctx, laneCreateTimeout)
@@ -195,7 +203,7 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 		l.work.Go(func() { l.schedule(context.WithoutCancel(ctx), d, id) })
 	default:
 		l.dispatching.Lock()
-		d.kept = ackNow()
+		l.stamp(&d)
 		l.scheduler(id).offer(ctx, d, sub)
 		l.dispatching.Unlock()
 	}
@@ -277,9 +285,15 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		l.stamps.Lock()
+		l.oldestSinceRound = noStamp
+		l.stamps.Unlock()
 		l.dispatching.Lock()
 		start := ackNow()
 		l.dispatching.Unlock()
+		l.stamps.Lock()
+		oldest := l.oldestSinceConfirmed
+		l.stamps.Unlock()
 		var last jetstream.Msg
 		keep := func(msg jetstream.Msg) {
 			if last != nil {
@@ -304,7 +318,7 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		for _, msg := range l.scheduling.list() {
 			keep(msg)
 		}
-		wait := l.confirmWait(start, every)
+		wait := l.confirmWait(start, oldest, every)
 		var err error
 		if last != nil {
 			_, err = l.cfg.JS.Conn().Request(last.Reply(), []byte("+WPI"), wait)
@@ -315,6 +329,10 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
 			continue
 		}
+		l.stamps.Lock()
+		// What was stamped since this round began is renewed by the next.
+		l.oldestSinceConfirmed = l.oldestSinceRound
+		l.stamps.Unlock()
 		if start-l.confirmed.Load() >= int64(aliveFor(l.cfg.AckWait)) {
 			// Stored before confirmed: whoever reads the new confirmed
 			// sees the gap before it.
@@ -326,17 +344,33 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 
 // confirmWait is how long a keep-alive round that began at start waits for
 // its confirmation: a quarter of the ack wait (every), or longer while the
-// last confirmed round leaves room. An answer that comes within three
-// quarters of an ack wait of the last confirmed round's start renews what
-// that round renewed, and what arrived since, before any of it ran out on
-// the server (which counts from when it took that round, after its start,
-// or from its send, within a quarter of the ack wait before the client read
-// it; see [lane.alive]). On a server or host too loaded to answer within a
-// quarter of the ack wait, the rounds are then still confirmed, rather than
-// each given up on in turn until the lane lets its deliveries go.
-func (l *lane) confirmWait(start int64, every time.Duration) time.Duration {
-	left := time.Duration(l.confirmed.Load() + int64(aliveFor(l.cfg.AckWait)) - start)
+// last confirmed round, and the oldest receipt of the messages stamped since
+// it began (oldest), leave room. The round renews what the last confirmed
+// one renewed, whose ack wait on the server runs from when the server took
+// that round (after its start), and the messages stamped since, whose ack
+// wait runs from their send (at most a quarter of the ack wait before their
+// receipt; see [lane.alive]): an answer that comes within three quarters of
+// an ack wait of the earlier of the two comes before any of them ran out.
+// On a server or host too loaded to answer within a quarter of the ack
+// wait, the rounds are then still confirmed, rather than each given up on
+// in turn until the lane lets its deliveries go.
+func (l *lane) confirmWait(start, oldest int64, every time.Duration) time.Duration {
+	left := time.Duration(min(l.confirmed.Load(), oldest) + int64(aliveFor(l.cfg.AckWait)) - start)
 	return max(every, left)
+}
+
+// noStamp is the oldest receipt when no message was stamped.
+const noStamp = math.MaxInt64
+
+// stamp marks d as held from now (see [lane.renewedAt]), and counts its
+// receipt among those a keep-alive round's answer must come in time for
+// (see [lane.confirmWait]).
+func (l *lane) stamp(d *delivery) {
+	l.stamps.Lock()
+	defer l.stamps.Unlock()
+	d.kept = ackNow()
+	l.oldestSinceConfirmed = min(l.oldestSinceConfirmed, d.received)
+	l.oldestSinceRound = min(l.oldestSinceRound, d.received)
 }
 
 // alive reports whether JetStream still counts d as this relay's: its ack

@@ -179,7 +179,7 @@ func newPutter(js jetstream.JetStream, spills window, log *slog.Logger) *putter 
 // [lane.renewedAt]).
 func (p *putter) offer(pt put) bool {
 	p.pending.add(pt.d.seq, pt.d.msg)
-	pt.d.kept = ackNow()
+	pt.l.stamp(&pt.d)
 	select {
 	case p.queue <- pt:
 		return true
