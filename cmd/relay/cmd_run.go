@@ -89,6 +89,10 @@ type runFlags struct {
 	// eventsMaxAge is --events-max-age: how long EVENTS keeps an event the
 	// fan-out has copied (internal/retention).
 	eventsMaxAge time.Duration
+	// proxy and noProxy are --proxy and --no-proxy; proxyGiven says
+	// --proxy was given, else HTTPS_PROXY, HTTP_PROXY and NO_PROXY say.
+	proxy, noProxy string
+	proxyGiven     bool
 	// ready, when set (by tests), is called once the relay consumes, with
 	// the client URL of the NATS server and the metrics address.
 	ready func(natsURL string, metricsAddr net.Addr)
@@ -132,6 +136,7 @@ variables (docs/cli.md lists them).`,
 				return usagef("--dlq-max-age: must be at least %s, got %s", minDLQMaxAge, f.dlqMaxAge)
 			}
 			f.ackWaitGiven = cmd.Flags().Changed("ack-wait")
+			f.proxyGiven = cmd.Flags().Changed("proxy")
 			return runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
 		},
 	}
@@ -148,9 +153,20 @@ variables (docs/cli.md lists them).`,
 	fl.DurationVar(&f.dlqMaxAge, "dlq-max-age", defaultDLQMaxAge, "how long dead letters are kept; a DLQ that exists keeps its age (nats stream edit DLQ --max-age) unless this is given")
 	fl.DurationVar(&f.eventsMaxAge, "events-max-age", defaultEventsMaxAge, "how long EVENTS keeps an event the fan-out has copied; one it has not copied stays until it has (at least the 2m duplicate window)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", lanes.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may finish; those still open then are abandoned and their messages handed back (0: at once)")
+	fl.StringVar(&f.proxy, "proxy", "", "egress proxy of every webhook request and OAuth2 grant: an http:// (or https://) proxy URL, CONNECT for https targets (default: HTTPS_PROXY, HTTP_PROXY)")
+	fl.StringVar(&f.noProxy, "no-proxy", "", "with --proxy, targets reached directly, in NO_PROXY's syntax (hosts, .domains, IPs, CIDRs, each with an optional port)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
+}
+
+// egressProxy is the proxy --proxy and --no-proxy name, else the one the
+// environment names.
+func (f *runFlags) egressProxy() deliver.Proxy {
+	if f.proxyGiven {
+		return deliver.Proxy{HTTP: f.proxy, HTTPS: f.proxy, NoProxy: f.noProxy}
+	}
+	return deliver.ProxyFromEnvironment()
 }
 
 func (f *runFlags) validate() (slog.Level, error) {
@@ -194,6 +210,19 @@ func (f *runFlags) validate() (slog.Level, error) {
 	}
 	if strings.TrimSpace(f.data) == "" {
 		return level, usagef("--data: must name a directory")
+	}
+	if f.noProxy != "" && !f.proxyGiven {
+		return level, usagef("--no-proxy: goes with --proxy (without it, NO_PROXY applies to HTTPS_PROXY and HTTP_PROXY)")
+	}
+	if f.proxyGiven && f.proxy == "" {
+		return level, usagef("--proxy: give the proxy's URL, such as http://proxy.internal:3128")
+	}
+	if err := f.egressProxy().Check(); err != nil {
+		flag := "--proxy"
+		if !f.proxyGiven {
+			flag = "HTTPS_PROXY or HTTP_PROXY"
+		}
+		return level, usagef("%s: %s", flag, strings.TrimPrefix(err.Error(), deliver.ErrInvalidOption.Error()+": "))
 	}
 	return level, nil
 }
@@ -365,9 +394,16 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	})
 	defer timelyWG.Wait()
 	defer stopTimely()
-	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate), deliver.WithIdleConns(idleConns(f.maxRequests)))
+	proxy := f.egressProxy()
+	client, err := deliver.NewClient(deliver.WithAllowPrivate(f.allowPrivate), deliver.WithIdleConns(idleConns(f.maxRequests)),
+		deliver.WithProxy(proxy))
 	if err != nil {
 		return err
+	}
+	if proxy.Enabled() {
+		shown := proxy.Redacted()
+		log.Info("relay: webhook requests go through an egress proxy", "http_proxy", shown.HTTP, "https_proxy", shown.HTTPS,
+			"no_proxy", shown.NoProxy, "from", map[bool]string{true: "--proxy", false: "the environment"}[f.proxyGiven])
 	}
 	defer client.CloseIdleConnections()
 	// The keeper purges EVENTS of the events older than --events-max-age

@@ -153,6 +153,8 @@ func WithIdleConns(n int) Option {
 // a subscriber are reused.
 type Client struct {
 	doer Doer
+	// proxy is the egress proxy of the default Doers (see [WithProxy]).
+	proxy Proxy
 	// tlsDoers serve the receivers with a TLS setting of their own; nil
 	// with a Doer given by [WithDoer], which cannot apply one.
 	tlsDoers     *tlsDoers
@@ -182,10 +184,13 @@ func NewClient(opts ...Option) (*Client, error) {
 		}
 	}
 	if c.doer == nil {
-		c.doer = newHTTPClient(c.allowPrivate, c.idleConns, nil)
+		eg := newEgress(c.proxy, c.allowPrivate)
+		c.doer = newHTTPClient(c.allowPrivate, c.idleConns, nil, eg)
 		c.tlsDoers = newTLSDoers(func(base *tls.Config) roundTripper {
-			return newHTTPClient(c.allowPrivate, c.idleConns, base)
+			return newHTTPClient(c.allowPrivate, c.idleConns, base, eg)
 		})
+	} else if c.proxy.Enabled() {
+		return nil, fmt.Errorf("%w: WithProxy applies to the default Doer, not to one given with WithDoer", ErrInvalidOption)
 	}
 	c.tokens = newTokens(c.doer, c.now)
 	return c, nil
@@ -193,29 +198,45 @@ func NewClient(opts ...Option) (*Client, error) {
 
 // newHTTPClient builds the default Doer: an SSRF-guarded dialer unless
 // allowPrivate, keep-alive with room for many idle connections per
-// subscriber, no proxy taken from the environment (a proxy would dial on our
-// behalf, out of the guard's sight), redirects returned rather than
+// subscriber, a proxy only as eg says (see [WithProxy]: the guard then
+// judges each target before the proxy is asked), redirects returned rather than
 // followed, and no compressed replies asked for (relay reads a few KB of a
 // reply at most; the Accept-Encoding header would cost every request a map
 // of its own). Plain http goes over relay's own HTTP/1.1 connections
 // (http1.go), https through net/http's Transport; each keeps up to idleConns
 // idle connections. base, when not nil, is the receiver's own TLS setting
 // (see [TLS]) that every TLS connection starts from.
-func newHTTPClient(allowPrivate bool, idleConns int, base *tls.Config) roundTripper {
+func newHTTPClient(allowPrivate bool, idleConns int, base *tls.Config, eg *egress) roundTripper {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	if !allowPrivate {
 		dialer.Control = guardControl
 	}
+	// A proxy is dialled as the operator named it, private or not.
+	toProxy := &net.Dialer{Timeout: dialer.Timeout, KeepAlive: dialer.KeepAlive}
+	tlsConfig := &tls.Config{}
+	if base != nil {
+		tlsConfig = base.Clone()
+	}
 	transport := &http.Transport{
-		Proxy: nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			ctx, cancel := boundToAttempt(ctx)
 			defer cancel()
+			if eg.isProxy(addr) {
+				return toProxy.DialContext(ctx, network, addr)
+			}
 			return dialer.DialContext(ctx, network, addr)
 		},
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if eg.isProxy(addr) {
+				return dialTLS(ctx, toProxy, network, addr, proxyTLS(addr))
+			}
 			return dialTLS(ctx, dialer, network, addr, base)
 		},
+		// Through a proxy's tunnel, the Transport makes the TLS handshake
+		// with the receiver itself, from this.
+		TLSClientConfig:        tlsConfig,
+		TLSHandshakeTimeout:    tlsHandshakeTimeout,
+		OnProxyConnectResponse: refuseTunnel,
 		ForceAttemptHTTP2:      true,
 		DisableCompression:     true,
 		MaxIdleConns:           idleConns,
@@ -226,7 +247,10 @@ func newHTTPClient(allowPrivate bool, idleConns int, base *tls.Config) roundTrip
 	}
 	// Its dial is the request's own, on the attempt's context: it ends
 	// with the attempt.
-	return roundTripper{t: transport, h1: newHTTP1(dialer.DialContext, idleConns, idleConnTimeout)}
+	if eg != nil {
+		transport.Proxy = eg.proxyOf
+	}
+	return roundTripper{t: transport, h1: newHTTP1(dialer.DialContext, idleConns, idleConnTimeout), eg: eg}
 }
 
 // idleConnTimeout is how long an idle connection to a subscriber is kept.
@@ -298,6 +322,8 @@ func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string, base
 type roundTripper struct {
 	t  *http.Transport
 	h1 *http1
+	// eg, when not nil, sends requests through an egress proxy.
+	eg *egress
 }
 
 // Do sends req as http.Client would: credentials in the URL become Basic
@@ -310,9 +336,15 @@ func (rt roundTripper) Do(req *http.Request) (*http.Response, error) {
 	}
 	var resp *http.Response
 	var err error
-	if useHTTP1(req) {
+	proxied := false
+	if rt.eg != nil {
+		proxied, err = rt.eg.check(req)
+	}
+	switch {
+	case err != nil:
+	case useHTTP1(req) && !proxied:
 		resp, err = rt.h1.roundTrip(req)
-	} else {
+	default:
 		resp, err = rt.t.RoundTrip(req)
 	}
 	if err != nil {
@@ -595,6 +627,9 @@ func notTheReceivers(parent context.Context, err error) (Outcome, bool) {
 		return Outcome{Class: Local, Err: fmt.Errorf("%w: attempt cancelled: %w", ErrLocal, err)}, true
 	case localDialFailure(err):
 		return Outcome{Class: Local, Err: fmt.Errorf("%w: %w", ErrLocal, err)}, true
+	case proxyFailure(err):
+		// The egress proxy down, or refusing the tunnel: relay's own path.
+		return Outcome{Class: Local, Err: fmt.Errorf("%w: %w: %w", ErrLocal, ErrProxy, err)}, true
 	}
 	return Outcome{}, false
 }

@@ -38,7 +38,8 @@ type OAuth2 struct {
 
 // tokenEarly is how long before its expiry a cached token is replaced:
 // enough for a request that takes it to reach the receiver while it is
-// still valid (oauth2's own margin).
+// still valid (oauth2's own margin); half its life for a token that lives
+// less than twice that, so that it is still reused.
 const tokenEarly = 10 * time.Second
 
 // tokenFailureFor is how long a failed fetch answers the attempts that
@@ -59,10 +60,23 @@ type tokens struct {
 
 	mu      sync.Mutex
 	entries map[tokenKey]*tokenEntry
-	// swept is the size of entries after its last sweep; the next comes
-	// when it has doubled, so that sweeping costs O(1) a grant.
-	swept int
+	// byGrant finds the entry of a subscriber's grant by its pointer (the
+	// subscriber view's, the same for every delivery until the subscriber
+	// changes), without hashing its fields for each delivery.
+	byGrant map[*OAuth2]*tokenEntry
+	// swept is the size of entries after its last sweep, sweptAt its time;
+	// the next comes when it has doubled, or after cacheSweepEvery.
+	swept   int
+	sweptAt time.Time
 }
+
+// cacheSweepEvery is how often the caches of a Client (tokens, TLS
+// transports) drop what no delivery used lately, at the latest.
+const cacheSweepEvery = 10 * time.Minute
+
+// tokenIdle is how long a grant's entry, its token and client secret, is
+// kept unused: a grant a subscriber no longer has goes with it.
+const tokenIdle = time.Hour
 
 // tokenKey identifies a grant.
 type tokenKey struct {
@@ -77,6 +91,10 @@ type tokenEntry struct {
 	turn   chan struct{}
 	config clientcredentials.Config
 	token  *oauth2.Token
+	// lastUsed is when a delivery last asked for it (under tokens.mu).
+	lastUsed time.Time
+	// fetched is when token was fetched.
+	fetched time.Time
 	// err and errAt are the last failed fetch, shared with those that
 	// waited for it.
 	err   error
@@ -94,6 +112,7 @@ func newTokens(doer Doer, now func() time.Time) *tokens {
 		},
 		now:     now,
 		entries: make(map[tokenKey]*tokenEntry),
+		byGrant: make(map[*OAuth2]*tokenEntry),
 	}
 }
 
@@ -117,47 +136,57 @@ func (g *OAuth2) key() tokenKey {
 
 // entry returns the grant's cache entry, made on first use.
 func (t *tokens) entry(g *OAuth2) *tokenEntry {
-	key := g.key()
+	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e, ok := t.entries[key]; ok {
+	if now.Sub(t.sweptAt) > cacheSweepEvery || len(t.entries) >= 2*t.swept+64 {
+		t.sweepLocked(now)
+	}
+	if e, ok := t.byGrant[g]; ok {
+		e.lastUsed = now
 		return e
 	}
-	if len(t.entries) >= 2*t.swept+64 {
-		t.sweepLocked()
+	key := g.key()
+	if e, ok := t.entries[key]; ok {
+		t.byGrant[g] = e
+		e.lastUsed = now
+		return e
 	}
-	e := &tokenEntry{turn: make(chan struct{}, 1), config: clientcredentials.Config{
+	e := &tokenEntry{turn: make(chan struct{}, 1), lastUsed: now, config: clientcredentials.Config{
 		ClientID: g.ClientID, ClientSecret: g.ClientSecret, TokenURL: g.TokenURL, Scopes: g.Scopes,
 	}}
 	if g.Audience != "" {
 		e.config.EndpointParams = url.Values{"audience": {g.Audience}}
 	}
 	t.entries[key] = e
+	t.byGrant[g] = e
 	return e
 }
 
-// sweepLocked drops the entries that hold no valid token: grants no
-// subscriber uses any more, once their token expired.
-func (t *tokens) sweepLocked() {
-	now := t.now()
+// sweepLocked drops the entries no delivery asked for in tokenIdle: grants
+// no subscriber has any more, their secret and token with them. The
+// pointers are forgotten too, and found again on their next delivery.
+func (t *tokens) sweepLocked(now time.Time) {
 	for key, e := range t.entries {
-		select {
-		case e.turn <- struct{}{}:
-			if !e.validAt(now) {
-				delete(t.entries, key)
-			}
-			<-e.turn
-		default: // in use
+		if now.Sub(e.lastUsed) > tokenIdle {
+			delete(t.entries, key)
 		}
 	}
-	t.swept = len(t.entries)
+	clear(t.byGrant)
+	t.swept, t.sweptAt = len(t.entries), now
 }
 
 // validAt reports whether the entry's token may still be sent at now. The
 // caller has the entry's turn.
 func (e *tokenEntry) validAt(now time.Time) bool {
-	return e.token != nil && e.token.AccessToken != "" &&
-		(e.token.Expiry.IsZero() || now.Add(tokenEarly).Before(e.token.Expiry))
+	if e.token == nil || e.token.AccessToken == "" {
+		return false
+	}
+	if e.token.Expiry.IsZero() {
+		return true
+	}
+	early := min(tokenEarly, e.token.Expiry.Sub(e.fetched)/2)
+	return now.Add(early).Before(e.token.Expiry)
 }
 
 // token returns the grant's access token, fetched under ctx (the attempt's)
@@ -184,14 +213,15 @@ func (t *tokens) token(ctx context.Context, g *OAuth2) (*oauth2.Token, error) {
 	if err != nil {
 		err = tokenError(err)
 		e.token = nil
-		if ctx.Err() == nil {
-			// The endpoint's failure, not this attempt's end: those that
-			// waited share it.
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			// The endpoint's failure, or its silence past the attempt's
+			// timeout, not the relay stopping: those that waited share it
+			// rather than each waiting as long in turn.
 			e.err, e.errAt = err, t.now()
 		}
 		return nil, err
 	}
-	e.token, e.err = tok, nil
+	e.token, e.err, e.fetched = tok, nil, now
 	return tok, nil
 }
 

@@ -266,3 +266,24 @@ func TestOAuth2RedirectNotFollowed(t *testing.T) {
 	require.Zero(t, ts.Grants())
 	require.Empty(t, rcv.tokens())
 }
+
+// TestOAuth2ShortLivedTokenReused: a token that lives less than twice the
+// early margin is still reused for the first half of its life, not
+// fetched again for every delivery.
+func TestOAuth2ShortLivedTokenReused(t *testing.T) {
+	t.Parallel()
+	ts := testutil.StartTokenServer(t, "relay", "s3cret")
+	ts.ExpiresIn(4)
+	rcv := startBearerReceiver(t, "tok-1", "tok-2")
+	c, now := clockedClient(t)
+	g := grantOf(ts)
+	for range 3 {
+		out := c.Send(t.Context(), Request{URL: rcv.URL, ID: "ev-1", Body: []byte(`{}`), OAuth2: g})
+		require.Equal(t, Delivered, out.Class, "%v", out.Err)
+	}
+	require.Equal(t, 1, ts.Grants())
+	now.Add(int64(3 * time.Second)) // past half its life
+	out := c.Send(t.Context(), Request{URL: rcv.URL, ID: "ev-1", Body: []byte(`{}`), OAuth2: g})
+	require.Equal(t, Delivered, out.Class, "%v", out.Err)
+	require.Equal(t, 2, ts.Grants())
+}

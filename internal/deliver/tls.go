@@ -137,9 +137,14 @@ type tlsDoers struct {
 
 	mu    sync.Mutex
 	doers map[TLS]*tlsDoer
-	// swept is the number of doers after the last sweep; the next comes
-	// when it has doubled.
-	swept int
+	// bySetting finds a subscriber's Doer by its setting's pointer (the
+	// subscriber view's, the same for every delivery until the subscriber
+	// changes), without hashing its PEM for each delivery.
+	bySetting map[*TLS]*tlsDoer
+	// swept is the number of doers after the last sweep, sweptAt its
+	// time; the next comes when it has doubled, or after cacheSweepEvery.
+	swept   int
+	sweptAt time.Time
 }
 
 // tlsDoer is one setting's Doer, or why the setting cannot be used.
@@ -154,7 +159,7 @@ type tlsDoer struct {
 const tlsDoerIdle = idleConnTimeout
 
 func newTLSDoers(build func(base *tls.Config) roundTripper) *tlsDoers {
-	return &tlsDoers{build: build, doers: make(map[TLS]*tlsDoer)}
+	return &tlsDoers{build: build, doers: make(map[TLS]*tlsDoer), bySetting: make(map[*TLS]*tlsDoer)}
 }
 
 // get returns the Doer of setting t, built (and its PEM parsed) on first
@@ -162,11 +167,14 @@ func newTLSDoers(build func(base *tls.Config) roundTripper) *tlsDoers {
 func (d *tlsDoers) get(t *TLS, now time.Time) (Doer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	e, ok := d.doers[*t]
+	if now.Sub(d.sweptAt) > cacheSweepEvery || len(d.doers) >= 2*d.swept+16 {
+		d.sweepLocked(now)
+	}
+	e, ok := d.bySetting[t]
 	if !ok {
-		if len(d.doers) >= 2*d.swept+16 {
-			d.sweepLocked(now)
-		}
+		e, ok = d.doers[*t]
+	}
+	if !ok {
 		e = &tlsDoer{}
 		base, err := t.config()
 		if err != nil {
@@ -176,6 +184,7 @@ func (d *tlsDoers) get(t *TLS, now time.Time) (Doer, error) {
 		}
 		d.doers[*t] = e
 	}
+	d.bySetting[t] = e
 	e.lastUsed = now
 	if e.err != nil {
 		return nil, e.err
@@ -184,7 +193,8 @@ func (d *tlsDoers) get(t *TLS, now time.Time) (Doer, error) {
 }
 
 // sweepLocked drops the Doers unused for tlsDoerIdle, closing their idle
-// connections: settings no subscriber has any more.
+// connections: settings no subscriber has any more, their keys with them.
+// The pointers are forgotten too, and found again on their next delivery.
 func (d *tlsDoers) sweepLocked(now time.Time) {
 	for key, e := range d.doers {
 		if now.Sub(e.lastUsed) > tlsDoerIdle {
@@ -194,7 +204,8 @@ func (d *tlsDoers) sweepLocked(now time.Time) {
 			delete(d.doers, key)
 		}
 	}
-	d.swept = len(d.doers)
+	clear(d.bySetting)
+	d.swept, d.sweptAt = len(d.doers), now
 }
 
 // closeIdle closes every setting's idle connections.

@@ -67,10 +67,11 @@ func (ca *CA) Pool() *x509.CertPool {
 	return p
 }
 
-// Server issues a certificate for a server at 127.0.0.1 and localhost.
-func (ca *CA) Server(t testing.TB) Issued {
+// Server issues a certificate for a server at 127.0.0.1, localhost and
+// the other names given.
+func (ca *CA) Server(t testing.TB, names ...string) Issued {
 	t.Helper()
-	return ca.issue(t, "127.0.0.1", x509.ExtKeyUsageServerAuth)
+	return ca.issue(t, "127.0.0.1", x509.ExtKeyUsageServerAuth, names...)
 }
 
 // Client issues a client certificate named cn.
@@ -79,7 +80,7 @@ func (ca *CA) Client(t testing.TB, cn string) Issued {
 	return ca.issue(t, cn, x509.ExtKeyUsageClientAuth)
 }
 
-func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) Issued {
+func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, names ...string) Issued {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -96,7 +97,7 @@ func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) Issued {
 	}
 	if usage == x509.ExtKeyUsageServerAuth {
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		tmpl.DNSNames = []string{"localhost"}
+		tmpl.DNSNames = append([]string{"localhost"}, names...)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -116,13 +117,13 @@ func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) Issued {
 }
 
 // StartMTLSServer starts an https server with h whose certificate
-// serverCA signed and that requires a client certificate clientCA signed,
-// closed when the test ends.
-func StartMTLSServer(t testing.TB, serverCA, clientCA *CA, h http.Handler) *httptest.Server {
+// serverCA signed (for 127.0.0.1, localhost and names) and that requires a
+// client certificate clientCA signed, closed when the test ends.
+func StartMTLSServer(t testing.TB, serverCA, clientCA *CA, h http.Handler, names ...string) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{
-		Certificates: []tls.Certificate{serverCA.Server(t).Pair},
+		Certificates: []tls.Certificate{serverCA.Server(t, names...).Pair},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    clientCA.Pool(),
 	}

@@ -120,7 +120,7 @@ func FromEnv(ctx context.Context, log *slog.Logger, version string) (*Tracer, er
 		log.Warn("tracing: exporting spans", "err", err)
 	}))
 	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	log.Info("tracing: exporting spans over OTLP/HTTP", "endpoint", cmp.Or(endpoint, "http://localhost:4318"))
+	log.Info("tracing: exporting spans over OTLP/HTTP", "endpoint", redactEndpoint(cmp.Or(endpoint, "http://localhost:4318")))
 	return &Tracer{
 		provider:  provider,
 		tracer:    provider.Tracer(scopeName, trace.WithInstrumentationVersion(version)),
@@ -139,6 +139,19 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// redactEndpoint is an endpoint safe to print: without a password, and
+// with its query string (which may carry an API key) elided.
+func redactEndpoint(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "an endpoint that does not parse"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "…"
+	}
+	return u.Redacted()
+}
+
 // checkEnv refuses the settings the exporter would only complain of later,
 // or ignore: a protocol other than OTLP/HTTP, an endpoint that is not an
 // http or https URL, a sampler the SDK does not know.
@@ -153,7 +166,7 @@ func checkEnv(getenv func(string) string, endpoint string) error {
 	if endpoint != "" {
 		u, err := url.Parse(endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%w: OTLP endpoint %q: must be an http or https URL", ErrConfig, endpoint)
+			return fmt.Errorf("%w: OTLP endpoint %q: must be an http or https URL", ErrConfig, redactEndpoint(endpoint))
 		}
 	}
 	switch v := strings.ToLower(getenv(envSampler)); v {
