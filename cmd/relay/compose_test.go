@@ -377,7 +377,8 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			allowPrivate: r.bool("allow-private-targets"), logLevel: r.str("log-level"), maxPause: r.duration("max-pause"),
 			replicas: r.int("replicas"), ackWait: r.duration("ack-wait"), maxRequests: r.int("max-requests"),
 			logFormat: r.str("log-format"), dlqMaxAge: r.duration("dlq-max-age"), shutdownTimeout: r.duration("shutdown-timeout"),
-			eventsMaxAge: r.duration("events-max-age"),
+			eventsMaxAge: r.duration("events-max-age"), proxy: r.str("proxy"), noProxy: r.str("no-proxy"),
+			proxyGiven: cmd.Flags().Changed("proxy"),
 		}
 		natsURL := cmp.Or(r.str("nats"), env["NATS_URL"])
 		check = func() error {
