@@ -2,13 +2,9 @@ package lanes_test
 
 import (
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
@@ -27,7 +23,7 @@ func TestUnconfirmedKeepAliveLetsGoAndComesBack(t *testing.T) {
 	b := setup(t)
 	b.ackWait = 4 * time.Second
 	var dropped atomic.Int64
-	proxy := testutil.StartDropProxy(t, strings.TrimPrefix(b.n.URL, "nats://"), func(payload []byte) bool {
+	b.throughProxyDropping(t, func(payload []byte) bool {
 		// The server's answer to an ack sent as a request is the only
 		// empty message it sends the relay here (deliveries carry {}).
 		if len(payload) == 0 {
@@ -36,16 +32,6 @@ func TestUnconfirmedKeepAliveLetsGoAndComesBack(t *testing.T) {
 		}
 		return false
 	})
-	nc, err := nats.Connect(proxy.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.relayJS = []jetstream.JetStream{js}
 	// One a second: the last ones wait in the lane past three quarters of
 	// the ack wait.
 	sub := b.put(t, subscribers.Subscriber{ID: "slow", Rate: 1, Burst: 1})

@@ -24,10 +24,18 @@ import (
 func (b *bundle) throughDropProxy(t *testing.T, stream string) *atomic.Int32 {
 	t.Helper()
 	dropped := new(atomic.Int32)
-	proxy := testutil.StartDropProxy(t, strings.TrimPrefix(b.n.URL, "nats://"), func(payload []byte) bool {
+	b.throughProxyDropping(t, func(payload []byte) bool {
 		return bytes.HasPrefix(payload, []byte(`{"stream":"`+stream+`",`)) &&
 			!bytes.Contains(payload, []byte(`"duplicate":true`)) && dropped.CompareAndSwap(0, 1)
 	})
+	return dropped
+}
+
+// throughProxyDropping makes the bundle's relays reach NATS through a
+// proxy that drops the server's messages drop accepts.
+func (b *bundle) throughProxyDropping(t *testing.T, drop func(payload []byte) bool) {
+	t.Helper()
+	proxy := testutil.StartDropProxy(t, strings.TrimPrefix(b.n.URL, "nats://"), drop)
 	nc, err := nats.Connect(proxy.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +46,6 @@ func (b *bundle) throughDropProxy(t *testing.T, stream string) *atomic.Int32 {
 		t.Fatal(err)
 	}
 	b.relayJS = []jetstream.JetStream{js}
-	return dropped
 }
 
 // TestParkWhosePubAckIsLostMakesOneRetry: a retry parked in RETRIES whose
