@@ -38,6 +38,18 @@
 //     last arrival, relay/baseline, two-hop/baseline and relay/two-hop per
 //     run and over the runs (median); the relay's CPU time per 1,000
 //     deliveries (Linux only).
+//   - tracing: what relay's OpenTelemetry spans cost: -tracing-runs pairs
+//     of the throughput scenario's relay run (-throughput-events, one
+//     subscriber at --rate 0 --max-in-flight -throughput-in-flight, each on
+//     a fresh server and relay), tracing off (no OTEL_* variable in relay's
+//     environment) and on (OTEL_EXPORTER_OTLP_ENDPOINT set to an OTLP/HTTP
+//     endpoint in this program that decodes and counts every export),
+//     alternating which goes first so that the machine's drift reaches
+//     both; half of the events carry a traceparent, so that both of relay's
+//     paths are measured. Per pair and over the pairs (median, worst):
+//     deliveries/s on ÷ off, the relay's CPU per 1,000 deliveries both
+//     ways, and the spans received per delivery of the on run (about 2);
+//     a span received while tracing was off is reported as an error.
 //   - writes: a backlog of -writes-events to one subscriber at
 //     -writes-rate/s, observed for -writes-window once it is fanned out and
 //     has left its lane: the extra JetStream writes (growth of the last
@@ -96,8 +108,10 @@
 //     and the rate limit's KV writes, conflicts and reads per request.
 //
 // It measures and prints; it never fails on a threshold, only on errors.
-// Everything it starts (the relays, the servers, the receiver) is stopped on
-// exit, Ctrl-C included. The relays' stderr goes to files under -logs, which
+// Everything it starts (the relays, the servers, the receiver, the tracing
+// scenario's OTLP endpoint) is stopped on exit, Ctrl-C included. Every relay
+// runs without the user's NATS_URL and OTEL_* variables (only the tracing
+// scenario sets its own). The relays' stderr goes to files under -logs, which
 // are kept. The markdown tables go to stdout (and -out); -json also writes
 // every scenario's result and the machine facts to a file (see results.go).
 //
@@ -129,7 +143,7 @@ import (
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "writes", "backlog", "scale", "latency", "fanout", "isolation", "overload", "scheduled", "rate"}
+var allScenarios = []string{"burst", "throughput", "tracing", "writes", "backlog", "scale", "latency", "fanout", "isolation", "overload", "scheduled", "rate"}
 
 type config struct {
 	scenarios map[string]bool
@@ -142,6 +156,7 @@ type config struct {
 	throughputEvents   int
 	throughputRuns     int
 	throughputInFlight int
+	tracingRuns        int // pairs, tracing off and on, with the throughput scenario's events and in flight
 	scaleSubscribers   int
 	scaleEach          int
 
@@ -214,6 +229,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.throughputEvents, "throughput-events", 20_000, "throughput: events per run, baseline, two-hop loop and relay")
 	fs.IntVar(&cfg.throughputRuns, "throughput-runs", 3, "throughput: runs of each, in turn")
 	fs.IntVar(&cfg.throughputInFlight, "throughput-in-flight", 64, "throughput: requests in flight, the loops' and the subscriber's --max-in-flight")
+	fs.IntVar(&cfg.tracingRuns, "tracing-runs", 5, "tracing: pairs of relay runs, tracing off and on (with -throughput-events and -throughput-in-flight), alternating which goes first")
 	fs.IntVar(&cfg.scaleSubscribers, "scale-subscribers", 10_000, "scale: subscribers on the one relay")
 	fs.IntVar(&cfg.scaleEach, "scale-events-each", 2, "scale: events to every subscriber in the spread run")
 	fs.IntVar(&cfg.writesEvents, "writes-events", 100_000, "writes: backlog, events")
@@ -292,6 +308,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-scale-subscribers and -scale-events-each must be at least 1")
 	case cfg.throughputEvents < 1 || cfg.throughputRuns < 1 || cfg.throughputInFlight < 1:
 		return cfg, errors.New("-throughput-events, -throughput-runs and -throughput-in-flight must be at least 1")
+	case cfg.tracingRuns < 1:
+		return cfg, errors.New("-tracing-runs must be at least 1")
 	case cfg.writesEvents < 1 || cfg.backlogEvents < 1:
 		return cfg, errors.New("-writes-events and -backlog-events must be at least 1")
 	case !(cfg.writesRate > 0) || !(cfg.backlogRate > 0) || !(cfg.mateRate > 0):
@@ -370,6 +388,14 @@ func run(ctx context.Context, cfg config) error {
 			report.WriteString(throughputTable(cfg, res) + "\n")
 		}
 		rs.add("throughput", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["tracing"] && ctx.Err() == nil {
+		res, err := e.tracing(ctx)
+		if len(res) > 0 {
+			report.WriteString(tracingTable(cfg, res) + "\n")
+		}
+		rs.add("tracing", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["writes"] && ctx.Err() == nil {

@@ -263,7 +263,7 @@ func startReceivers(n int, fail func(error)) (*receiverProc, []*receiver, error)
 		return nil, nil, fmt.Errorf("the receiver process: %w", err)
 	}
 	cmd := exec.Command(exe, receiverModeArg, "-listeners", strconv.Itoa(n))
-	cmd.Env = withoutNATSEnv(os.Environ())
+	cmd.Env = withoutUserEnv(os.Environ())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -401,6 +401,12 @@ func (r throughputRun) derived() map[string]any {
 	}
 }
 
+// derived is a tracing pair's on / off ratio and the spans the endpoint
+// received per delivery of the on run.
+func (r tracingRun) derived() map[string]any {
+	return map[string]any{"on_per_off": r.ratio(), "spans_per_delivery": r.spansPerDelivery()}
+}
+
 // derived is the writes scenario's extra writes per message in each phase
 // and their sum.
 func (r writesResult) derived() map[string]any {

@@ -177,7 +177,7 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 
 	statusStart := time.Now()
 	cmd := exec.CommandContext(ctx, e.bin, "status", "--json", "--lanes", strconv.Itoa(e.cfg.lanes), "--nats", s.url)
-	cmd.Env = withoutNATSEnv(os.Environ())
+	cmd.Env = withoutUserEnv(os.Environ())
 	if out, err := cmd.Output(); err != nil {
 		return res, fmt.Errorf("relay status: %w: %s", err, out)
 	}

@@ -52,6 +52,15 @@ type burstSpec struct {
 	// count classifies the writes with a plain subscriber on deliveries.>
 	// and retries.>; it costs the server a copy of every write.
 	count bool
+	// env is extra environment for the relay process (KEY=VALUE), after
+	// what it inherits: how the tracing scenario turns tracing on for its
+	// own relays only. None when nil.
+	env []string
+	// header gives the i-th event headers beside its Nats-Msg-Id, a new
+	// map each call (see publishEachWith): how the tracing scenario gives
+	// half the events a traceparent. None when nil, as every other
+	// scenario publishes.
+	header func(i int) nats.Header
 }
 
 func (r burstRun) rate() float64 {
@@ -89,7 +98,7 @@ func (e *env) burst(ctx context.Context) ([]burstRun, error) {
 // the progress lines.
 func (e *env) burstOne(ctx context.Context, i int, spec burstSpec) (res burstRun, err error) {
 	res = burstRun{run: i, events: spec.events}
-	s, err := e.up(ctx, spec.name)
+	s, err := e.upWith(ctx, spec.name, spec.env)
 	if err != nil {
 		return res, err
 	}
@@ -119,7 +128,7 @@ func (e *env) burstOne(ctx context.Context, i int, spec burstSpec) (res burstRun
 	c0 := counts()
 	cpu0, cpuErr := cpuTime(s.relay.pid())
 	start := time.Now()
-	if err := e.publish(ctx, s, "x", spec.prefix, res.events); err != nil {
+	if err := e.publishWith(ctx, s, "x", spec.prefix, res.events, spec.header); err != nil {
 		return res, err
 	}
 	res.publish = time.Since(start)

@@ -108,6 +108,14 @@ type stack struct {
 // random loopback port, JetStream in a new directory) and a relay process
 // on it, and returns once the relay is ready.
 func (e *env) up(ctx context.Context, name string) (*stack, error) {
+	return e.upWith(ctx, name, nil)
+}
+
+// upWith is up with extra environment for the relay process (KEY=VALUE,
+// after what it inherits, so that they win): how a scenario turns on what
+// relay reads from its environment alone, such as tracing, for its own
+// relays and no other scenario's.
+func (e *env) upWith(ctx context.Context, name string, relayEnv []string) (*stack, error) {
 	s, logPath, err := e.newStack(name)
 	if err != nil {
 		return nil, err
@@ -121,7 +129,7 @@ func (e *env) up(ctx context.Context, name string) (*stack, error) {
 		}
 		listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.url = "nats://" + listen
-		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, "--data", filepath.Join(s.dir, "relay-data"), "--listen", listen); err != nil {
+		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, relayEnv, "--data", filepath.Join(s.dir, "relay-data"), "--listen", listen); err != nil {
 			return fail(err)
 		}
 	} else if err := s.startServer(); err != nil {
@@ -131,7 +139,7 @@ func (e *env) up(ctx context.Context, name string) (*stack, error) {
 		return fail(err)
 	}
 	if s.relay == nil {
-		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, "--nats", s.url); err != nil {
+		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, relayEnv, "--nats", s.url); err != nil {
 			return fail(err)
 		}
 	}
@@ -216,8 +224,10 @@ type relayProc struct {
 
 // startRelay starts `relay run` from bin in dir, its stderr and stdout to
 // logPath, on a metrics port of its own (where its readiness is asked)
-// with where saying which NATS it uses, and returns once it is ready.
-func startRelay(ctx context.Context, bin string, lanes int, dir, logPath string, where ...string) (*relayProc, error) {
+// with where saying which NATS it uses, and returns once it is ready. Its
+// environment is this program's without the user's NATS and OTEL settings
+// (withoutUserEnv), then extraEnv (KEY=VALUE, none when nil).
+func startRelay(ctx context.Context, bin string, lanes int, dir, logPath string, extraEnv []string, where ...string) (*relayProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -230,7 +240,7 @@ func startRelay(ctx context.Context, bin string, lanes int, dir, logPath string,
 	args := append([]string{"run", "--allow-private-targets", "--metrics", p.metrics, "--lanes", strconv.Itoa(lanes)}, where...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
-	p.cmd.Env = withoutNATSEnv(os.Environ())
+	p.cmd.Env = append(withoutUserEnv(os.Environ()), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	ownProcess(p.cmd)
 	if err := p.cmd.Start(); err != nil {
@@ -332,12 +342,15 @@ func tail(path string, n int) string {
 	return "  " + strings.Join(lines, "\n  ")
 }
 
-// withoutNATSEnv is env without NATS_URL, so that every relay command
-// uses the server it is given and never one of the user's.
-func withoutNATSEnv(env []string) []string {
+// withoutUserEnv is env without NATS_URL and without any OTEL_* variable,
+// so that every relay command uses the server it is given and never one of
+// the user's, and that a user's own OpenTelemetry settings never turn
+// tracing on (or change it) in a measured relay: only a scenario that asks
+// for it (upWith) traces, and every other relay runs as tracing off.
+func withoutUserEnv(env []string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "NATS_URL=") {
+		if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "OTEL_") {
 			out = append(out, kv)
 		}
 	}
@@ -377,7 +390,7 @@ func (e *env) relayCommand(ctx context.Context, s *stack, args ...string) error 
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e.bin, append(args, "--nats", s.url)...)
 	cmd.Dir = s.dir
-	cmd.Env = withoutNATSEnv(os.Environ())
+	cmd.Env = withoutUserEnv(os.Environ())
 	ownProcess(cmd)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -390,6 +403,17 @@ func (e *env) relayCommand(ctx context.Context, s *stack, args ...string) error 
 // <prefix><i>, i from 0, async in chunks, and waits for every PubAck.
 func (e *env) publish(ctx context.Context, s *stack, eventType, prefix string, n int) error {
 	return e.publishFrom(ctx, s, eventType, prefix, 0, n)
+}
+
+// publishWith is publish with the headers that header gives the i-th event
+// beside its Nats-Msg-Id (see publishEachWith); a nil header publishes
+// exactly what publish does, so that a scenario can add a header (a
+// traceparent) without changing what the others publish.
+func (e *env) publishWith(ctx context.Context, s *stack, eventType, prefix string, n int, header func(i int) nats.Header) error {
+	subject := "events." + eventType
+	return e.publishEachWith(ctx, s, n, func(i int) (string, string) {
+		return subject, prefix + strconv.Itoa(i)
+	}, header)
 }
 
 // publishFrom is publish for i from first to first+n-1.
@@ -408,13 +432,25 @@ func (e *env) publishOn(ctx context.Context, s *stack, subject, prefix string, f
 // Nats-Msg-Id that msg gives it, async in chunks of publishChunk, and waits
 // for every PubAck.
 func (e *env) publishEach(ctx context.Context, s *stack, n int, msg func(i int) (subject, id string)) error {
+	return e.publishEachWith(ctx, s, n, msg, nil)
+}
+
+// publishEachWith is publishEach with the headers header(i) gives the i-th
+// event, none when header is nil or returns nil. header must return a new
+// map each call: the publish adds the Nats-Msg-Id to it, and the client
+// keeps the message until its PubAck, to publish it again if need be.
+func (e *env) publishEachWith(ctx context.Context, s *stack, n int, msg func(i int) (subject, id string), header func(i int) nats.Header) error {
 	chunk := e.chunk()
 	for from := 0; from < n; from += chunk {
 		to := min(n, from+chunk)
 		acks := make([]jetstream.PubAckFuture, 0, to-from)
 		for i := from; i < to; i++ {
 			subject, id := msg(i)
-			f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: e.body}, jetstream.WithMsgID(id))
+			m := &nats.Msg{Subject: subject, Data: e.body}
+			if header != nil {
+				m.Header = header(i)
+			}
+			f, err := s.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
 			if err != nil {
 				return fmt.Errorf("publishing: %w", err)
 			}
