@@ -36,6 +36,7 @@ FUZZ_TARGETS := \
 	FuzzWebhookID:./internal/deliver/ \
 	FuzzFilterIndex:./internal/subscribers/ \
 	FuzzDecode:./internal/subscribers/ \
+	FuzzCompile:./internal/filter/ \
 	FuzzEntryFromMsg:./internal/deadletter/
 
 fuzz: ## fuzz each target for FUZZTIME (default 10s), one after another; a failing input lands in its package's testdata/fuzz/

@@ -112,6 +112,13 @@ the events published after it was added whose type matches --events (NATS
 wildcards: video.* matches video.trending, video.> matches video.a.b; no
 --events means every event).
 
+--filter narrows them by content: a CEL expression over body (the event's JSON
+body), type (the event type) and headers (its NATS headers, name to first
+value), such as 'body.status == "paid" && body.amount > 100'. It is checked
+here (a bad one exits 2 with CEL's message and its line:column); an event whose
+body is not JSON never matches one that reads body, and a field the body lacks
+makes the expression false (has(body.x) tests for one). See docs/filters.md.
+
 The secret is given with at most one of --secret, --secret-file (one secret a
 line, newest first) or --secret-env (the name of an environment variable); the
 last two keep it out of the process list and the shell history. Without any,
@@ -137,6 +144,7 @@ secrets of a rotation still in its grace.
 --lane dedicated gives the subscriber a JetStream consumer of its own; at most
 ` + fmt.Sprint(subscribers.MaxDedicated) + ` subscribers may have one.`,
 		Example: `  relay sub add demo --url https://example.com/hook --secret whsec_... --events 'video.*' --rate 50
+  relay sub add paid --url https://example.com/hook --events 'order.*' --filter 'body.status == "paid"'
   relay sub add demo --url https://example.com/hook --secret-file demo-secret.txt
   relay sub add demo --url https://example.com/hook --signing ed25519`,
 		Args: exactArgs(1, "a subscriber ID"),
@@ -377,6 +385,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 					row("public key", shown.PublicKey)
 				}
 				row("events", eventsString(sub.Events))
+				if sub.Filter != "" {
+					row("filter", sub.Filter)
+				}
 				row("rate", rateString(sub))
 				row("max attempts", sub.MaxAttempts)
 				row("timeout", sub.Timeout)

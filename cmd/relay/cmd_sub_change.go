@@ -29,7 +29,7 @@ func newSubUpdateCmd(conn *connFlags) *cobra.Command {
 		Long: `Changes the settings given as flags (the same flags as relay sub add) and keeps
 every other one, then checks the result as relay sub add does. --events, --header
 and the secret flags replace the whole list they set (--events '' for every
-event); --burst is kept unless given. To change the secret with a grace period
+event, --filter '' for no content filter); --burst is kept unless given. To change the secret with a grace period
 during which the old one still signs, use relay sub rotate-secret instead.
 
 --signing keeps the keys of a kind still in use, generates one for a kind newly
@@ -37,7 +37,8 @@ in use (a secret is printed on stdout, an ed25519 key as its public key) and
 drops a kind no longer in use at once. To move receivers from hmac to ed25519
 without a rejected request, go through --signing both.`,
 		Example: `  relay sub update demo --rate 100
-  relay sub update demo --url https://example.com/v2/hook --events 'video.*,order.>'`,
+  relay sub update demo --url https://example.com/v2/hook --events 'video.*,order.>'
+  relay sub update demo --filter 'body.amount > 100'`,
 		Args: exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]

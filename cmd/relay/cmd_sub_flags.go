@@ -25,6 +25,7 @@ type subFlags struct {
 	signing     string
 	keyFile     string
 	events      []string
+	filter      string
 	rate        float64
 	burst       int
 	maxAttempts int
@@ -54,6 +55,7 @@ func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.StringVar(&f.signing, "signing", shown(defaults, string(subscribers.SigningHMAC)), "signature scheme: hmac (v1, whsec_ secret), ed25519 (v1a, whsk_ key) or both")
 	fs.StringVar(&f.keyFile, "signing-key-file", "", "read the ed25519 signing keys (whsk_..., one a line, newest first) from this file")
 	fs.StringSliceVar(&f.events, "events", nil, "event types to receive, comma separated, NATS wildcards allowed (none: all)")
+	fs.StringVar(&f.filter, "filter", "", `content filter, a CEL expression over body, type and headers, such as 'body.status == "paid"' (none: every event of --events)`)
 	fs.Float64Var(&f.rate, "rate", 0, "requests per second, 0 = unlimited")
 	fs.IntVar(&f.burst, "burst", 0, "bucket size: requests allowed at once (0: the rate)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", shown(defaults, subscribers.DefaultMaxAttempts), "attempts before a delivery is dead-lettered")
@@ -156,6 +158,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		sub.Secrets, f.generated = keys.apply(sub.Secrets)
 		if given("events") {
 			sub.Events = append([]string(nil), events...)
+		}
+		if given("filter") {
+			sub.Filter = strings.TrimSpace(f.filter)
 		}
 		if given("rate") {
 			sub.Rate = f.rate

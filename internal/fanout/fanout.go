@@ -18,6 +18,7 @@ import (
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/filter"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -371,7 +372,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
 	p.span = cfg.Tracer.Fanout(ctx, orig, id, eventType)
-	subs := cfg.Subscribers.Matching(eventType)
+	subs := byContent(cfg.Subscribers.Matching(eventType), eventType, orig, msg.Data(), cfg.Metrics)
 	if len(subs) == 0 {
 		return p
 	}
@@ -473,6 +474,32 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		p.futures = append(p.futures, f)
 	}
 	return p
+}
+
+// byContent keeps, of the subscribers an event's type matched, those
+// without a content filter and those whose filter matches the event. The
+// event is made a filter.Event once, at the first filter, so that its body
+// is parsed at most once whatever the number of filters; an event none of
+// whose subscribers has a filter costs one look at each. subs is the
+// caller's (Matching makes it anew), so it is compacted in place.
+func byContent(subs []*subscribers.Subscriber, eventType string, h nats.Header, body []byte, m *metrics.Metrics) []*subscribers.Subscriber {
+	var ev *filter.Event
+	kept := subs[:0]
+	for _, sub := range subs {
+		if f := sub.Content(); f != nil {
+			if ev == nil {
+				ev = filter.NewEvent(eventType, h, body)
+			}
+			r := f.Match(ev)
+			m.Filtered(r)
+			if r != filter.Matched {
+				continue
+			}
+		}
+		kept = append(kept, sub)
+	}
+	clear(subs[len(kept):])
+	return kept
 }
 
 // deadLetterUnsent stores the DLQ copy of an event's copy that can never

@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/filter"
 )
 
 // The outcomes of relay_deliveries_total: what became of a delivery, not
@@ -139,7 +140,10 @@ type Metrics struct {
 	dueToAccepted    *prometheus.HistogramVec
 	overflowed       prometheus.Counter
 	letGo            prometheus.Counter
-	stageSeconds     *prometheus.HistogramVec
+	// filtered holds relay_filter_evaluations_total's children, by
+	// [filter.Result].
+	filtered     [filter.Failed + 1]prometheus.Counter
+	stageSeconds *prometheus.HistogramVec
 	// stages are stageSeconds' children, in the order of stageNames.
 	stages [len(stageNames)]prometheus.Observer
 
@@ -249,6 +253,13 @@ func NewWith(opts Options) *Metrics {
 			Help: "Deliveries this relay let go unsent because NATS had not confirmed their keep-alive for most of their ack wait: JetStream delivers them again once their ack wait ends.",
 		}),
 	}
+	filterEvaluations := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relay_filter_evaluations_total",
+		Help: "Content filters (relay sub add --filter) the fan-out evaluated, by result: matched (a copy made), not_matched, body_not_json (the filter read the body of an event whose body is not JSON), error (a field the body lacks, a type mismatch, the cost limit).",
+	}, []string{"result"})
+	for r := range m.filtered {
+		m.filtered[r] = filterEvaluations.WithLabelValues(filter.Result(r).String())
+	}
 	m.stageSeconds = newStageHistogram()
 	for i, name := range stageNames {
 		m.stages[i] = m.stageSeconds.WithLabelValues(name)
@@ -262,7 +273,7 @@ func NewWith(opts Options) *Metrics {
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
-		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, m.stageSeconds, casConflicts,
+		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, filterEvaluations, m.stageSeconds, casConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -390,6 +401,14 @@ func (m *Metrics) LetGo() {
 		return
 	}
 	m.letGo.Inc()
+}
+
+// Filtered records one content filter's evaluation by the fan-out.
+func (m *Metrics) Filtered(r filter.Result) {
+	if m == nil || int(r) >= len(m.filtered) {
+		return
+	}
+	m.filtered[r].Inc()
 }
 
 // Lane returns the in-flight gauge of one lane of this relay, its series

@@ -301,3 +301,47 @@ func TestSyncPassesARevisionRemovedBeforeTheWatchSawIt(t *testing.T) {
 	require.NoError(t, stream.Purge(ctx, jetstream.WithPurgeSequence(rev+1)))
 	require.NoError(t, <-done, "Sync waited for a revision no longer stored")
 }
+
+// TestWatchCompilesAFilterOnceAndReportsABadOne: a subscriber's content
+// filter is compiled when its value is read, once, and every later view
+// shares the compiled filter until the value changes; a stored filter CEL
+// refuses (written by hand, or by a later relay's syntax) makes the value
+// invalid, reported, and the last valid one stays in effect.
+func TestWatchCompilesAFilterOnceAndReportsABadOne(t *testing.T) {
+	t.Parallel()
+	st, n := newStore(t)
+	ctx := testutil.Context(t)
+	s := valid("a")
+	s.Filter = `body.status == "paid"`
+	require.NoError(t, st.Put(ctx, s))
+	l, err := st.Watch(ctx)
+	require.NoError(t, err)
+	got := l.Matching("order.shipped")
+	require.Len(t, got, 1)
+	compiled := got[0].Content()
+	require.NotNil(t, compiled)
+	require.Equal(t, s.Filter, compiled.String())
+
+	require.NoError(t, st.Put(ctx, valid("b")))
+	waitFor(t, l, "b added", func() bool { return len(l.All()) == 2 })
+	for _, sub := range l.Matching("order.shipped") {
+		if sub.ID == "a" {
+			require.Same(t, compiled, sub.Content(), "compiled again on another subscriber's change")
+		} else {
+			require.Nil(t, sub.Content())
+		}
+	}
+
+	_, err = rawKV(t, n).PutString(ctx, "a", `{"id":"a","url":"https://example.com/h","secrets":["`+secretA+`"],"filter":"body.status =="}`)
+	require.NoError(t, err)
+	waitFor(t, l, "a reported", func() bool { return l.Invalid()["a"] != nil })
+	require.ErrorIs(t, l.Invalid()["a"], ErrCorrupt)
+	require.ErrorContains(t, l.Invalid()["a"], "--filter")
+	still, ok := l.Get("a")
+	require.True(t, ok)
+	require.Same(t, compiled, still.Content())
+
+	s.Filter = ""
+	require.NoError(t, st.Put(ctx, s))
+	waitFor(t, l, "a's filter removed", func() bool { got, _ := l.Get("a"); return got.Content() == nil && l.Invalid()["a"] == nil })
+}

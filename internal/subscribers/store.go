@@ -508,6 +508,9 @@ func decode(key string, value []byte) (Subscriber, error) {
 		return Subscriber{}, fmt.Errorf("%w: key %q holds subscriber id %s", ErrCorrupt, key, quote(sub.ID))
 	}
 	sub.SetDefaults()
+	if err := sub.compileFilter(); err != nil {
+		return Subscriber{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+	}
 	if err := sub.Validate(); err != nil {
 		return Subscriber{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}

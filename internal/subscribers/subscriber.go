@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/filter"
 )
 
 // Defaults that [Subscriber.SetDefaults] fills in, the defaults of the
@@ -84,6 +85,14 @@ type Subscriber struct {
 	// "order.>"; an event is delivered when one matches. Empty means every
 	// event.
 	Events []string `json:"events,omitempty"`
+	// Filter, when set, is a content filter: a CEL expression over the
+	// event's JSON body, its type and its headers (package filter), such
+	// as `body.status == "paid"`. The fan-out gives the subscriber a copy
+	// only of the events of its Events for which it is true.
+	Filter string `json:"filter,omitempty"`
+	// content is Filter compiled, once, when the subscriber is read from
+	// the bucket (see [Subscriber.Content]).
+	content *filter.Filter
 	// Rate is the most requests per second relay sends to the subscriber,
 	// summed over all relay instances; 0 means unlimited.
 	Rate float64 `json:"rate"`
@@ -155,6 +164,29 @@ type Subscriber struct {
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the subscriber was last stored, in UTC.
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Content is the subscriber's content filter, compiled; nil when it has
+// none. A subscriber read from the bucket has it compiled once, when it is
+// read: the fan-out evaluates it for every event of its types.
+func (s *Subscriber) Content() *filter.Filter { return s.content }
+
+// compileFilter compiles Filter into content, or clears content when there
+// is no Filter.
+func (s *Subscriber) compileFilter() error {
+	if s.Filter == "" {
+		s.content = nil
+		return nil
+	}
+	if s.content != nil && s.content.String() == s.Filter {
+		return nil
+	}
+	f, err := filter.Compile(s.Filter)
+	if err != nil {
+		return invalid("--filter", filter.Reason(err))
+	}
+	s.content = f
+	return nil
 }
 
 // DeadlineFor is the deadline of an event due at due that carries no
@@ -272,6 +304,11 @@ func (s Subscriber) Validate() error {
 	for _, f := range s.Events {
 		if err := ValidateFilter(f); err != nil {
 			return err
+		}
+	}
+	if s.Filter != "" && (s.content == nil || s.content.String() != s.Filter) {
+		if _, err := filter.Compile(s.Filter); err != nil {
+			return invalid("--filter", filter.Reason(err))
 		}
 	}
 	if math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) || s.Rate < 0 || s.Rate > maxRate || (s.Rate > 0 && s.Rate < minRate) {

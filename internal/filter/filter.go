@@ -1,0 +1,141 @@
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+)
+
+// The limits of a filter, in one place: what `relay sub add --filter`
+// accepts and what one evaluation may spend.
+const (
+	// MaxLength bounds an expression's length in bytes: a filter is a
+	// condition on an event, not a program, and the fan-out evaluates it
+	// for every event of its types.
+	MaxLength = 4096
+	// CostLimit bounds one evaluation in CEL's cost units (about one a
+	// comparison, field access or list element visited): a filter over a
+	// large array of the body stops there, not after seconds of the
+	// fan-out's time. An evaluation past it is [Failed] (the event does
+	// not match).
+	CostLimit = 100_000
+)
+
+// The variables a filter reads.
+const (
+	// VarBody is the event's body, parsed as JSON: objects are maps,
+	// numbers doubles, as CEL's JSON values are.
+	VarBody = "body"
+	// VarType is the event type, the subject after "events.".
+	VarType = "type"
+	// VarHeaders is the event's NATS headers, each name to its first
+	// value, names as published.
+	VarHeaders = "headers"
+)
+
+// ErrInvalid is wrapped by [Compile]'s errors: the expression is not a
+// valid filter. The message carries CEL's, with the line and column.
+var ErrInvalid = errors.New("filter: invalid expression")
+
+// Filter is a compiled content filter: a CEL expression of type bool over
+// an event's body, type and headers. It is immutable and safe for
+// concurrent use.
+type Filter struct {
+	expr string
+	prog cel.Program
+}
+
+// environment is the one CEL environment every filter is compiled in:
+// building it costs more than compiling an expression.
+var environment = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable(VarBody, cel.DynType),
+		cel.Variable(VarType, cel.StringType),
+		cel.Variable(VarHeaders, cel.MapType(cel.StringType, cel.StringType)),
+		// JSON numbers are doubles: `body.amount > 100` compares a double
+		// with an int, as a user writes it.
+		cel.CrossTypeNumericComparisons(true),
+		cel.ParserExpressionSizeLimit(MaxLength),
+	)
+})
+
+// Compile parses and type-checks expr. A syntax or type error, an
+// expression longer than [MaxLength] or one that is not a bool is an
+// error wrapping [ErrInvalid] with CEL's message.
+func Compile(expr string) (*Filter, error) {
+	if strings.TrimSpace(expr) == "" {
+		return nil, fmt.Errorf("%w: empty (give a CEL expression such as body.status == \"paid\")", ErrInvalid)
+	}
+	if len(expr) > MaxLength {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrInvalid, len(expr), MaxLength)
+	}
+	env, err := environment()
+	if err != nil {
+		return nil, fmt.Errorf("filter: building the CEL environment: %w", err)
+	}
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, oneLine(iss.Err().Error()))
+	}
+	if !ast.OutputType().IsExactType(types.BoolType) && ast.OutputType() != cel.DynType {
+		return nil, fmt.Errorf("%w: must be true or false, got an expression of type %s", ErrInvalid, ast.OutputType())
+	}
+	prog, err := env.Program(ast, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err.Error()))
+	}
+	return &Filter{expr: expr, prog: prog}, nil
+}
+
+// oneLine joins CEL's multi-line message (the error, the source line, a
+// caret under the column) into one line for a CLI's stderr: "at 1:25:
+// Syntax error: … | body.status == | ..............^".
+func oneLine(s string) string {
+	var parts []string
+	for l := range strings.SplitSeq(strings.TrimSpace(s), "\n") {
+		l = strings.TrimPrefix(strings.TrimRight(l, " "), " | ")
+		l = strings.ReplaceAll(l, " (in container '')", "")
+		if l = strings.TrimPrefix(l, "ERROR: <input>:"); l == "" {
+			continue
+		}
+		parts = append(parts, l)
+	}
+	if len(parts) > 0 && len(parts[0]) > 0 && parts[0][0] >= '0' && parts[0][0] <= '9' {
+		parts[0] = "at " + parts[0]
+	}
+	return strings.Join(parts, " | ")
+}
+
+// Reason is err's message without the [ErrInvalid] prefix: what a flag's
+// error says after the flag's name.
+func Reason(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+}
+
+// String is the expression as given.
+func (f *Filter) String() string { return f.expr }
+
+// Match evaluates the filter over ev. Only [Matched] sends the event to
+// the subscriber; the others say why not, for the metrics. An expression
+// that needed the body of an event whose body is not JSON is [NotJSON]
+// unless it was true without it.
+func (f *Filter) Match(ev *Event) Result {
+	ev.bodyRead = false
+	out, _, err := f.prog.Eval(ev)
+	if err == nil {
+		if b, ok := out.Value().(bool); ok && b {
+			return Matched
+		}
+	}
+	switch {
+	case ev.bodyRead && ev.body == bodyNotJSON:
+		return NotJSON
+	case err != nil:
+		return Failed
+	}
+	return NotMatched
+}
