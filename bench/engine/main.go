@@ -78,6 +78,18 @@
 //     their ratio to the solo one's, whether each subscriber got every
 //     event, the bytes the relay wrote to DELIVERIES and BODIES per
 //     delivery, and the relay's peak RSS.
+//   - filters: what content filters cost the fan-out: -filters-runs pairs
+//     for each body size of -filters-payloads, each run on a fresh server
+//     and relay, -fanout-subscribers subscribers on one event type (--rate
+//     0 --max-in-flight 64) taking -filters-events each, without a filter
+//     and with --filter 'body.status == "paid" && body.amount > 100 &&
+//     has(body.customer)', true of every event (the same JSON bodies both
+//     ways), so that both deliver the same requests; alternating which goes
+//     first. Per pair and over the pairs (median, worst): deliveries/s with
+//     ÷ without, the relay's CPU per 1,000 deliveries both ways, whether
+//     every subscriber got every event, duplicate requests, and the growth
+//     of the relay's relay_filter_evaluations_total (matched must be
+//     events × subscribers, no other result).
 //   - isolation: -isolation-runs times, each on a fresh server and relay, a
 //     healthy subscriber (--rate 0 --max-in-flight 64) taking
 //     -isolation-events alone, (a) beside two peers answering 204 and (b)
@@ -122,6 +134,7 @@
 //	go run ./bench/engine -scenarios throughput            # relay against the simplest loop and the two-hop loop
 //	go run ./bench/engine -backlog-events 100000           # a smaller backlog
 //	go run ./bench/engine -scenarios latency,fanout,isolation   # steady-rate latency, fan-out, isolation
+//	go run ./bench/engine -scenarios filters -filters-runs 1 -filters-events 300   # a smoke run of the content filters' cost
 //	go run ./bench/engine -scenarios rate -rate-backlog 5s   # the rate rule, quick mode
 //	go run ./bench/engine -scenarios scheduled -scheduled-events 20000 -scheduled-span 1m   # Relay-Deliver-At, quick
 //	go run ./bench/engine -json bench/results.json         # what make bench runs
@@ -143,7 +156,7 @@ import (
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "tracing", "writes", "backlog", "scale", "latency", "fanout", "isolation", "overload", "scheduled", "rate"}
+var allScenarios = []string{"burst", "throughput", "tracing", "writes", "backlog", "scale", "latency", "fanout", "filters", "isolation", "overload", "scheduled", "rate"}
 
 type config struct {
 	scenarios map[string]bool
@@ -176,6 +189,10 @@ type config struct {
 	fanoutSubscribers int
 	fanoutEvents      int
 	fanoutPayloads    []int
+
+	filtersRuns     int   // pairs, without filters and with, each run with -fanout-subscribers subscribers
+	filtersEvents   int   // events per run, each to every subscriber
+	filtersPayloads []int // body sizes, -filters-runs pairs each
 
 	overloadSubscribers int // the healthy ones and the paused one
 	overloadEvents      int
@@ -245,6 +262,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.fanoutSubscribers, "fanout-subscribers", 100, "fanout: subscribers on the one event type")
 	fs.IntVar(&cfg.fanoutEvents, "fanout-events", 2_000, "fanout: events, each to every subscriber")
 	fanoutPayloads := fs.String("fanout-payloads", "200,4096,16384,65536", "fanout: body sizes in bytes, a run each")
+	fs.IntVar(&cfg.filtersRuns, "filters-runs", 3, "filters: pairs of fan-out runs without filters and with (to -fanout-subscribers subscribers), alternating which goes first, for each size of -filters-payloads")
+	fs.IntVar(&cfg.filtersEvents, "filters-events", 1_000, "filters: events per run, each to every subscriber")
+	filtersPayloads := fs.String("filters-payloads", "4096", fmt.Sprintf("filters: JSON body sizes in bytes (at least %d), comma separated, -filters-runs pairs each", filterBodyMin))
 	fs.IntVar(&cfg.overloadSubscribers, "overload-subscribers", 100, "overload: subscribers, all healthy but one, which is paused")
 	fs.IntVar(&cfg.overloadEvents, "overload-events", 1_000, "overload: events to every subscriber, alone and beside the paused one")
 	fs.IntVar(&cfg.overloadBound, "overload-bound", 200, "overload: the paused subscriber's --max-backlog")
@@ -280,6 +300,13 @@ func parseFlags(args []string) (config, error) {
 			return cfg, fmt.Errorf("-fanout-payloads: %q is not a body size of at least 2 bytes; give a comma-separated list such as 200,4096", part)
 		}
 		cfg.fanoutPayloads = append(cfg.fanoutPayloads, size)
+	}
+	for part := range strings.SplitSeq(*filtersPayloads, ",") {
+		size, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || size < filterBodyMin {
+			return cfg, fmt.Errorf("-filters-payloads: %q is not a body size of at least %d bytes (the filtered fields); give a comma-separated list such as 4096,16384", part, filterBodyMin)
+		}
+		cfg.filtersPayloads = append(cfg.filtersPayloads, size)
 	}
 	if err := cfg.rate.check(); err != nil {
 		return cfg, err
@@ -322,6 +349,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-latency-for must be a positive duration, such as 30s")
 	case cfg.fanoutSubscribers < 1 || cfg.fanoutEvents < 1:
 		return cfg, errors.New("-fanout-subscribers and -fanout-events must be at least 1")
+	case cfg.filtersRuns < 1 || cfg.filtersEvents < 1:
+		return cfg, errors.New("-filters-runs and -filters-events must be at least 1")
 	case cfg.overloadSubscribers < 2 || cfg.overloadEvents < 1 || cfg.overloadBound < 1:
 		return cfg, errors.New("-overload-subscribers must be at least 2, -overload-events and -overload-bound at least 1")
 	case cfg.isolationEvents < 1 || cfg.isolationRuns < 1:
@@ -436,6 +465,14 @@ func run(ctx context.Context, cfg config) error {
 			report.WriteString(fanoutTable(res) + "\n")
 		}
 		rs.add("fanout", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["filters"] && ctx.Err() == nil {
+		res, err := e.filters(ctx)
+		if len(res) > 0 {
+			report.WriteString(filtersTable(cfg, res) + "\n")
+		}
+		rs.add("filters", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["isolation"] && ctx.Err() == nil {

@@ -407,6 +407,14 @@ func (r tracingRun) derived() map[string]any {
 	return map[string]any{"on_per_off": r.ratio(), "spans_per_delivery": r.spansPerDelivery()}
 }
 
+// derived is a filters pair's with / without ratio, and the evaluations
+// the run with filters had to match and the ones that did not.
+func (r filtersRun) derived() map[string]any {
+	return map[string]any{
+		"with_per_without": r.ratio(), "want_matched": r.wantMatched(), "with_other_results": r.with.evaluations.others(),
+	}
+}
+
 // derived is the writes scenario's extra writes per message in each phase
 // and their sum.
 func (r writesResult) derived() map[string]any {
