@@ -32,7 +32,11 @@ func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
 	mustRelay(t, "sub", "add", "demo", "--nats", url, "--url", rcv.URL, "--secret", testSecret, "--events", "x")
 	js, err := jetstream.New(testutil.Connect(t, url))
 	require.NoError(t, err)
-	ctx := testutil.Context(t)
+	// Filling 32 MiB event by event, then draining it, took 128 s of a
+	// host running several race-detector suites: more than the two
+	// minutes of testutil.Context. Each wait below is bounded by itself.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
 
 	body := bytes.Repeat([]byte("x"), 16<<10)
 	acked, refused := 0, 0

@@ -245,6 +245,21 @@ func fannedOut(ctx context.Context, js jetstream.JetStream) bool {
 	return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
 }
 
+// fanoutFloor is how many of EVENTS' messages the fan-out has settled: its
+// ack floor, the stream sequence below which every event is acked. With
+// nothing else in EVENTS, it counts the events fanned out.
+func fanoutFloor(ctx context.Context, js jetstream.JetStream) int {
+	c, err := js.Consumer(ctx, streams.Events, fanout.ConsumerName)
+	if err != nil {
+		return 0
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return int(ci.AckFloor.Stream)
+}
+
 // waitIdle waits until every event published so far has been fanned out and
 // every delivery has left DELIVERIES and RETRIES (delivered, or dropped), so
 // that a test can assert that something did not happen without sleeping.

@@ -138,6 +138,10 @@ func TestFullDeliveriesRecoversByItself(t *testing.T) {
 	// want of room (5 s), an eviction a second.
 	testutil.Progress(t, healthy.count, events, 15*time.Second,
 		"the healthy subscriber's deliveries beside a paused one in a full DELIVERIES")
+	// The paused one's last copies, refused by the full stream, are
+	// fanned out as the evictions make room: by progress, as long as it
+	// goes on (a loaded host took more than 30 s).
+	testutil.Progress(t, func() int { return fanoutFloor(ctx, n.JS) }, events, 15*time.Second, "events fanned out")
 	testutil.Eventually(t, func() bool { return fannedOut(ctx, n.JS) }, "events not all fanned out")
 	// A move is a copy stored, then its original acked: while the relay
 	// still moves the paused one's deliveries (to overflow, RETRIES or the
