@@ -28,6 +28,7 @@ import (
 	"github.com/relay-dev/relay/internal/retention"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/internal/testrequest"
 	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/internal/tracing"
 	"github.com/relay-dev/relay/streams"
@@ -464,6 +465,13 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	// Rewrites subscribers whose retired secrets or timed pause have ended
 	// (nil: the real clock).
 	wg.Go(func() { store.RunJanitor(runCtx, live, nil, log) })
+	// relay sub test: a request made as a delivery is, from this relay,
+	// with its client. It failing to start stops no delivery.
+	if tests, err := testrequest.Start(testrequest.Config{Conn: nc, Subscribers: live, Client: client, Logger: log}); err != nil {
+		log.Error("relay: relay sub test cannot ask this relay", "err", err)
+	} else {
+		wg.Go(func() { tests.Run(runCtx) })
+	}
 	wg.Go(func() { _ = limiter.Follow(runCtx, log) })
 	m.SetReady(true)
 	log.Info("relay running", "nats", maskNATS(url), "metrics", addrString(metricsAddr), "lanes", f.lanes,

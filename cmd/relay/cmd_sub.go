@@ -27,7 +27,7 @@ const cmdTimeout = 15 * time.Second
 func newSubCmd(conn *connFlags) *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "sub",
-		Short: "Add, change, list, show, remove, pause, enable and disable subscribers",
+		Short: "Add, change, list, show, remove, pause, enable, disable and test subscribers",
 	})
 	cmd.AddCommand(
 		newSubAddCmd(conn),
@@ -40,6 +40,7 @@ func newSubCmd(conn *connFlags) *cobra.Command {
 		newSubRmCmd(conn),
 		newSubEnableCmd(conn, "enable", false),
 		newSubEnableCmd(conn, "disable", true),
+		newSubTestCmd(conn),
 	)
 	return cmd
 }

@@ -409,6 +409,12 @@ type Request struct {
 	// (its timeout included) when it has none; a 401 drops it, so that the
 	// next attempt fetches another.
 	OAuth2 *OAuth2
+	// Inspect keeps what a person reading the reply wants and a delivery
+	// does not: the reply's headers in [Outcome.Header], and whether its
+	// body went on past [Outcome.Body] in [Outcome.BodyCut]. `relay sub
+	// test` shows them; the lanes leave it off, so that a delivery keeps
+	// nothing of a reply but what decides its fate.
+	Inspect bool
 }
 
 // Send makes one attempt: it signs r with the client's clock, POSTs it, reads
@@ -474,7 +480,11 @@ func (c *Client) send(parent context.Context, r Request) Outcome {
 		c.tokens.drop(ctx, r.OAuth2, token)
 		o.Class = Retryable
 	}
-	o.Body = c.drain(resp.Body)
+	var cut bool
+	o.Body, cut = c.drain(resp.Body)
+	if r.Inspect {
+		o.Header, o.BodyCut = resp.Header, cut
+	}
 	if o.Class != Delivered {
 		o.Err = fmt.Errorf("%w: %s", ErrStatus, statusString(resp.StatusCode))
 	}
@@ -553,18 +563,19 @@ func (c *Client) newRequest(ctx context.Context, r Request) (*http.Request, erro
 }
 
 // drain reads at most c.maxBody bytes of body, keeping the first
-// maxOutcomeBody of them, and closes it. Reading a small body to its end is
-// what lets the transport reuse the connection; stopping at the limit is what
-// keeps a subscriber from making relay download without end. Read errors do
-// not matter: the status has already decided the outcome.
-func (c *Client) drain(body io.ReadCloser) string {
+// maxOutcomeBody of them, and closes it; cut says that it read more than it
+// kept. Reading a small body to its end is what lets the transport reuse the
+// connection; stopping at the limit is what keeps a subscriber from making
+// relay download without end. Read errors do not matter: the status has
+// already decided the outcome.
+func (c *Client) drain(body io.ReadCloser) (kept string, cut bool) {
 	defer body.Close()
 	limited := io.LimitReader(body, c.maxBody)
 	bp := outcomeBufs.Get().(*[maxOutcomeBody]byte)
 	defer outcomeBufs.Put(bp)
 	n, _ := io.ReadFull(limited, bp[:min(c.maxBody, maxOutcomeBody)])
-	_, _ = io.Copy(io.Discard, limited)
-	return string(bp[:n])
+	rest, _ := io.Copy(io.Discard, limited)
+	return string(bp[:n]), rest > 0
 }
 
 // outcomeBufs holds the buffers drain reads into: most replies have an

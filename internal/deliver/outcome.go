@@ -84,6 +84,12 @@ type Outcome struct {
 	// Duration is how long the attempt took by the client's clock, from
 	// sending the request to finishing with the reply.
 	Duration time.Duration
+	// Header is the reply's headers, for a [Request] with Inspect alone
+	// (nil otherwise, and when there was no reply).
+	Header http.Header
+	// BodyCut says that the reply's body went on past Body, for a
+	// [Request] with Inspect alone.
+	BodyCut bool
 
 	// QuotaExhausted reports RateLimit-Remaining: 0 (or X-RateLimit-Remaining:
 	// 0) with a readable reset, on any response: the subscriber has said it

@@ -3,7 +3,6 @@ package lanes
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -58,44 +57,23 @@ func (s *scheduler) attempt(ctx context.Context, d delivery, sub *subscribers.Su
 }
 
 // request builds the HTTP delivery of one DELIVERIES message, signed with
-// the subscriber's keys in force at now.
+// the subscriber's keys in force at now ([subscribers.Subscriber.Request],
+// which relay sub test shares), with the event's trace context.
 func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time) (deliver.Request, error) {
 	h := d.msg.Headers()
-	keys, err := sub.Keys(now)
-	if err != nil {
-		return deliver.Request{}, err
-	}
-	signingKeys, err := sub.SigningKeys(now)
-	if err != nil {
-		return deliver.Request{}, err
-	}
 	id := h.Get(streams.HeaderEventID)
 	if id == "" {
 		// A message published on DELIVERIES by hand: its stream sequence is
 		// the most stable id it has.
 		id = "DELIVERIES-" + strconv.FormatUint(d.seq, 10)
 	}
-	var header http.Header
-	if len(sub.Headers) > 0 {
-		header = make(http.Header, len(sub.Headers))
-		for k, v := range sub.Headers {
-			header.Set(k, v)
-		}
+	req, err := sub.Request(id, body, streams.HeaderValue(h, streams.HeaderContentType), now)
+	if err != nil {
+		return deliver.Request{}, err
 	}
 	// The event's trace context goes on, whether or not spans are made.
-	header = tracing.ParentOf(h).Forward(header)
-	return deliver.Request{
-		URL:         sub.URL,
-		ID:          id,
-		Body:        body,
-		ContentType: streams.HeaderValue(h, streams.HeaderContentType),
-		Header:      header,
-		Keys:        keys,
-		SigningKeys: signingKeys,
-		Timeout:     sub.Timeout.Std(),
-		OAuth2:      sub.OAuth2,
-		TLS:         sub.TLS,
-	}, nil
+	req.Header = tracing.ParentOf(h).Forward(req.Header)
+	return req, nil
 }
 
 // send makes one attempt and settles the message by its outcome: ack,
