@@ -503,9 +503,7 @@ func (b *rateBench) startInProcess(ctx context.Context) (*libRelay, error) {
 		r.done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: b.cfg.lanes, Client: client,
 			Limiter: limiter, Logger: b.log, Metrics: r.metrics,
-			Disable: func(ctx context.Context, id, reason string) error {
-				return store.SetDisabled(ctx, id, true, reason)
-			},
+			Disable: store.Disable,
 		})
 	}()
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/logs"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/opevent"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retention"
@@ -374,10 +376,26 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err != nil {
 		return refused.explain(err)
 	}
-	limiter, err := ratelimit.NewShared(setupCtx, js, ratelimit.Options{MaxPause: f.maxPause})
+	// Operational events: what the lanes and the fan-out do to a
+	// subscriber, published into EVENTS as relay.* events. A resume is
+	// announced only once no later pause (another relay's) holds it.
+	var limiter *ratelimit.Shared
+	ops, err := opevent.New(opevent.Config{JS: js, Relay: relayName(), Logger: log,
+		PausedUntil: func(id string) time.Time { return limiter.PausedUntil(id) }})
+	if err != nil {
+		return err
+	}
+	limiter, err = ratelimit.NewShared(setupCtx, js, ratelimit.Options{MaxPause: f.maxPause, Notify: ops})
 	if err != nil {
 		return refused.explain(err)
 	}
+	// Stopped after the lanes and the fan-out, to publish what they
+	// reported last.
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	var opsWG conc.WaitGroup
+	opsWG.Go(func() { _ = ops.Run(opsCtx) })
+	defer opsWG.Wait()
+	defer stopOps()
 	kv, err := js.KeyValue(setupCtx, streams.TimelinessBucket)
 	if err != nil {
 		return refused.explain(fmt.Errorf("opening KV bucket %s: %w", streams.TimelinessBucket, err))
@@ -442,7 +460,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() {
 		errs <- fanout.Run(runCtx, fanout.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log, Metrics: m,
-			Backlogs: backlogs, Timeliness: timely, Horizon: f.eventsMaxAge, Tracer: tracer,
+			Backlogs: backlogs, Timeliness: timely, Horizon: f.eventsMaxAge, Tracer: tracer, Ops: ops,
 		})
 	})
 	wg.Go(func() { keeper.Run(runCtx) })
@@ -457,9 +475,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
 			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests), Backlogs: backlogs,
 			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout), Timeliness: timely, Hurry: hurry, Tracer: tracer,
-			Disable: func(ctx context.Context, id, reason string) error {
-				return store.SetDisabled(ctx, id, true, reason)
-			},
+			Disable: store.Disable, Ops: ops,
 		})
 	})
 	// Rewrites subscribers whose retired secrets or timed pause have ended
@@ -505,6 +521,16 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	log.Info("relay stopped")
 	return nil
+}
+
+// relayName names this relay in its operational events: its host and
+// process.
+func relayName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
 }
 
 // shutdownTimeout turns --shutdown-timeout into lanes.Config's terms, where

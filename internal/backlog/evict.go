@@ -102,6 +102,7 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 				return err
 			}
 			stored.Add(1)
+			g.cfg.Ops.Dead(victim, string(deadletter.Backlog), m.Header.Get(streams.HeaderEventType))
 			return nil
 		}
 	})

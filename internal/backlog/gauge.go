@@ -14,6 +14,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deadletter"
+	"github.com/relay-dev/relay/internal/opevent"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -78,6 +79,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts the dead letters of [Gauge.Evict]; may be nil.
 	Metrics Metrics
+	// Ops counts them for relay.delivery.dead; nil counts nothing.
+	Ops *opevent.Publisher
 	// Clock tells whether a timed pause is still on. Defaults to
 	// clock.Real.
 	Clock clock.Clock

@@ -20,6 +20,7 @@ import (
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/filter"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/opevent"
 	"github.com/relay-dev/relay/internal/retry"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/timeliness"
@@ -79,6 +80,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// Ops counts the copies dead-lettered here for relay.delivery.dead;
+	// nil counts nothing.
+	Ops *opevent.Publisher
 	// Timeliness counts the copies dead-lettered here for their deadline;
 	// may be nil.
 	Timeliness *timeliness.Recorder
@@ -185,7 +189,7 @@ func Run(ctx context.Context, cfg Config) error {
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
 	if cfg.Backlog == nil {
-		gauge, err := backlog.New(backlog.Config{JS: cfg.JS, Subscribers: cfg.Subscribers, Logger: log, Metrics: cfg.Metrics, Clock: cfg.Clock})
+		gauge, err := backlog.New(backlog.Config{JS: cfg.JS, Subscribers: cfg.Subscribers, Logger: log, Metrics: cfg.Metrics, Ops: cfg.Ops, Clock: cfg.Clock})
 		if err != nil {
 			return fmt.Errorf("fanout: %w", err)
 		}
@@ -196,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer gaugeWG.Wait()
 		defer stopGauge()
 	}
-	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.shed, cfg.Backlog, cfg.Clock) })
+	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.Ops, cfg.shed, cfg.Backlog, cfg.Clock) })
 	wg.Go(func() {
 		defer close(acks)
 		copyEvents(ctx, js, cfg, view, in, acks)
@@ -519,6 +523,7 @@ func deadLetterUnsent(ctx context.Context, cfg Config, sub, id string, body []by
 		return err
 	}
 	cfg.Metrics.DeadLettered(sub, reason)
+	cfg.Ops.Dead(sub, string(reason), h.Get(streams.HeaderEventType))
 	if reason == deadletter.Expired {
 		cfg.Timeliness.Missed(sub)
 	}
@@ -577,7 +582,7 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 //
 // Each queued copy's answer is told to the gauge, which counts the copy as
 // waiting until then (a read of the streams shows only what is stored).
-func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed *shedMemory, gauge *backlog.Gauge, clk clock.Clock) {
+func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, ops *opevent.Publisher, shed *shedMemory, gauge *backlog.Gauge, clk clock.Clock) {
 	for p := range acks {
 		err := p.err
 		if p.body != nil {
@@ -599,6 +604,7 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, shed 
 				case !queued:
 					if !ack.Duplicate {
 						m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
+						ops.Dead(p.subs[i].ID, string(deadletter.Backlog), EventType(p.msg.Subject()))
 					}
 				default:
 					stored = append(stored, i)

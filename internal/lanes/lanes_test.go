@@ -2,6 +2,7 @@ package lanes_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -192,9 +193,7 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
 			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests, Clock: b.clock, Metrics: b.metrics, AckWait: b.ackWait,
-			Disable: func(ctx context.Context, id, reason string) error {
-				return store.SetDisabled(ctx, id, true, reason)
-			},
+			Disable: store.Disable,
 		})
 	}()
 	go func() {
@@ -247,7 +246,15 @@ func (b *bundle) enqueue(t testing.TB, sub subscribers.Subscriber, shared, count
 		for j := 0; j+1 < len(hdr); j += 2 {
 			m.Header.Set(hdr[j], hdr[j+1])
 		}
-		if _, err := b.n.JS.PublishMsgAsync(m); err != nil {
+		_, err := b.n.JS.PublishMsgAsync(m)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			// A loaded host answers slower than the client's stall wait
+			// (several enqueues add up to its 4,000 pending): wait for
+			// the PubAcks, then again.
+			b.flush(t)
+			_, err = b.n.JS.PublishMsgAsync(m)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		if i%1000 == 999 {

@@ -14,6 +14,7 @@ import (
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/internal/opevent"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/retry"
@@ -71,7 +72,14 @@ type Config struct {
 	MaxPause time.Duration
 	// Disable turns a subscriber off after a 410 Gone (docs/delivery-rules.md: "the
 	// subscriber is disabled until relay sub enable"). Nil leaves it on.
-	Disable func(ctx context.Context, id, reason string) error
+	// It returns when its write disabled the subscriber, zero when it was
+	// disabled already (another relay's 410, or an operator's): only a
+	// relay whose write did it announces relay.subscriber.disabled.
+	Disable func(ctx context.Context, id, reason string) (time.Time, error)
+	// Ops announces what the lanes do to a subscriber as operational
+	// events (relay.subscriber.disabled, relay.delivery.dead); nil
+	// announces nothing.
+	Ops *opevent.Publisher
 	// Backlogs is told which subscribers have a backlog in overflow, for
 	// the fan-out to write their copies there at once (relay run gives
 	// both the same [overflow.Backlogged]). Nil tells nobody.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/opevent"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
@@ -30,8 +31,11 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 		death.Reason = deadletter.Gone
 		if l.deadLetter(ctx, d, sub.ID, death) && l.cfg.Disable != nil {
 			reason := fmt.Sprintf("410 Gone from %s at %s", subscribers.RedactURL(sub.URL), now.UTC().Format(time.RFC3339))
-			if err := l.cfg.Disable(ctx, sub.ID, reason); err != nil {
+			at, err := l.cfg.Disable(ctx, sub.ID, reason)
+			if err != nil {
 				l.log.Error("lanes: disabling a gone subscriber", "subscriber", sub.ID, "err", err)
+			} else if !at.IsZero() && !opevent.Is(d.msg.Headers().Get(streams.HeaderEventType)) {
+				l.cfg.Ops.Disabled(sub.ID, reason, out.Status, at)
 			}
 		}
 		return
@@ -78,7 +82,8 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 func resultOf(out deliver.Outcome, probe bool) ratelimit.Result {
 	// Any answer but a 408, 425, 429 or 5xx shows the endpoint up: for the
 	// breaker a 404 is as good as a 200.
-	r := ratelimit.Result{Probe: probe, Success: out.Class == deliver.Delivered || out.Class == deliver.Rejected || out.Class == deliver.Gone}
+	r := ratelimit.Result{Probe: probe, Status: out.Status,
+		Success: out.Class == deliver.Delivered || out.Class == deliver.Rejected || out.Class == deliver.Gone}
 	switch {
 	case out.RetryAfterSet && out.RetryAfter > 0:
 		r.PauseFor = out.RetryAfter

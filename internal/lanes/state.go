@@ -241,6 +241,7 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 		return err
 	}
 	e.cfg.Metrics.DeadLettered(id, death.Reason)
+	e.cfg.Ops.Dead(id, string(death.Reason), h.Get(streams.HeaderEventType))
 	if death.Reason == deadletter.Deadline || death.Reason == deadletter.Expired {
 		e.cfg.Timeliness.Missed(id)
 	}

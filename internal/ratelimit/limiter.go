@@ -69,6 +69,29 @@ type Result struct {
 	PauseFor time.Duration
 	// Probe repeats Decision.Probe of the request.
 	Probe bool
+	// Status is the HTTP status of the answer, 0 without one; told to
+	// Options.Notify.
+	Status int
+	// Operational: the request delivered an operational event (relay.*).
+	// Its outcome counts as any other's, but is told to no Notifier: no
+	// operational event is made about the delivery of one.
+	Operational bool
+}
+
+// Notifier is told of the changes of a subscriber's flow control that this
+// relay's writes made, each by the one relay whose compare-and-set made it
+// (relay run announces them as operational events). Its methods must not
+// block: they are called on the request's path.
+type Notifier interface {
+	// Paused: a pause until until was stored, or moved later, after an
+	// answer of status.
+	Paused(subscriber string, until time.Time, status int)
+	// CircuitOpened: the circuit opened until until, its opens-th time in
+	// a row, after an answer of status (0: no answer).
+	CircuitOpened(subscriber string, until time.Time, opens int, status int)
+	// CircuitClosed: a success closed the circuit that was open until
+	// openUntil.
+	CircuitClosed(subscriber string, openUntil time.Time)
 }
 
 // Limiter is what the lanes ask before every request and tell after it.

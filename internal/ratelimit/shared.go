@@ -38,6 +38,9 @@ type Options struct {
 	// corrects a host clock that was stepped. Defaults to 30s; negative
 	// never recalibrates (tests that drive Clock by hand).
 	CalibrateEvery time.Duration
+	// Notify, when set, is told of the pauses and circuit changes this
+	// relay's writes made.
+	Notify Notifier
 }
 
 // probeRecheck is how often a relay looks whether another relay's probe
@@ -678,6 +681,7 @@ func (s *Shared) observeOnce(ctx context.Context, id string, sub *subscriber, l 
 			return true, err
 		}
 	}
+	prev := sub.state
 	st, changed, restart := s.apply(ctx, sub, l, r)
 	if !changed {
 		// Nothing to write: a later pause is already stored (wait for
@@ -694,6 +698,9 @@ func (s *Shared) observeOnce(ctx context.Context, id string, sub *subscriber, l 
 	if err != nil || !ok {
 		return err != nil, err
 	}
+	if s.opts.Notify != nil && !r.Operational {
+		notify(s.opts.Notify, id, prev, st, r)
+	}
 	if restart {
 		sub.successes = 0
 	}
@@ -703,6 +710,22 @@ func (s *Shared) observeOnce(ctx context.Context, id string, sub *subscriber, l 
 		sub.lease = 0
 	}
 	return true, nil
+}
+
+// notify tells n what the write of after over before changed: a pause
+// stored or moved later, a circuit opened, a circuit closed. The times are
+// the entry's (the server's clock), so that every relay names a change
+// alike.
+func notify(n Notifier, id string, before, after State, r Result) {
+	if r.PauseFor > 0 && after.PausedUntil.After(before.PausedUntil) {
+		n.Paused(id, after.PausedUntil, r.Status)
+	}
+	if after.Opens > before.Opens {
+		n.CircuitOpened(id, after.OpenUntil, after.Opens, r.Status)
+	}
+	if before.Opens > 0 && after.Opens == 0 {
+		n.CircuitClosed(id, before.OpenUntil)
+	}
 }
 
 // throttleOnly reports whether r is a throttle with nothing to write: no

@@ -20,3 +20,16 @@ func (s *Shared) Watched() (entries map[string]State, now time.Time, ok bool) {
 	s.mu.Unlock()
 	return entries, s.estimateNow(), true
 }
+
+// PausedUntil is the end of the subscriber's pause in the entry the watch
+// of [Shared.Follow] last delivered (the server's clock), zero when it holds
+// none: whether a pause another relay stored outlasts one this relay knows
+// of, read without a request to the bucket.
+func (s *Shared) PausedUntil(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.latest[id]; ok {
+		return e.state.PausedUntil
+	}
+	return time.Time{}
+}

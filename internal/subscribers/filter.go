@@ -3,6 +3,8 @@ package subscribers
 import (
 	"fmt"
 	"strings"
+
+	"github.com/relay-dev/relay/internal/opevent"
 )
 
 // Wildcards of NATS subjects, which event filters share: [singleWildcard]
@@ -53,11 +55,19 @@ func isSpaceOrControl(r rune) bool {
 //
 // The fan-out calls Matches for every enabled subscriber on every event, so
 // it does not allocate.
+//
+// Event types starting "relay." are relay's operational events: only a
+// filter whose first token is "relay" (relay.>, relay.subscriber.*,
+// relay.circuit.opened) matches them, never "*", ">" nor no filter.
 func (s Subscriber) Matches(eventType string) bool {
+	reserved := strings.HasPrefix(eventType, opevent.Prefix)
 	if len(s.Events) == 0 {
-		return true
+		return !reserved
 	}
 	for _, f := range s.Events {
+		if reserved && !strings.HasPrefix(f, opevent.Prefix) {
+			continue
+		}
 		if matchFilter(f, eventType) {
 			return true
 		}

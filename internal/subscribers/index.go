@@ -3,7 +3,13 @@ package subscribers
 import (
 	"slices"
 	"strings"
+
+	"github.com/relay-dev/relay/internal/opevent"
 )
+
+// reservedToken is the first token of the operational event types
+// (opevent.Prefix without its dot).
+const reservedToken = "relay"
 
 // filterIndex finds the enabled subscribers whose event filters match an
 // event type without looking at the others: the fan-out asks it once per
@@ -73,9 +79,17 @@ func (n *indexNode) child(tok string) *indexNode {
 // match returns the positions of the subscribers one of whose filters
 // matches eventType, ascending and each once, appended to buf.
 func (ix *filterIndex) match(eventType string, buf []int) []int {
-	out := append(buf, ix.every...)
-	if eventType != "" {
-		out = ix.root.match(eventType, out)
+	out := buf
+	if rest, ok := strings.CutPrefix(eventType, opevent.Prefix); ok {
+		// Reserved: only a filter whose first token is "relay" names it.
+		if c := ix.root.literal[reservedToken]; c != nil && rest != "" {
+			out = c.match(rest, out)
+		}
+	} else {
+		out = append(out, ix.every...)
+		if eventType != "" {
+			out = ix.root.match(eventType, out)
+		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // indexFilters are filters of every shape: literal, "*" at each place, ">"
@@ -74,6 +76,7 @@ func FuzzFilterIndex(f *testing.F) {
 	f.Add("x.y|x.y|x.>", "x.y")
 	f.Add("video.*,video", "video")
 	f.Add("*", "\u00e9t\u00e9")
+	f.Add(">,relay.>|*.subscriber.*,relay.subscriber.*,,*.*.*", "relay.subscriber.disabled")
 	f.Fuzz(func(t *testing.T, filters, eventType string) {
 		var ix filterIndex
 		var subs []Subscriber
@@ -100,9 +103,14 @@ func FuzzFilterIndex(f *testing.F) {
 		if want := bruteForce(subs, eventType); !slices.Equal(got, want) {
 			t.Fatalf("%q over %q: index %v, Matches %v", eventType, filters, got, want)
 		}
+		// The NATS rules, but for the reserved "relay." types, which only a
+		// filter starting "relay." names.
+		reserved := strings.HasPrefix(eventType, "relay.")
 		var want []int
 		for i, s := range subs {
-			if len(s.Events) == 0 || slices.ContainsFunc(s.Events, func(flt string) bool { return tokenMatch(flt, eventType) }) {
+			if (len(s.Events) == 0 && !reserved) || slices.ContainsFunc(s.Events, func(flt string) bool {
+				return tokenMatch(flt, eventType) && (!reserved || strings.HasPrefix(flt, "relay."))
+			}) {
 				want = append(want, i)
 			}
 		}
@@ -189,5 +197,25 @@ func BenchmarkSnapshot(b *testing.B) {
 		st.put(id, Subscriber{ID: id, URL: "https://example.com/" + id, Events: []string{"tenant" + strconv.Itoa(i) + ".*"}})
 		_ = st.snapshot()
 		i++
+	}
+}
+
+// TestOperationalEventsOnlyToThoseWhoNameThem: an event type under
+// "relay." reaches only the subscribers one of whose filters starts with
+// "relay" (DESIGN: a subscriber gets them only if its --events names a
+// relay. type); no filter, ">", "*" or "*.subscriber.*" does not.
+func TestOperationalEventsOnlyToThoseWhoNameThem(t *testing.T) {
+	filters := [][]string{nil, {">"}, {"*.subscriber.*"}, {"*.*.*"}, {"relay.>"}, {"relay.subscriber.*"}, {"relay.circuit.opened"}, {"video.*", "relay.subscriber.disabled"}}
+	var ix filterIndex
+	for i, fs := range filters {
+		ix.add(i, fs)
+	}
+	require.Equal(t, []int{4, 5, 7}, ix.match("relay.subscriber.disabled", nil))
+	require.Equal(t, []int{4, 6}, ix.match("relay.circuit.opened", nil))
+	require.Equal(t, []int{0, 1, 7}, ix.match("video.x", nil), "other types as before")
+	require.Equal(t, []int{0, 1}, ix.match("relay", nil), "relay alone is no reserved type")
+	for i, fs := range filters {
+		s := Subscriber{Events: fs}
+		require.Equal(t, slices.Contains([]int{4, 5, 7}, i), s.Matches("relay.subscriber.disabled"), "%v", fs)
 	}
 }

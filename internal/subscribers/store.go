@@ -414,20 +414,39 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 // the state a subscriber already has is a no-op. It returns an error wrapping
 // [ErrNotFound] when there is no such subscriber.
 func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool, reason string) error {
+	_, err := s.setDisabled(ctx, id, disabled, reason, false)
+	return err
+}
+
+// Disable is [Store.SetDisabled] to disabled, for the relay that disables a
+// gone subscriber: it also returns when its write disabled it, zero when
+// the subscriber was disabled already, so that of several relays disabling
+// it at once only the one whose write did it reports it.
+func (s *Store) Disable(ctx context.Context, id, reason string) (at time.Time, err error) {
+	return s.setDisabled(ctx, id, true, reason, true)
+}
+
+// setDisabled is SetDisabled, returning the UpdatedAt of its write (zero
+// when nothing was written); with keep, a subscriber disabled already keeps
+// its reason (the first relay's 410 is the one reported).
+func (s *Store) setDisabled(ctx context.Context, id string, disabled bool, reason string, keep bool) (time.Time, error) {
 	if !disabled {
 		reason = ""
 	}
 	reason = truncate(reason, maxReasonLen)
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		cur, rev, err := s.read(ctx, id)
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if cur.Disabled == disabled && cur.DisabledReason == reason {
-			return nil
+			return time.Time{}, nil
+		}
+		if keep && cur.Disabled {
+			return time.Time{}, nil
 		}
 		cur.Disabled = disabled
 		cur.DisabledReason = reason
@@ -436,7 +455,10 @@ func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool, reaso
 		if retry {
 			continue
 		}
-		return err
+		if err != nil {
+			return time.Time{}, err
+		}
+		return cur.UpdatedAt, nil
 	}
 }
 
