@@ -11,7 +11,6 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
-	"github.com/relay-dev/relay/internal/opevent"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
@@ -34,7 +33,7 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 			at, err := l.cfg.Disable(ctx, sub.ID, reason)
 			if err != nil {
 				l.log.Error("lanes: disabling a gone subscriber", "subscriber", sub.ID, "err", err)
-			} else if !at.IsZero() && !opevent.Is(d.msg.Headers().Get(streams.HeaderEventType)) {
+			} else if !at.IsZero() {
 				l.cfg.Ops.Disabled(sub.ID, reason, out.Status, at)
 			}
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/metrics"
-	"github.com/relay-dev/relay/internal/opevent"
 	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/tracing"
@@ -154,9 +153,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	d.attempts++
 	d.attempted = true
 	l.cfg.Metrics.Attempt(sub.ID, out.Class.String(), out.Duration)
-	r := resultOf(out, probe)
-	r.Operational = opevent.Is(d.msg.Headers().Get(streams.HeaderEventType))
-	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(*sub), r); err != nil {
+	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(*sub), resultOf(out, probe)); err != nil {
 		l.log.Warn("lanes: recording the outcome for the rate limiter", "subscriber", sub.ID, "err", err)
 	}
 	if out.Class != deliver.Delivered {

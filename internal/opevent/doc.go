@@ -15,6 +15,8 @@
 // Publishing never holds the caller: events wait in a bounded queue that
 // one goroutine ([Publisher.Run]) empties with PubAcks, retrying while
 // JetStream refuses them (a full stream), and dropping (logged) what no
-// longer fits. No operational event is made about a delivery of an
-// operational event: a subscriber failing them would otherwise feed itself.
+// longer fits. Dead letters of operational events are not counted: a
+// subscriber failing them would otherwise feed itself one event per
+// failure; a change of a subscriber's state is one event whatever delivery
+// made it.
 package opevent

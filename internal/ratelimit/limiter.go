@@ -72,16 +72,14 @@ type Result struct {
 	// Status is the HTTP status of the answer, 0 without one; told to
 	// Options.Notify.
 	Status int
-	// Operational: the request delivered an operational event (relay.*).
-	// Its outcome counts as any other's, but is told to no Notifier: no
-	// operational event is made about the delivery of one.
-	Operational bool
 }
 
 // Notifier is told of the changes of a subscriber's flow control that this
 // relay's writes made, each by the one relay whose compare-and-set made it
-// (relay run announces them as operational events). Its methods must not
-// block: they are called on the request's path.
+// (relay run announces them as operational events), whatever delivery's
+// answer made it: a pause or a circuit is the subscriber's, and an end not
+// told would leave the start told without it. Its methods must not block:
+// they are called on the request's path.
 type Notifier interface {
 	// Paused: a pause until until was stored, or moved later, after an
 	// answer of status.

@@ -698,7 +698,7 @@ func (s *Shared) observeOnce(ctx context.Context, id string, sub *subscriber, l 
 	if err != nil || !ok {
 		return err != nil, err
 	}
-	if s.opts.Notify != nil && !r.Operational {
+	if s.opts.Notify != nil {
 		notify(s.opts.Notify, id, prev, st, r)
 	}
 	if restart {

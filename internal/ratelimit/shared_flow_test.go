@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -617,5 +618,59 @@ func TestSharedWithoutItsWatchReadsEntries(t *testing.T) {
 	wantVerdict(t, "b after a lease", reserve(t, b, id, l), ratelimit.Paused, time.Second-ratelimit.LeaseTTL, skew(fake))
 	if st := b.Stats(); st.Reads != 2 {
 		t.Errorf("b: %+v, want a read per lease", st)
+	}
+}
+
+// notices records what a Notifier is told.
+type notices struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (n *notices) add(s string) { n.mu.Lock(); n.got = append(n.got, s); n.mu.Unlock() }
+func (n *notices) all() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.got...)
+}
+func (n *notices) Paused(id string, _ time.Time, status int) {
+	n.add(fmt.Sprintf("paused %s %d", id, status))
+}
+func (n *notices) CircuitOpened(id string, _ time.Time, opens, status int) {
+	n.add(fmt.Sprintf("opened %s %d %d", id, opens, status))
+}
+func (n *notices) CircuitClosed(id string, _ time.Time) { n.add("closed " + id) }
+
+// TestNotifierIsToldEachChangeOnce: of two relays observing the same
+// failures, pause and recovery, the Notifier of the one whose write made
+// each change is told of it, once: a pause (not the failure that repeats
+// it), the circuit's opening at the threshold (not a failure during the
+// cool-down), its closing by a success.
+func TestNotifierIsToldEachChangeOnce(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	l := ratelimit.Limit{Rate: 100, Burst: 100}
+	id := subID(t)
+	fake := newFake()
+	na, nb := &notices{}, &notices{}
+	opts := ratelimit.Options{FailureThreshold: 3, Cooldown: 5 * time.Second, MaxCooldown: time.Minute}
+	optsA, optsB := opts, opts
+	optsA.Notify, optsB.Notify = na, nb
+	a, b := newShared(t, n, fake, optsA), newShared(t, n, fake, optsB)
+	wantGo(t, "a", reserve(t, a, id, l))
+	wantGo(t, "b", reserve(t, b, id, l))
+
+	observe(t, a, id, l, ratelimit.Result{Throttled: true, PauseFor: time.Minute, Status: 429})
+	observe(t, b, id, l, ratelimit.Result{Throttled: true, PauseFor: 30 * time.Second, Status: 429}) // earlier: nothing stored
+	for range 3 {
+		observe(t, b, id, l, ratelimit.Result{Failure: true, Status: 503})
+	}
+	observe(t, a, id, l, ratelimit.Result{Failure: true, Status: 503}) // during the cool-down
+	observe(t, a, id, l, ratelimit.Result{Success: true, Status: 200})
+	got := append(na.all(), nb.all()...)
+	want := []string{"closed " + id, "opened " + id + " 1 503", "paused " + id + " 429"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("told %q, want %q", got, want)
 	}
 }
