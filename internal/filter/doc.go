@@ -6,6 +6,6 @@
 //
 // CEL (github.com/google/cel-go) is the language of Kubernetes' and Envoy's
 // policies: non-Turing-complete, type-checked when the filter is stored, and
-// its evaluation is bounded in time ([EvalTimeout]). A body is parsed at most once per
+// its evaluation is bounded ([MaxSteps] loop steps). A body is parsed at most once per
 // event, whatever the number of filters, and only if one reads it.
 package filter

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -21,15 +20,15 @@ const (
 	// condition on an event, not a program, and the fan-out evaluates it
 	// for every event of its types.
 	MaxLength = 4096
-	// EvalTimeout bounds one evaluation: a filter looping over a large
-	// array of the body (or nesting two such loops) is stopped there, as
-	// [Failed] (the event does not match), rather than hold the fan-out.
-	// It is checked every checkEvery steps of a loop; an expression without
-	// one has nothing that can run long. (CEL's cost limit was tried: its
-	// tracking alone made a loop over 10,000 elements take 159 ms instead
-	// of 4.)
-	EvalTimeout = 50 * time.Millisecond
-	checkEvery  = 64
+	// MaxSteps bounds one evaluation's loop steps (the elements `exists`,
+	// `all`, `map` and `filter` visit, over all its loops): a filter
+	// looping over a large array of the body, or nesting two such loops,
+	// is stopped there, as [Failed] (the event does not match), rather
+	// than hold the fan-out. A count, not a time, so that a filter's
+	// verdict does not depend on how busy the host is; 100,000 steps take
+	// tens of milliseconds. (CEL's cost limit was tried: its tracking alone
+	// made a loop over 10,000 elements take 159 ms instead of 4.)
+	MaxSteps = 100_000
 )
 
 // The variables a filter reads.
@@ -55,6 +54,15 @@ type Filter struct {
 	expr string
 	prog cel.Program
 }
+
+// stopped is a context done from the start: CEL looks at it only every
+// MaxSteps loop steps (cel.InterruptCheckFrequency), so an evaluation
+// over it ends at its MaxSteps-th step, and one with fewer never looks.
+var stopped = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // environment is the one CEL environment every filter is compiled in:
 // building it costs more than compiling an expression.
@@ -94,7 +102,7 @@ func Compile(expr string) (*Filter, error) {
 	if err := literalPatterns(ast); err != nil {
 		return nil, err
 	}
-	prog, err := env.Program(ast, cel.InterruptCheckFrequency(checkEvery), cel.EvalOptions(cel.OptOptimize))
+	prog, err := env.Program(ast, cel.InterruptCheckFrequency(MaxSteps), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err.Error()))
 	}
@@ -150,9 +158,7 @@ func (f *Filter) String() string { return f.expr }
 // unless it was true without it.
 func (f *Filter) Match(ev *Event) Result {
 	ev.bodyRead = false
-	ctx, cancel := context.WithTimeout(context.Background(), EvalTimeout)
-	out, _, err := f.prog.ContextEval(ctx, ev)
-	cancel()
+	out, _, err := f.prog.ContextEval(stopped, ev)
 	if err == nil {
 		if b, ok := out.Value().(bool); ok && b {
 			return Matched

@@ -83,11 +83,11 @@ func TestMatch(t *testing.T) {
 	}
 }
 
-// TestEvalTimeoutStopsAnExpensiveFilter: a filter comparing every pair
-// of a body's 3,000 elements (nine million steps) is stopped at
-// EvalTimeout, as an error, rather than hold the fan-out; one loop over
-// 10,000 elements is not (CEL's cost tracking took 159 ms there).
-func TestEvalTimeoutStopsAnExpensiveFilter(t *testing.T) {
+// TestMaxStepsStopsAnExpensiveFilter: a filter comparing every pair of a
+// body's 3,000 elements (nine million steps) is stopped at MaxSteps, as an
+// error, rather than hold the fan-out, however fast the host; loops over
+// 3,000 and 99,000 elements are not, however slow it is.
+func TestMaxStepsStopsAnExpensiveFilter(t *testing.T) {
 	items := make([]string, 3000)
 	for i := range items {
 		items[i] = fmt.Sprint(i)
@@ -99,6 +99,15 @@ func TestEvalTimeoutStopsAnExpensiveFilter(t *testing.T) {
 	t.Logf("stopped after %v", time.Since(start))
 	cheap := mustCompile(t, `body.items.exists(x, x == 2999.0)`)
 	require.Equal(t, Matched, cheap.Match(NewEvent("x", nil, body)))
+
+	long := make([]string, 99_000)
+	for i := range long {
+		long[i] = "1"
+	}
+	big := []byte(`{"items":[` + strings.Join(long, ",") + `,2]}`)
+	require.Equal(t, Matched, mustCompile(t, `body.items.exists(x, x == 2.0)`).Match(NewEvent("x", nil, big)))
+	require.Equal(t, Failed, mustCompile(t, `body.items.exists(x, x == 3.0) || body.items.exists(x, x == 3.0)`).Match(NewEvent("x", nil, big)),
+		"the steps of all its loops count")
 }
 
 // TestMatchesTakesOnlyAWrittenPattern: a pattern from the event could run

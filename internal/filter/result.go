@@ -12,7 +12,7 @@ const (
 	NotJSON
 	// Failed: the evaluation ended in an error, such as a field the body
 	// lacks (`has(body.x)` tests for one), a type mismatch or the
-	// [EvalTimeout]. The event does not match.
+	// [MaxSteps] bound. The event does not match.
 	Failed
 )
 

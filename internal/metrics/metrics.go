@@ -255,7 +255,7 @@ func NewWith(opts Options) *Metrics {
 	}
 	filterEvaluations := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relay_filter_evaluations_total",
-		Help: "Content filters (relay sub add --filter) the fan-out evaluated, by result: matched (a copy made), not_matched, body_not_json (the filter read the body of an event whose body is not JSON), error (a field the body lacks, a type mismatch, the time limit).",
+		Help: "Content filters (relay sub add --filter) the fan-out evaluated, by result: matched (a copy made), not_matched, body_not_json (the filter read the body of an event whose body is not JSON), error (a field the body lacks, a type mismatch, the step limit).",
 	}, []string{"result"})
 	for r := range m.filtered {
 		m.filtered[r] = filterEvaluations.WithLabelValues(filter.Result(r).String())
