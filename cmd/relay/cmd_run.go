@@ -140,7 +140,13 @@ variables (docs/cli.md lists them).`,
 			}
 			f.ackWaitGiven = cmd.Flags().Changed("ack-wait")
 			f.proxyGiven = cmd.Flags().Changed("proxy")
-			return runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
+			err := runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
+			if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
+				// Stopped (SIGINT, SIGTERM) while it started: no lane had
+				// taken anything, so it is a clean stop, not a failure.
+				return nil
+			}
+			return err
 		},
 	}
 	fl := cmd.Flags()
