@@ -319,13 +319,6 @@ func scrapeFilterEvaluations(ctx context.Context, addr string) (filterEvaluation
 	return out, nil
 }
 
-// filtersSummary is the median and the worst (lowest) of the with /
-// without ratios of the pairs at one body size; runs must not be empty.
-func filtersSummary(runs []filtersRun) (med, worst float64) {
-	ratios := collect(runs, filtersRun.ratio)
-	return median(ratios), slices.Min(ratios)
-}
-
 // filtersTable is a row per pair and body size (deliveries/s without and
 // with filters, their ratio, the relay's CPU per 1,000 deliveries each
 // way, the per-subscriber check, the filter evaluations of the run with
@@ -376,7 +369,7 @@ func filtersTable(cfg config, runs []filtersRun) string {
 		if len(at) == 0 {
 			continue
 		}
-		med, worst := filtersSummary(at)
+		med, worst := medianWorst(at, filtersRun.ratio)
 		fmt.Fprintf(&sb, "- %s bytes: with ÷ without, median **%.2f** (worst %.2f, best %.2f, pairs: %d); median deliveries/s without %s, with %s",
 			thousands(int64(size)), med, worst, slices.Max(collect(at, filtersRun.ratio)), len(at),
 			thousands(int64(median(collect(at, func(r filtersRun) float64 { return r.without.fan.rate() })))),

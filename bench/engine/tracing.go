@@ -150,10 +150,11 @@ func traceparentHeader(tps []string) func(i int) nats.Header {
 	}
 }
 
-// onOffSummary is the median and the worst (lowest) of the pairs' on/off
-// ratios; runs must not be empty.
-func onOffSummary(runs []tracingRun) (med, worst float64) {
-	ratios := collect(runs, tracingRun.ratio)
+// medianWorst is the median and the worst (lowest) of the pairs' ratios,
+// as ratio reads one from a pair: the summary of the scenarios that run two
+// variants in alternating pairs (tracing, filters); runs must not be empty.
+func medianWorst[R any](runs []R, ratio func(R) float64) (med, worst float64) {
+	ratios := collect(runs, ratio)
 	return median(ratios), slices.Min(ratios)
 }
 
@@ -204,7 +205,7 @@ func tracingTable(cfg config, runs []tracingRun) string {
 			thousands(r.onOTLP.requests), float64(r.onOTLP.bytes)/1000)
 	}
 	sb.WriteString("\n")
-	med, worst := onOffSummary(runs)
+	med, worst := medianWorst(runs, tracingRun.ratio)
 	fmt.Fprintf(&sb, "- on / off, median: **%.2f** (worst %.2f, best %.2f, pairs: %d)\n",
 		med, worst, slices.Max(collect(runs, tracingRun.ratio)), len(runs))
 	fmt.Fprintf(&sb, "- median deliveries/s: off %s, on %s",

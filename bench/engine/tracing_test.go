@@ -163,7 +163,7 @@ func TestOnOffSummary(t *testing.T) {
 	pair := func(off, on int) tracingRun {
 		return tracingRun{off: burstRun{delivered: off, total: time.Second}, on: burstRun{delivered: on, total: time.Second}}
 	}
-	med, worst := onOffSummary([]tracingRun{pair(1000, 900), pair(1000, 700), pair(1000, 1100), pair(1000, 950)})
+	med, worst := medianWorst([]tracingRun{pair(1000, 900), pair(1000, 700), pair(1000, 1100), pair(1000, 950)}, tracingRun.ratio)
 	if med < 0.924 || med > 0.926 || worst < 0.699 || worst > 0.701 {
 		t.Errorf("median %.3f, worst %.3f; want 0.925 and 0.700", med, worst)
 	}
