@@ -162,6 +162,37 @@ func fit(ctx context.Context, r quota, def int64, try func(ctx context.Context, 
 	}
 }
 
+// minRecordsBytes is the least ATTEMPTS is created with: a few thousand
+// records, enough for relay trace of the last moments.
+const minRecordsBytes = 1 << 20
+
+// fitRecords creates ATTEMPTS (try) with its max_bytes: def (ATTEMPTS.json's
+// 1 GiB) at most, an eighth of what the account has left at most (DELIVERIES
+// took its half before it: records never crowd out what is delivered), no
+// more than the account allows one stream, halving while the server refuses
+// for lack of storage, and no less than [minRecordsBytes]: below it the
+// error says how to run without records.
+func fitRecords(ctx context.Context, r quota, def int64, try func(ctx context.Context, maxBytes int64) error) (int64, error) {
+	size := def
+	if avail, ok := r.available(); ok {
+		size = min(size, avail/8)
+	}
+	if r.perStream > 0 {
+		size = min(size, r.perStream)
+	}
+	size = max(minRecordsBytes, roundDown(size))
+	for {
+		err := try(ctx, size)
+		if err == nil || !storageExceeded(err) {
+			return size, err
+		}
+		if size /= 2; size < minRecordsBytes {
+			return 0, fmt.Errorf("streams: no storage left in the JetStream account for %s, which needs at least %s for its attempt records (relay run --record-attempts=false does without them): %w",
+				Attempts, FormatBytes(minRecordsBytes), err)
+		}
+	}
+}
+
 // noStorage is [ErrNoStorage] with what the account says, and the server's
 // refusal when there was one.
 func noStorage(r quota, refusal error) error {
@@ -232,6 +263,11 @@ type advice struct {
 // operator's to set. askedAge leaves the DLQ's max age alone, which
 // --dlq-max-age set on purpose.
 func warnLimits(log *slog.Logger, def, cfg jetstream.StreamConfig, askedAge bool) {
+	if cfg.Name == Attempts {
+		// A ring of records for relay trace: any size, any age works,
+		// and keeps only less of the past.
+		return
+	}
 	why := map[string]string{
 		Events:     "events the fan-out has not copied yet go when they pass it",
 		Deliveries: "a backlog past it makes the fan-out wait",

@@ -32,7 +32,12 @@ const (
 	// subscribers, once, on bodies.<EVENTS sequence> (see [BodySubject]):
 	// those deliveries carry the sequence (Relay-Event-Seq) instead of a
 	// copy of the body.
-	Bodies            = "BODIES"
+	Bodies = "BODIES"
+	// Attempts holds small records of what became of each event: its
+	// fan-out and every attempt to deliver it, on subjects derived from its
+	// id (see [EventRecords]), for `relay trace` and `relay status
+	// --subscriber`. A ring bounded by age and bytes: the oldest go first.
+	Attempts          = "ATTEMPTS"
 	SubscribersBucket = "relay_subscribers"
 	RateLimitBucket   = "relay_ratelimit"
 	// TimelinessBucket holds, per subscriber, how many deliveries were
@@ -98,6 +103,14 @@ type Options struct {
 	// it with `nats stream edit` is not overruled by a restart) and creates
 	// a new one with DLQ.json's 30 days.
 	DLQMaxAge time.Duration
+	// AttemptsMaxAge is how long ATTEMPTS keeps a record. Zero keeps the
+	// age of an ATTEMPTS that exists, and creates a new one with
+	// ATTEMPTS.json's 72 hours.
+	AttemptsMaxAge time.Duration
+	// NoAttempts leaves ATTEMPTS alone: a relay that records no attempts
+	// (relay run --record-attempts=false) neither creates it nor reserves
+	// its bytes.
+	NoAttempts bool
 	// Logger gets the one line that says how the streams are sized, and a
 	// warning for each limit tighter than relay advises, so that an
 	// operator sees at start what the account allowed. Defaults to
@@ -135,7 +148,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	// look at the end.
 	var ensured []string
 	sizes := map[string]int64{}
-	for _, name := range []string{Events, Deliveries, DLQ, Retries, Bodies} {
+	names := []string{Events, Deliveries, DLQ, Retries, Bodies, Attempts}
+	if opts.NoAttempts {
+		names = names[:len(names)-1]
+	}
+	for _, name := range names {
 		ensured = append(ensured, name)
 		def, err := Config(name)
 		if err != nil {
@@ -236,7 +253,7 @@ type ensurer struct {
 // not exist), or brings have back to what relay enforces, and returns the
 // stream's settings.
 func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *jetstream.StreamConfig) (jetstream.StreamConfig, error) {
-	askedAge := def.Name == DLQ && e.opts.DLQMaxAge > 0
+	askedAge := e.askedAge(def.Name)
 	if have != nil {
 		e.replicas = max(e.replicas, have.Replicas)
 	}
@@ -246,12 +263,12 @@ func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *
 		if e.opts.Replicas == 0 && e.replicas > 1 {
 			cfg.Replicas = e.replicas
 		}
-		if askedAge {
-			cfg.MaxAge = e.opts.DLQMaxAge
+		if askedAge > 0 {
+			cfg.MaxAge = askedAge
 		}
 		created, err := e.create(ctx, cfg)
 		if err == nil {
-			warnLimits(e.log, def, created, askedAge)
+			warnLimits(e.log, def, created, askedAge > 0)
 			return created, nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -288,7 +305,7 @@ func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *
 			def.Name, FormatBytes(have.MaxBytes)))
 		cfg.MaxBytes = 0
 	}
-	warnLimits(e.log, def, cfg, askedAge)
+	warnLimits(e.log, def, cfg, askedAge > 0)
 	if def.Name == Deliveries && cfg.MaxBytes <= 0 {
 		// Unbounded, DELIVERIES would never refuse a copy, and the
 		// fan-out would fill the account instead of waiting.
@@ -300,8 +317,20 @@ func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *
 	return cfg, e.update(ctx, cfg)
 }
 
+// askedAge is the max age relay run was asked to give stream name
+// (--dlq-max-age, --attempts-max-age), 0 when none.
+func (e *ensurer) askedAge(name string) time.Duration {
+	switch name {
+	case DLQ:
+		return e.opts.DLQMaxAge
+	case Attempts:
+		return e.opts.AttemptsMaxAge
+	}
+	return 0
+}
+
 // create creates the stream cfg; DELIVERIES sized by [fit] within what the
-// account and the server have left.
+// account and the server have left, ATTEMPTS by [fitRecords].
 func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.StreamConfig, error) {
 	createWith := func(ctx context.Context, maxBytes int64) error {
 		c := cfg
@@ -313,6 +342,11 @@ func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetst
 			_, err := e.js.CreateStream(ctx, c)
 			return err
 		})
+	}
+	if cfg.Name == Attempts {
+		size, err := fitRecords(ctx, e.accountQuota(ctx, cfg.Replicas), cfg.MaxBytes, createWith)
+		cfg.MaxBytes = size
+		return cfg, err
 	}
 	if cfg.Name != Deliveries {
 		return cfg, createWith(ctx, cfg.MaxBytes)
@@ -423,6 +457,7 @@ func (e *ensurer) logSizes(ctx context.Context, sizes map[string]int64) {
 	e.log.Info("streams sized",
 		"events_max_bytes", sizes[Events], "deliveries_max_bytes", sizes[Deliveries],
 		"retries_max_bytes", sizes[Retries], "dlq_max_bytes", sizes[DLQ], "bodies_max_bytes", sizes[Bodies],
+		"attempts_max_bytes", sizes[Attempts],
 		"deliveries", FormatBytes(sizes[Deliveries]),
 		"account_max_store", limit, "account_reserved", reserved,
 		"server_limited", e.probed)
@@ -438,7 +473,8 @@ func (e *ensurer) logSizes(ctx context.Context, sizes map[string]int64) {
 // silently), and a max message size no larger than the definition's where
 // it has one (EVENTS: room for relay's headers on a copy) and unlimited on
 // the streams copies go to. The replicas are opts.Replicas when given, and
-// the DLQ's max age opts.DLQMaxAge when given.
+// the DLQ's and ATTEMPTS' max ages opts.DLQMaxAge and opts.AttemptsMaxAge
+// when given.
 func enforce(def, have jetstream.StreamConfig, opts Options) jetstream.StreamConfig {
 	cfg := have
 	cfg.Subjects = def.Subjects
@@ -458,6 +494,9 @@ func enforce(def, have jetstream.StreamConfig, opts Options) jetstream.StreamCon
 	}
 	if def.Name == DLQ && opts.DLQMaxAge > 0 {
 		cfg.MaxAge = opts.DLQMaxAge
+	}
+	if def.Name == Attempts && opts.AttemptsMaxAge > 0 {
+		cfg.MaxAge = opts.AttemptsMaxAge
 	}
 	return cfg
 }

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 )
@@ -28,6 +30,10 @@ const (
 	RetryAtPrefix = "retries.at."
 	// dlqPrefix + <subscriber>.<reason> is a dead letter.
 	dlqPrefix = "dlq."
+	// attemptsPrefix + <event key>.fanout is the record of an event's
+	// fan-out, and attemptsPrefix + <event key>.<subscriber>.ok|err one of
+	// an attempt to deliver it (see [EventKey]).
+	attemptsPrefix = "attempts."
 )
 
 // OverflowLane is the lane token of the overflow subjects: no lane is
@@ -109,3 +115,51 @@ func SubjectToken(subject string, i int) (string, bool) {
 // BodySubject is the BODIES subject of the body of the event at EVENTS
 // sequence seq.
 func BodySubject(seq uint64) string { return "bodies." + strconv.FormatUint(seq, 10) }
+
+// maxEventKey is the longest event id [EventKey] keeps as it is.
+const maxEventKey = 128
+
+// hashedKeyMark begins an [EventKey] made from a hash: no id kept as it is
+// begins with it.
+const hashedKeyMark = "~"
+
+// EventKey is the subject token of event eventID's attempt records: the id
+// itself when it is made of letters, digits, '_', '-' and ':' and at most
+// [maxEventKey] long, so that `nats stream view ATTEMPTS` reads well; else
+// "~" and the first 128 bits of its SHA-256 in hex. Two ids of one hashed
+// key are told apart by the id every record holds.
+func EventKey(eventID string) string {
+	if len(eventID) > 0 && len(eventID) <= maxEventKey && strings.IndexFunc(eventID, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == ':')
+	}) < 0 {
+		return eventID
+	}
+	sum := sha256.Sum256([]byte(eventID))
+	return hashedKeyMark + hex.EncodeToString(sum[:16])
+}
+
+// HashedEventKey reports whether key is an [EventKey] made from a hash, which
+// says nothing of the id it was made from.
+func HashedEventKey(key string) bool { return strings.HasPrefix(key, hashedKeyMark) }
+
+// FanoutRecordSubject is where the record of the fan-out of the event of
+// key goes.
+func FanoutRecordSubject(key string) string { return attemptsPrefix + key + ".fanout" }
+
+// AttemptRecordSubject is where the record of an attempt to deliver the
+// event of key to subscriber goes: on .err when it failed (or the delivery
+// died), so that a subscriber's failures are read apart
+// ([SubscriberFailures]).
+func AttemptRecordSubject(key, subscriber string, failed bool) string {
+	if failed {
+		return attemptsPrefix + key + "." + subscriber + ".err"
+	}
+	return attemptsPrefix + key + "." + subscriber + ".ok"
+}
+
+// EventRecords is the filter of every record of the event of key.
+func EventRecords(key string) string { return attemptsPrefix + key + ".>" }
+
+// SubscriberFailures is the filter of the records of subscriber's failed
+// attempts, of every event.
+func SubscriberFailures(subscriber string) string { return attemptsPrefix + "*." + subscriber + ".err" }

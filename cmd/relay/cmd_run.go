@@ -18,6 +18,7 @@ import (
 	"github.com/sourcegraph/conc"
 	"github.com/spf13/cobra"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/gcpace"
@@ -65,6 +66,10 @@ const maxAckWait = streams.DuplicateWindow / 2
 // the spans still queued: a collector that is down does not hold the stop.
 const tracerFlushTimeout = 5 * time.Second
 
+// defaultAttemptsMaxAge is how long a new ATTEMPTS keeps the records of
+// relay trace: three days, a weekend's questions about a webhook.
+const defaultAttemptsMaxAge = 72 * time.Hour
+
 // minDLQMaxAge keeps --dlq-max-age above the DLQ's duplicate window, which
 // JetStream requires, with room for an operator to act.
 const minDLQMaxAge = time.Hour
@@ -89,6 +94,11 @@ type runFlags struct {
 	// dlqMaxAge is --dlq-max-age when given, else 0: keep the age of a DLQ
 	// stream that exists.
 	dlqMaxAge time.Duration
+	// recordAttempts is --record-attempts: write the records of relay
+	// trace. attemptsMaxAge is --attempts-max-age when given, else 0: keep
+	// the age of an ATTEMPTS that exists.
+	recordAttempts bool
+	attemptsMaxAge time.Duration
 	// eventsMaxAge is --events-max-age: how long EVENTS keeps an event the
 	// fan-out has copied (internal/retention).
 	eventsMaxAge time.Duration
@@ -138,6 +148,15 @@ variables (docs/cli.md lists them).`,
 			case f.dlqMaxAge < minDLQMaxAge:
 				return usagef("--dlq-max-age: must be at least %s, got %s", minDLQMaxAge, f.dlqMaxAge)
 			}
+			switch {
+			case !cmd.Flags().Changed("attempts-max-age"):
+				f.attemptsMaxAge = 0
+			case f.attemptsMaxAge < streams.DuplicateWindow:
+				return usagef("--attempts-max-age: must be at least %s, ATTEMPTS' duplicate window (as JetStream requires of a max age), got %s",
+					streams.DuplicateWindow, f.attemptsMaxAge)
+			case !f.recordAttempts:
+				return usagef("--attempts-max-age: goes with recorded attempts; --record-attempts=false records none")
+			}
 			f.ackWaitGiven = cmd.Flags().Changed("ack-wait")
 			f.proxyGiven = cmd.Flags().Changed("proxy")
 			err := runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
@@ -160,6 +179,8 @@ variables (docs/cli.md lists them).`,
 	fl.DurationVar(&f.ackWait, "ack-wait", maxAckWait, "JetStream ack wait of the relay's consumers: how soon another relay takes over the messages of one that crashed (1s to 1m); one for the whole cluster: without it a relay takes the one the running relays use")
 	fl.IntVar(&f.maxRequests, "max-requests", lanes.DefaultMaxRequests, "most HTTP requests in flight over all subscribers, shared fairly among them (0: unlimited)")
 	fl.DurationVar(&f.dlqMaxAge, "dlq-max-age", defaultDLQMaxAge, "how long dead letters are kept; a DLQ that exists keeps its age (nats stream edit DLQ --max-age) unless this is given")
+	fl.BoolVar(&f.recordAttempts, "record-attempts", true, "record each fan-out and each attempt in the stream ATTEMPTS, for relay trace and relay status --subscriber (false: no records, no ATTEMPTS)")
+	fl.DurationVar(&f.attemptsMaxAge, "attempts-max-age", defaultAttemptsMaxAge, "how long ATTEMPTS keeps the records of relay trace; an ATTEMPTS that exists keeps its age (nats stream edit ATTEMPTS --max-age) unless this is given")
 	fl.DurationVar(&f.eventsMaxAge, "events-max-age", defaultEventsMaxAge, "how long EVENTS keeps an event the fan-out has copied; one it has not copied stays until it has (at least the 2m duplicate window)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", lanes.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may finish; those still open then are abandoned and their messages handed back (0: at once)")
 	fl.StringVar(&f.proxy, "proxy", "", "egress proxy of every webhook request and OAuth2 grant: an http:// (or https://) proxy URL, CONNECT for https targets (default: HTTPS_PROXY, HTTP_PROXY)")
@@ -366,7 +387,8 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas, DLQMaxAge: f.dlqMaxAge, Logger: log}); err != nil {
+	if err := streams.Ensure(setupCtx, js, streams.Options{Replicas: f.replicas, DLQMaxAge: f.dlqMaxAge,
+		AttemptsMaxAge: f.attemptsMaxAge, NoAttempts: !f.recordAttempts, Logger: log}); err != nil {
 		return refused.explain(err)
 	}
 	if f.ackWait, err = clusterAckWait(setupCtx, js, f.ackWait, f.ackWaitGiven, log); err != nil {
@@ -402,6 +424,19 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	opsWG.Go(func() { _ = ops.Run(opsCtx) })
 	defer opsWG.Wait()
 	defer stopOps()
+	// The records of relay trace, written after the lanes' and the
+	// fan-out's last outcomes, as the operational events are.
+	var records *attempts.Recorder
+	if f.recordAttempts {
+		if records, err = attempts.New(attempts.Config{Conn: nc, Relay: relayName(), Logger: log, Metrics: m}); err != nil {
+			return err
+		}
+		recordsCtx, stopRecords := context.WithCancel(context.WithoutCancel(ctx))
+		var recordsWG conc.WaitGroup
+		recordsWG.Go(func() { records.Run(recordsCtx) })
+		defer recordsWG.Wait()
+		defer stopRecords()
+	}
 	kv, err := js.KeyValue(setupCtx, streams.TimelinessBucket)
 	if err != nil {
 		return refused.explain(fmt.Errorf("opening KV bucket %s: %w", streams.TimelinessBucket, err))
@@ -466,7 +501,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	wg.Go(func() {
 		errs <- fanout.Run(runCtx, fanout.Config{
 			JS: js, Subscribers: live, SharedLanes: f.lanes, AckWait: f.ackWait / 2, Logger: log, Metrics: m,
-			Backlogs: backlogs, Timeliness: timely, Horizon: f.eventsMaxAge, Tracer: tracer, Ops: ops,
+			Backlogs: backlogs, Timeliness: timely, Horizon: f.eventsMaxAge, Tracer: tracer, Ops: ops, Records: records,
 		})
 	})
 	wg.Go(func() { keeper.Run(runCtx) })
@@ -481,7 +516,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 			JS: js, Subscribers: live, SharedLanes: f.lanes, Client: client, Limiter: limiter, Logger: log, Metrics: m,
 			AckWait: f.ackWait, MaxPause: f.maxPause, MaxRequests: maxRequests(f.maxRequests), Backlogs: backlogs,
 			ShutdownTimeout: shutdownTimeout(f.shutdownTimeout), Timeliness: timely, Hurry: hurry, Tracer: tracer,
-			Disable: store.Disable, Ops: ops,
+			Disable: store.Disable, Ops: ops, Records: records,
 		})
 	})
 	// Rewrites subscribers whose retired secrets or timed pause have ended

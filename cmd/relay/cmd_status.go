@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/status"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -403,6 +404,9 @@ func printDetail(out io.Writer, d status.Detail) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printFailedAttempts(out, d.LastFailedAttempts); err != nil {
+		return err
+	}
 	if len(d.LastErrors) == 0 {
 		_, err := fmt.Fprintln(out, "\nlast errors: none (no dead letters)")
 		return err
@@ -415,6 +419,27 @@ func printDetail(out io.Writer, d status.Detail) error {
 		}
 	}
 	return p.close()
+}
+
+// printFailedAttempts writes the last failed attempts section of relay
+// status --subscriber: what each got (a 429 with its Retry-After, a 503, a
+// timeout) and what it led to.
+func printFailedAttempts(out io.Writer, recs []attempts.Record) error {
+	if len(recs) == 0 {
+		_, err := fmt.Fprintln(out, "\nlast failed attempts: none recorded")
+		return err
+	}
+	fmt.Fprintf(out, "\nlast failed attempts (newest first; relay trace EVENT_ID for one event's):\n")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tEVENT\tATTEMPT\tRESULT\tTHEN")
+	for _, r := range recs {
+		attempt, result := "-", cell(r.Error, 60)
+		if r.Attempt > 0 {
+			attempt, result = strconv.Itoa(r.Attempt), cell(attempts.Result(r), 60)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", traceTime(r.At), cell(r.Event, 40), attempt, result, traceThen(r))
+	}
+	return tw.Flush()
 }
 
 // statusDeadDetail shows the dead letters and their reasons: "3

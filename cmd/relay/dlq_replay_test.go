@@ -234,7 +234,7 @@ func TestDLQReplayObeysTheRate(t *testing.T) {
 	ctx := testutil.Context(t)
 	for i := 1; i <= entries; i++ {
 		h := nats.Header{streams.HeaderEventID: {"evt_" + strconv.Itoa(i)}, streams.HeaderEventType: {"x"}}
-		if err := deadletter.Publish(ctx, n.JS, []byte(`{}`), h, deadletter.Death{Subscriber: "demo", Reason: deadletter.MaxAttempts, OriginSeq: uint64(i)}); err != nil {
+		if _, err := deadletter.Publish(ctx, n.JS, []byte(`{}`), h, deadletter.Death{Subscriber: "demo", Reason: deadletter.MaxAttempts, OriginSeq: uint64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -288,7 +288,7 @@ func TestDLQShowAndPurge(t *testing.T) {
 	binary := []byte{0xff, 0x00, 0xfe}
 	for i, body := range [][]byte{[]byte(`{"hello":"world"}`), binary} {
 		h := nats.Header{streams.HeaderEventID: {"evt_" + strconv.Itoa(i)}, streams.HeaderEventType: {"x"}, "X-Trace": {"t" + strconv.Itoa(i)}}
-		if err := deadletter.Publish(ctx, n.JS, body, h, deadletter.Death{Subscriber: "demo", Reason: deadletter.Rejected, LastStatus: 422, OriginSeq: uint64(i + 1)}); err != nil {
+		if _, err := deadletter.Publish(ctx, n.JS, body, h, deadletter.Death{Subscriber: "demo", Reason: deadletter.Rejected, LastStatus: 422, OriginSeq: uint64(i + 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -344,7 +344,7 @@ func TestDLQReplayKilledHalfWayThenRunAgainDeliversEachOnce(t *testing.T) {
 	ctx := testutil.Context(t)
 	for i := 1; i <= entries; i++ {
 		h := nats.Header{streams.HeaderEventID: {"evt_" + strconv.Itoa(i)}, streams.HeaderEventType: {"x"}}
-		if err := deadletter.Publish(ctx, n.JS, []byte(`{}`), h, deadletter.Death{Subscriber: "demo", Reason: deadletter.MaxAttempts, OriginSeq: uint64(i)}); err != nil {
+		if _, err := deadletter.Publish(ctx, n.JS, []byte(`{}`), h, deadletter.Death{Subscriber: "demo", Reason: deadletter.MaxAttempts, OriginSeq: uint64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -410,7 +410,7 @@ func TestReplayAndACopyNeverShareAnID(t *testing.T) {
 	ctx := testutil.Context(t)
 	for i := 1; i <= 42; i++ {
 		h := nats.Header{streams.HeaderEventID: {"dead-" + strconv.Itoa(i)}, streams.HeaderEventType: {"x"}}
-		if err := deadletter.Publish(ctx, n.JS, []byte(`{}`), h, deadletter.Death{Subscriber: "42", Reason: deadletter.MaxAttempts, OriginSeq: uint64(i)}); err != nil {
+		if _, err := deadletter.Publish(ctx, n.JS, []byte(`{}`), h, deadletter.Death{Subscriber: "42", Reason: deadletter.MaxAttempts, OriginSeq: uint64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -32,7 +32,7 @@ func deadLetter(t *testing.T, n *testutil.NATS, eventID, eventType string, d dea
 		streams.HeaderEventType: {eventType},
 		"Content-Type":          {"application/json"},
 	}
-	if err := deadletter.Publish(testutil.Context(t), n.JS, []byte(`{"id":"`+eventID+`"}`), hdr, d); err != nil {
+	if _, err := deadletter.Publish(testutil.Context(t), n.JS, []byte(`{"id":"`+eventID+`"}`), hdr, d); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -232,6 +232,19 @@ func TestPermissionsOfTheDocRunEveryCommand(t *testing.T) {
 	await(func() bool { return ok.count() == 2 }, "no delivery to ok")
 	verify(t, ok.deliveries()[0])
 	await(func() bool { return retried.count() == 2 }, "the retry was not delivered")
+	// Its two attempts are recorded, and relay-status reads them.
+	// (The records are written a moment after the deliveries: until then
+	// relay trace finds none and exits 1.)
+	await(func() bool {
+		code, out, errOut := relayAs(t, url, "relay-status", "trace", "evt_r")
+		if strings.Contains(errOut, "refused permission") {
+			t.Fatalf("relay trace as relay-status: %s", errOut)
+		}
+		return code == 0 && strings.Count(out, "retried ") == 3 // its state and its two attempts
+	}, "relay trace does not show the retry's two attempts")
+	if d := detail("retried"); len(d.LastFailedAttempts) != 1 || d.LastFailedAttempts[0].Status != http.StatusServiceUnavailable {
+		t.Fatalf("relay status --subscriber retried: last failed attempts %+v", d.LastFailedAttempts)
+	}
 	await(func() bool { return strings.Contains(reader("sub", "get", "gone"), "disabled (410 Gone") }, "gone was not disabled")
 
 	var dead []deadletter.Entry
@@ -300,15 +313,25 @@ func TestPermissionsOfTheDocRunEveryCommand(t *testing.T) {
 // every later one 200, so that a delivery succeeds on its first retry.
 func failOnce(t *testing.T) *webhookSink {
 	t.Helper()
+	return failFirst(t, 1, http.StatusServiceUnavailable, nil)
+}
+
+// failFirst is a webhook receiver that answers its first n requests status,
+// with the headers h, and every later one 200.
+func failFirst(t *testing.T, n, status int, h http.Header) *webhookSink {
+	t.Helper()
 	r := &webhookSink{status: http.StatusOK}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		_, _ = io.Copy(io.Discard, req.Body)
 		r.mu.Lock()
 		r.got = append(r.got, delivery{header: req.Header.Clone(), path: req.URL.Path})
-		first := len(r.got) == 1
+		failing := len(r.got) <= n
 		r.mu.Unlock()
-		if first {
-			w.WriteHeader(http.StatusServiceUnavailable)
+		if failing {
+			for k, v := range h {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(status)
 		}
 	}))
 	t.Cleanup(r.Close)

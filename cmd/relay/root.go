@@ -127,6 +127,7 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 		newSubCmd(conn),
 		newDLQCmd(conn),
 		newStatusCmd(conn),
+		newTraceCmd(conn),
 		newListenCmd(),
 		newVersionCmd(),
 	)

@@ -26,7 +26,7 @@ func storeDeadLetter(t *testing.T, n *testutil.NATS, id string, reason deadlette
 	t.Helper()
 	h := nats.Header{}
 	h.Set(streams.HeaderEventID, fmt.Sprintf("evt_%d", originSeq))
-	err := deadletter.Publish(testutil.Context(t), n.JS, []byte(`{}`), h, deadletter.Death{
+	_, err := deadletter.Publish(testutil.Context(t), n.JS, []byte(`{}`), h, deadletter.Death{
 		Subscriber: id, Reason: reason, Attempts: 12, LastStatus: lastStatus, LastError: lastError, OriginSeq: originSeq,
 	})
 	if err != nil {

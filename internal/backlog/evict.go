@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/overflow"
 	"github.com/relay-dev/relay/internal/ratelimit"
@@ -98,10 +99,13 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 			d := deadletter.Death{Subscriber: victim, Reason: deadletter.Backlog, LastError: why, OriginSeq: m.Seq,
 				OriginSubject: streams.OverflowSubject(victim)}
 			d.Attempts, d.FirstAttemptAt = streams.AttemptsOf(m.Header)
-			if err := deadletter.Publish(ctx, g.cfg.JS, m.Data, m.Header, d); err != nil {
+			seq, err := deadletter.Publish(ctx, g.cfg.JS, m.Data, m.Header, d)
+			if err != nil {
 				return err
 			}
 			stored.Add(1)
+			g.cfg.Records.Attempt(attempts.Record{Event: m.Header.Get(streams.HeaderEventID), Subscriber: victim,
+				At: g.cfg.Clock.Now(), Outcome: attempts.Dead, Reason: string(deadletter.Backlog), Error: why, DLQSeq: seq})
 			g.cfg.Ops.Dead(victim, string(deadletter.Backlog), m.Header.Get(streams.HeaderEventType))
 			return nil
 		}

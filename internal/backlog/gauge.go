@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/opevent"
@@ -81,6 +82,9 @@ type Config struct {
 	Metrics Metrics
 	// Ops counts them for relay.delivery.dead; nil counts nothing.
 	Ops *opevent.Publisher
+	// Records gets a record of each copy evicted (relay trace); nil
+	// records nothing.
+	Records *attempts.Recorder
 	// Clock tells whether a timed pause is still on. Defaults to
 	// clock.Real.
 	Clock clock.Clock

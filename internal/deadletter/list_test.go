@@ -31,7 +31,8 @@ func seed(t *testing.T, js jetstream.JetStream, pairs ...[2]string) {
 	for i, p := range pairs {
 		hdr := nats.Header{streams.HeaderEventID: {p[0] + "/" + p[1]}}
 		d := Death{Subscriber: p[0], Reason: Reason(p[1]), Attempts: 1, OriginSeq: uint64(i + 1)}
-		require.NoError(t, Publish(ctx, js, []byte("{}"), hdr, d))
+		_, err := Publish(ctx, js, []byte("{}"), hdr, d)
+		require.NoError(t, err)
 	}
 }
 

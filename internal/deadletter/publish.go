@@ -129,19 +129,21 @@ func isOwnHeader(name string) bool {
 // dlq.<d.OriginSeq> (or d.ID), so that a crash between this publish and the Term cannot
 // create a second entry: a publish JetStream reports as a duplicate is a
 // success; a PubAck that does not come is asked for again with the same id
-// (see [streams.StoreOnce]). header is not modified.
+// (see [streams.StoreOnce]). It returns the copy's DLQ sequence (the first
+// copy's, for a duplicate). header is not modified.
 //
 // An invalid d returns an error wrapping [ErrInvalidDeath] and publishes
 // nothing.
-func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header nats.Header, d Death) error {
+func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header nats.Header, d Death) (uint64, error) {
 	msg, id, err := copyOf(body, header, d)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := streams.StoreOnce(ctx, js, msg, id); err != nil {
-		return fmt.Errorf("deadletter: storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
+	ack, err := streams.StoreOnce(ctx, js, msg, id)
+	if err != nil {
+		return 0, fmt.Errorf("deadletter: storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
 	}
-	return nil
+	return ack.Sequence, nil
 }
 
 // PublishAsync is [Publish] without the wait, for the fan-out, which sheds

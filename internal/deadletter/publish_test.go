@@ -124,7 +124,8 @@ func TestPublishThenListRoundTripsEveryField(t *testing.T) {
 			t.Parallel()
 			ctx := testutil.Context(t)
 			before := cloneHeader(tt.header)
-			require.NoError(t, Publish(ctx, n.JS, tt.body, tt.header, tt.death))
+			_, err := Publish(ctx, n.JS, tt.body, tt.header, tt.death)
+			require.NoError(t, err)
 			require.Equal(t, before, tt.header, "Publish must not change the caller's header")
 
 			e := only(t, n.JS, tt.death.Subscriber)
@@ -188,13 +189,16 @@ func TestPublishTwiceWithTheSameOriginSeqStoresOneEntry(t *testing.T) {
 	ctx := testutil.Context(t)
 	hdr := nats.Header{streams.HeaderEventID: {"evt_dup"}}
 	d := Death{Subscriber: "demo", Reason: MaxAttempts, Attempts: 12, OriginSeq: 7, DeadAt: time.Unix(100, 0)}
-	require.NoError(t, Publish(ctx, n.JS, []byte("x"), hdr, d))
+	first, err := Publish(ctx, n.JS, []byte("x"), hdr, d)
+	require.NoError(t, err)
 
 	// The redelivered original, dead-lettered again after a crash, even
 	// for another reason and at another time.
 	again := d
 	again.Reason, again.DeadAt = Deadline, time.Unix(200, 0)
-	require.NoError(t, Publish(ctx, n.JS, []byte("x"), hdr, again), "a duplicate PubAck is success")
+	seq, err := Publish(ctx, n.JS, []byte("x"), hdr, again)
+	require.NoError(t, err, "a duplicate PubAck is success")
+	require.Equal(t, first, seq, "a duplicate names the first copy's sequence")
 
 	require.EqualValues(t, 1, dlqMsgs(t, n.JS))
 	got, err := List(ctx, n.JS, Filter{}, 0)
@@ -213,7 +217,8 @@ func TestPublishCutsLastErrorToOneShortLine(t *testing.T) {
 		b.WriteString("<p>Service Unavailable</p>\r\n\t")
 	}
 	d := Death{Subscriber: "long", Reason: MaxAttempts, Attempts: 3, LastStatus: 503, LastError: b.String(), OriginSeq: 1}
-	require.NoError(t, Publish(ctx, n.JS, nil, nil, d))
+	_, err := Publish(ctx, n.JS, nil, nil, d)
+	require.NoError(t, err)
 
 	got := only(t, n.JS, "long").LastError
 	require.LessOrEqual(t, len(got), MaxLastError)
@@ -284,7 +289,7 @@ func TestPublishRejectsWhatItCannotStore(t *testing.T) {
 			t.Parallel()
 			d := ok
 			tt.change(&d)
-			err := Publish(testutil.Context(t), n.JS, []byte("x"), nil, d)
+			_, err := Publish(testutil.Context(t), n.JS, []byte("x"), nil, d)
 			require.ErrorIs(t, err, ErrInvalidDeath)
 		})
 	}
@@ -299,7 +304,7 @@ func TestPublishWithoutTheDLQStreamFails(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartNATS(t)
 	d := Death{Subscriber: "demo", Reason: Gone, OriginSeq: 1}
-	err := Publish(testutil.Context(t), n.JS, []byte("x"), nil, d)
+	_, err := Publish(testutil.Context(t), n.JS, []byte("x"), nil, d)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "DELIVERIES sequence 1")
 }

@@ -64,7 +64,8 @@ func (e *replayEnv) kill(t *testing.T, sub, eventID string, reason Reason, origi
 		h.Set(extra[i], extra[i+1])
 	}
 	d := Death{Subscriber: sub, Reason: reason, Attempts: 4, LastStatus: 500, LastError: "500", OriginSeq: origin}
-	require.NoError(t, Publish(testutil.Context(t), e.n.JS, []byte(`{"n":`+strconv.FormatUint(origin, 10)+`}`), h, d))
+	_, err := Publish(testutil.Context(t), e.n.JS, []byte(`{"n":`+strconv.FormatUint(origin, 10)+`}`), h, d)
+	require.NoError(t, err)
 }
 
 // queued returns every message now on DELIVERIES, by Nats-Msg-Id.

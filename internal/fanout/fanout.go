@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/backlog"
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/consumer"
@@ -83,6 +84,10 @@ type Config struct {
 	// Ops counts the copies dead-lettered here for relay.delivery.dead;
 	// nil counts nothing.
 	Ops *opevent.Publisher
+	// Records gets the record of each event's fan-out (relay trace): where
+	// each copy went, which subscribers a filter skipped; nil records
+	// nothing.
+	Records *attempts.Recorder
 	// Timeliness counts the copies dead-lettered here for their deadline;
 	// may be nil.
 	Timeliness *timeliness.Recorder
@@ -135,7 +140,14 @@ type pending struct {
 	// shed[i] says that futures[i] is a DLQ copy (reason backlog) rather
 	// than a queued one; nil when the event shed none.
 	shed []bool
-	err  error
+	// placed[i] is where futures[i]'s copy went, for the fan-out record;
+	// nil when nothing is recorded. filtered are the subscribers a content
+	// filter skipped.
+	placed   []attempts.Copy
+	filtered []string
+	// id is the event's id, for its record.
+	id  string
+	err error
 	// span is the event's fan-out span, ended once its copies are
 	// answered for (the zero Span when tracing is off).
 	span tracing.Span
@@ -189,7 +201,8 @@ func Run(ctx context.Context, cfg Config) error {
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
 	if cfg.Backlog == nil {
-		gauge, err := backlog.New(backlog.Config{JS: cfg.JS, Subscribers: cfg.Subscribers, Logger: log, Metrics: cfg.Metrics, Ops: cfg.Ops, Clock: cfg.Clock})
+		gauge, err := backlog.New(backlog.Config{JS: cfg.JS, Subscribers: cfg.Subscribers, Logger: log, Metrics: cfg.Metrics, Ops: cfg.Ops,
+			Records: cfg.Records, Clock: cfg.Clock})
 		if err != nil {
 			return fmt.Errorf("fanout: %w", err)
 		}
@@ -200,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer gaugeWG.Wait()
 		defer stopGauge()
 	}
-	wg.Go(func() { ackInOrder(acks, log, cfg.Metrics, cfg.Ops, cfg.shed, cfg.Backlog, cfg.Clock) })
+	wg.Go(func() { ackInOrder(acks, log, cfg) })
 	wg.Go(func() {
 		defer close(acks)
 		copyEvents(ctx, js, cfg, view, in, acks)
@@ -376,11 +389,17 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
 	p.span = cfg.Tracer.Fanout(ctx, orig, id, eventType)
-	subs := byContent(cfg.Subscribers.Matching(eventType), eventType, orig, msg.Data(), cfg.Metrics)
+	subs, filtered := byContent(cfg.Subscribers.Matching(eventType), eventType, orig, msg.Data(), cfg.Metrics, cfg.Records != nil)
 	if len(subs) == 0 {
+		if len(filtered) > 0 {
+			cfg.Records.Fanout(attempts.Fanout{Event: id, Type: eventType, At: cfg.Clock.Now(), Filtered: filtered})
+		}
 		return p
 	}
-	p.subs = subs
+	p.subs, p.filtered, p.id = subs, filtered, id
+	if cfg.Records != nil {
+		p.placed = make([]attempts.Copy, 0, len(subs))
+	}
 	t := timesOf(orig, md.Timestamp, cfg.Horizon)
 	held := !t.deliverAt.IsZero() && t.deliverAt.After(cfg.Clock.Now())
 	// One header for the event, a shallow copy of it per copy: publishing
@@ -411,16 +430,19 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			}
 		}
 		if unsendable != "" {
-			if err := deadLetterUnsent(ctx, cfg, sub.ID, id, msg.Data(), h, reason, unsendable); err != nil {
+			seq, err := deadLetterUnsent(ctx, cfg, sub.ID, id, msg.Data(), h, reason, unsendable)
+			if err != nil {
 				p.err = err
 				return p
 			}
+			p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.DeadAtFanout, Reason: string(reason), DLQSeq: seq})
 			p.futures = append(p.futures, nil)
 			continue
 		}
 		if md.NumDelivered > 1 && cfg.shed.stored(md.Sequence.Stream, sub.ID) {
 			// Stored when first fanned out: not published again (see
 			// shedMemory).
+			p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.StoredBefore})
 			p.futures = append(p.futures, nil)
 			continue
 		}
@@ -451,6 +473,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 				p.shed = make([]bool, len(subs))
 			}
 			p.shed[len(p.futures)] = true
+			p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.DeadAtFanout, Reason: string(deadletter.Backlog)})
 			p.futures = append(p.futures, f)
 			continue
 		}
@@ -458,16 +481,20 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		switch {
 		case held:
 			m = retry.Scheduled(sub.ID, msg.Data(), h, t.deliverAt)
+			p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.Scheduled, Until: t.deliverAt})
 		default:
 			m = &nats.Msg{Subject: streams.DeliverySubject(sub.Lane(cfg.SharedLanes), sub.ID), Header: h, Data: msg.Data()}
+			placed := attempts.OnLane
 			switch {
 			case cfg.Backlogs.Has(sub.ID):
 				// Behind a backlog, it may wait long: whole.
 				m.Subject = streams.OverflowSubject(sub.ID)
+				placed = attempts.InOverflow
 			case shared != "":
 				h.Set(streams.HeaderEventSeq, shared)
 				m.Data = nil
 			}
+			p.place(attempts.Copy{Subscriber: sub.ID, Placed: placed})
 		}
 		f, err := PublishCopy(ctx, js, m, streams.CopyID(id, sub.ID))
 		if err != nil {
@@ -485,10 +512,12 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 // event is made a filter.Event once, at the first filter, so that its body
 // is parsed at most once whatever the number of filters; an event none of
 // whose subscribers has a filter costs one look at each. subs is the
-// caller's (Matching makes it anew), so it is compacted in place.
-func byContent(subs []*subscribers.Subscriber, eventType string, h nats.Header, body []byte, m *metrics.Metrics) []*subscribers.Subscriber {
+// caller's (Matching makes it anew), so it is compacted in place. With
+// skipped, it also returns the ids of those a filter left out, for the
+// fan-out record.
+func byContent(subs []*subscribers.Subscriber, eventType string, h nats.Header, body []byte, m *metrics.Metrics, skipped bool) (kept []*subscribers.Subscriber, filtered []string) {
 	var ev *filter.Event
-	kept := subs[:0]
+	kept = subs[:0]
 	for _, sub := range subs {
 		if f := sub.Content(); f != nil {
 			if ev == nil {
@@ -497,22 +526,25 @@ func byContent(subs []*subscribers.Subscriber, eventType string, h nats.Header, 
 			r := f.Match(ev)
 			m.Filtered(r)
 			if r != filter.Matched {
+				if skipped {
+					filtered = append(filtered, sub.ID)
+				}
 				continue
 			}
 		}
 		kept = append(kept, sub)
 	}
 	clear(subs[len(kept):])
-	return kept
+	return kept, filtered
 }
 
 // deadLetterUnsent stores the DLQ copy of an event's copy that can never
 // be sent, without an attempt: expired (due after its deadline, or beyond
 // the horizon) or malformed (a header that cannot be honoured). Its
 // Nats-Msg-Id is the copy's own, prefixed, so that fanning the event out
-// again makes no second entry.
-func deadLetterUnsent(ctx context.Context, cfg Config, sub, id string, body []byte, h nats.Header, reason deadletter.Reason, why string) error {
-	err := deadletter.Publish(ctx, cfg.JS, body, h, deadletter.Death{
+// again makes no second entry. It returns the DLQ sequence.
+func deadLetterUnsent(ctx context.Context, cfg Config, sub, id string, body []byte, h nats.Header, reason deadletter.Reason, why string) (uint64, error) {
+	seq, err := deadletter.Publish(ctx, cfg.JS, body, h, deadletter.Death{
 		Subscriber: sub,
 		Reason:     reason,
 		LastError:  why,
@@ -520,14 +552,14 @@ func deadLetterUnsent(ctx context.Context, cfg Config, sub, id string, body []by
 		ID:         "dlq.fanout." + id + "." + sub,
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	cfg.Metrics.DeadLettered(sub, reason)
 	cfg.Ops.Dead(sub, string(reason), h.Get(streams.HeaderEventType))
 	if reason == deadletter.Expired {
 		cfg.Timeliness.Missed(sub)
 	}
-	return nil
+	return seq, nil
 }
 
 // shedCopy starts the async publish of the DLQ copy of a copy the backlog
@@ -582,7 +614,8 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 //
 // Each queued copy's answer is told to the gauge, which counts the copy as
 // waiting until then (a read of the streams shows only what is stored).
-func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, ops *opevent.Publisher, shed *shedMemory, gauge *backlog.Gauge, clk clock.Clock) {
+func ackInOrder(acks <-chan pending, log *slog.Logger, cfg Config) {
+	m, ops, shed, gauge, clk := cfg.Metrics, cfg.Ops, cfg.shed, cfg.Backlog, cfg.Clock
 	for p := range acks {
 		err := p.err
 		if p.body != nil {
@@ -602,6 +635,9 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, ops *
 			case ack := <-f.Ok():
 				switch {
 				case !queued:
+					if p.placed != nil {
+						p.placed[i].DLQSeq = ack.Sequence
+					}
 					if !ack.Duplicate {
 						m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
 						ops.Dead(p.subs[i].ID, string(deadletter.Backlog), EventType(p.msg.Subject()))
@@ -646,9 +682,21 @@ func ackInOrder(acks <-chan pending, log *slog.Logger, m *metrics.Metrics, ops *
 		if err := p.msg.Ack(); err != nil {
 			log.Warn("fanout: ack", "err", err)
 		}
+		if p.placed != nil {
+			cfg.Records.Fanout(attempts.Fanout{Event: p.id, Type: EventType(p.msg.Subject()), At: clk.Now(),
+				Copies: p.placed, Filtered: p.filtered})
+		}
 		if mdErr == nil {
 			shed.forget(md.Sequence.Stream)
 		}
 		m.EventIngested()
+	}
+}
+
+// place notes where the copy of the futures about to be appended goes, when
+// the fan-out is recorded.
+func (p *pending) place(c attempts.Copy) {
+	if p.placed != nil {
+		p.placed = append(p.placed, c)
 	}
 }

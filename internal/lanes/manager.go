@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/metrics"
@@ -80,6 +81,9 @@ type Config struct {
 	// events (relay.subscriber.disabled, relay.delivery.dead); nil
 	// announces nothing.
 	Ops *opevent.Publisher
+	// Records gets the record of each attempt and of each death (relay
+	// trace, relay status --subscriber); nil records nothing.
+	Records *attempts.Recorder
 	// Backlogs is told which subscribers have a backlog in overflow, for
 	// the fan-out to write their copies there at once (relay run gives
 	// both the same [overflow.Backlogged]). Nil tells nobody.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/ratelimit"
@@ -19,16 +20,36 @@ import (
 // An attempt's outcome: what it settles a delivery to (Parked or Dead), and
 // what it tells the rate limiter.
 
+// settlement is what a failed attempt settled its delivery to, for the
+// attempt's record: a retry at a time, a dead letter, or a hand-back when
+// neither could be stored.
+type settlement struct {
+	outcome attempts.Outcome
+	next    time.Time
+	reason  deadletter.Reason
+	dlqSeq  uint64
+}
+
+// died is the settlement of a dead-lettering that stored DLQ sequence seq
+// (ok), or that was handed back (!ok).
+func died(reason deadletter.Reason, seq uint64, ok bool) settlement {
+	if !ok {
+		return settlement{outcome: attempts.HandedBack}
+	}
+	return settlement{outcome: attempts.Dead, reason: reason, dlqSeq: seq}
+}
+
 // failed settles an attempt that did not deliver: dead-letter it (and
 // disable a gone subscriber), or park it for a retry. It is apart from
 // send, whose stack every delivery's goroutine grows to, so that this rarer
 // path's frame is not part of it.
-func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscriber, eventID string, out deliver.Outcome, now time.Time) {
+func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscriber, eventID string, out deliver.Outcome, now time.Time) settlement {
 	death := deadletter.Death{LastStatus: out.Status, LastError: deadletter.CleanError(errorText(out))}
 	switch out.Class {
 	case deliver.Gone:
 		death.Reason = deadletter.Gone
-		if l.deadLetter(ctx, d, sub.ID, death) && l.cfg.Disable != nil {
+		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
+		if ok && l.cfg.Disable != nil {
 			reason := fmt.Sprintf("410 Gone from %s at %s", subscribers.RedactURL(sub.URL), now.UTC().Format(time.RFC3339))
 			at, err := l.cfg.Disable(ctx, sub.ID, reason)
 			if err != nil {
@@ -37,28 +58,28 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 				l.cfg.Ops.Disabled(sub.ID, reason, out.Status, at)
 			}
 		}
-		return
+		return died(death.Reason, seq, ok)
 	case deliver.Rejected:
 		death.Reason = deadletter.Rejected
-		l.deadLetter(ctx, d, sub.ID, death)
-		return
 	case deliver.Refused:
 		death.Reason = deadletter.Refused
-		l.deadLetter(ctx, d, sub.ID, death)
-		return
+	}
+	if death.Reason != "" {
+		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
+		return died(death.Reason, seq, ok)
 	}
 
 	// Retryable.
 	if d.attempts >= sub.MaxAttempts {
 		death.Reason = deadletter.MaxAttempts
-		l.deadLetter(ctx, d, sub.ID, death)
-		return
+		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
+		return died(death.Reason, seq, ok)
 	}
 	at := l.cfg.Clock.Now().Add(l.cfg.RetryPolicy(*sub).NextRetry(d.attempts, out))
 	if !d.dueBy(at) {
 		death.Reason = deadletter.Deadline
-		l.deadLetter(ctx, d, sub.ID, death)
-		return
+		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
+		return died(death.Reason, seq, ok)
 	}
 	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", eventID,
 		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
@@ -69,7 +90,7 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 	setOrDel(h, streams.HeaderLastStatus, strconv.Itoa(death.LastStatus), death.LastStatus != 0)
 	setOrDel(h, streams.HeaderLastError, death.LastError, death.LastError != "")
 	l.cfg.Metrics.Retried(sub.ID)
-	l.park(ctx, d, *sub, h, at)
+	return l.park(ctx, d, *sub, h, at)
 }
 
 // resultOf is what an attempt's outcome tells the rate limiter: a

@@ -32,7 +32,11 @@ func (e *engine) lateInOverflow(id string, m overflow.Msg) func(context.Context)
 	return func(ctx context.Context) error {
 		death := deadletter.Death{Reason: deadletter.Deadline, OriginSeq: m.Seq}
 		death.Attempts, death.FirstAttemptAt = streams.AttemptsOf(m.Header)
-		return e.deadLetter(ctx, id, m.Data, m.Header, death)
+		seq, err := e.deadLetter(ctx, id, m.Data, m.Header, death)
+		if err == nil {
+			e.recordDeath(id, m.Header, death, seq)
+		}
+		return err
 	}
 }
 

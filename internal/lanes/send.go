@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/metrics"
@@ -61,19 +62,23 @@ func (s *scheduler) attempt(ctx context.Context, d delivery, sub *subscribers.Su
 // which relay sub test shares), with the event's trace context.
 func request(d delivery, body []byte, sub *subscribers.Subscriber, now time.Time) (deliver.Request, error) {
 	h := d.msg.Headers()
-	id := h.Get(streams.HeaderEventID)
-	if id == "" {
-		// A message published on DELIVERIES by hand: its stream sequence is
-		// the most stable id it has.
-		id = "DELIVERIES-" + strconv.FormatUint(d.seq, 10)
-	}
-	req, err := sub.Request(id, body, streams.HeaderValue(h, streams.HeaderContentType), now)
+	req, err := sub.Request(eventIDOf(d), body, streams.HeaderValue(h, streams.HeaderContentType), now)
 	if err != nil {
 		return deliver.Request{}, err
 	}
 	// The event's trace context goes on, whether or not spans are made.
 	req.Header = tracing.ParentOf(h).Forward(req.Header)
 	return req, nil
+}
+
+// eventIDOf is the id of a delivery's event: its Relay-Event-Id, or for a
+// message published on DELIVERIES by hand its stream sequence, the most
+// stable id it has.
+func eventIDOf(d delivery) string {
+	if id := d.msg.Headers().Get(streams.HeaderEventID); id != "" {
+		return id
+	}
+	return "DELIVERIES-" + strconv.FormatUint(d.seq, 10)
 }
 
 // send makes one attempt and settles the message by its outcome: ack,
@@ -157,7 +162,8 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.log.Warn("lanes: recording the outcome for the rate limiter", "subscriber", sub.ID, "err", err)
 	}
 	if out.Class != deliver.Delivered {
-		l.failed(ctx, d, sub, req.ID, out, now)
+		st := l.failed(ctx, d, sub, req.ID, out, now)
+		l.record(d, sub.ID, out, now, st)
 		return out
 	}
 	published := publishedAt(d)
@@ -171,7 +177,26 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.cfg.Timeliness.Met(sub.ID)
 	}
 	l.ack(d, sub.ID, Delivered)
+	l.record(d, sub.ID, out, now, settlement{outcome: attempts.Delivered})
 	return out
+}
+
+// record queues the record of an attempt sent at and what it settled
+// (relay trace). It is apart from send, and never inlined there, as stages
+// is: a record is a few hundred bytes of frame.
+//
+//go:noinline
+func (l *lane) record(d delivery, subscriber string, out deliver.Outcome, at time.Time, st settlement) {
+	if l.cfg.Records == nil {
+		return
+	}
+	rec := attempts.Record{Event: eventIDOf(d), Subscriber: subscriber, Attempt: d.attempts, At: at, Status: out.Status,
+		Millis: out.Duration.Milliseconds(), Error: errorText(out), Outcome: st.outcome, Next: st.next,
+		Reason: string(st.reason), DLQSeq: st.dlqSeq}
+	if out.RetryAfterSet && out.RetryAfter > 0 {
+		rec.RetryAfter = int64((out.RetryAfter + time.Second - 1) / time.Second)
+	}
+	l.cfg.Records.Attempt(rec)
 }
 
 // stages records where the time of a delivery went: one accepted at its

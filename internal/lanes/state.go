@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/consumer"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/retry"
@@ -127,13 +128,14 @@ func (l *lane) handBackIn(d delivery, delay time.Duration) { _ = d.msg.NakWithDe
 // park moves a delivery into RETRIES until at and acks the original once
 // the parked copy is stored. If it cannot be parked, the original is handed
 // back with a delay instead, losing nothing (but the attempt just made is
-// not counted).
-func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber, h nats.Header, at time.Time) {
+// not counted). It returns what it settled.
+func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber, h nats.Header, at time.Time) settlement {
 	w := l.env.writes
 	body, err := l.env.bodyOf(ctx, d.msg)
 	if errors.Is(err, errBodyGone) {
-		l.deadLetter(ctx, d, sub.ID, bodyLost(err))
-		return
+		death := bodyLost(err)
+		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
+		return died(death.Reason, seq, ok)
 	}
 	h.Del(streams.HeaderEventSeq)
 	if err == nil {
@@ -151,9 +153,10 @@ func (l *lane) park(ctx context.Context, d delivery, sub subscribers.Subscriber,
 	if err != nil {
 		l.log.Warn("lanes: parking a delivery", "subscriber", sub.ID, "err", err, "unanswered", errors.Is(err, streams.ErrUnanswered))
 		l.handBackIn(d, max(settleRetry, at.Sub(l.cfg.Clock.Now())))
-		return
+		return settlement{outcome: attempts.HandedBack}
 	}
 	l.ack(d, sub.ID, Parked)
+	return settlement{outcome: attempts.Retry, next: at}
 }
 
 // schedule keeps a delivery that is not due yet in RETRIES until it is,
@@ -184,9 +187,11 @@ func (l *lane) schedule(ctx context.Context, d delivery, id string) {
 }
 
 // deadLetter stores the DLQ copy, then terminates the original; a Term'ed
-// message is deleted at once, so the copy must be safe first. It reports
-// whether the delivery was dead-lettered.
-func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death deadletter.Death) bool {
+// message is deleted at once, so the copy must be safe first. It returns
+// the copy's DLQ sequence and whether the delivery was dead-lettered. A
+// death that came without an attempt of this send is recorded here; one
+// that came of an attempt goes in that attempt's record.
+func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death deadletter.Death) (uint64, bool) {
 	death.Attempts = d.attempts
 	death.FirstAttemptAt = d.firstAt
 	death.OriginSeq = d.seq
@@ -203,21 +208,34 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 	case err != nil:
 		l.log.Warn("lanes: reading a delivery's body", "subscriber", id, "err", err)
 		l.handBackIn(d, settleRetry)
-		return false
+		return 0, false
 	}
-	if err := l.env.deadLetter(ctx, id, body, h, death); err != nil {
+	seq, err := l.env.deadLetter(ctx, id, body, h, death)
+	if err != nil {
 		l.handBackIn(d, settleRetry)
-		return false
+		return 0, false
 	}
 	if err := d.msg.TermWithReason(string(death.Reason)); err != nil {
 		l.log.Warn("lanes: term", "subscriber", id, "err", err)
 	}
-	return true
+	if !d.attempted {
+		l.env.recordDeath(id, h, death, seq)
+	}
+	return seq, true
+}
+
+// recordDeath records a death that came without an attempt (relay trace).
+func (e *engine) recordDeath(id string, h nats.Header, death deadletter.Death, seq uint64) {
+	if e.cfg.Records == nil {
+		return
+	}
+	e.cfg.Records.Attempt(attempts.Record{Event: h.Get(streams.HeaderEventID), Subscriber: id, At: e.cfg.Clock.Now(),
+		Outcome: attempts.Dead, Reason: string(death.Reason), Error: death.LastError, DLQSeq: seq})
 }
 
 // deadLetter stores the DLQ copy of a delivery with headers h and counts
-// it; the caller then removes the original.
-func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.Header, death deadletter.Death) error {
+// it, and returns its DLQ sequence; the caller then removes the original.
+func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.Header, death deadletter.Death) (uint64, error) {
 	death.Subscriber = id
 	death.DeadAt = e.cfg.Clock.Now()
 	if death.LastStatus == 0 && death.LastError == "" {
@@ -226,19 +244,20 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 		death.LastStatus, _ = strconv.Atoi(h.Get(streams.HeaderLastStatus))
 		death.LastError = h.Get(streams.HeaderLastError)
 	}
+	var seq uint64
 	err := e.writes.deads.enter(ctx)
 	if err == nil {
 		// Until answered, as a park: a dead letter whose PubAck was lost
 		// must not come back to be sent again. Within the caller's time
 		// (a refill's lease) and the relay's stop.
 		storeCtx, cancel := e.settling(ctx)
-		err = deadletter.Publish(storeCtx, e.writes.dead, body, h, death)
+		seq, err = deadletter.Publish(storeCtx, e.writes.dead, body, h, death)
 		cancel()
 		e.writes.deads.leave()
 	}
 	if err != nil {
 		e.cfg.Logger.Error("lanes: dead-lettering", "subscriber", id, "reason", death.Reason, "err", err)
-		return err
+		return 0, err
 	}
 	e.cfg.Metrics.DeadLettered(id, death.Reason)
 	e.cfg.Ops.Dead(id, string(death.Reason), h.Get(streams.HeaderEventType))
@@ -247,7 +266,7 @@ func (e *engine) deadLetter(ctx context.Context, id string, body []byte, h nats.
 	}
 	e.cfg.Logger.Info("lanes: dead-lettered", "subscriber", id, "event", h.Get(streams.HeaderEventID),
 		"reason", death.Reason, "attempts", death.Attempts, "last_status", death.LastStatus)
-	return nil
+	return seq, nil
 }
 
 // settling is ctx, ended as well when the relay's stop no longer waits

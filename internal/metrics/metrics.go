@@ -140,6 +140,9 @@ type Metrics struct {
 	dueToAccepted    *prometheus.HistogramVec
 	overflowed       prometheus.Counter
 	letGo            prometheus.Counter
+	// recordsLost holds relay_attempt_records_lost_total's children:
+	// [0] dropped (the queue full), [1] refused (not stored).
+	recordsLost [2]prometheus.Counter
 	// filtered holds relay_filter_evaluations_total's children, by
 	// [filter.Result].
 	filtered     [filter.Failed + 1]prometheus.Counter
@@ -260,6 +263,11 @@ func NewWith(opts Options) *Metrics {
 	for r := range m.filtered {
 		m.filtered[r] = filterEvaluations.WithLabelValues(filter.Result(r).String())
 	}
+	recordsLost := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relay_attempt_records_lost_total",
+		Help: "Records of a fan-out or an attempt (relay trace) not stored in ATTEMPTS, by why: dropped (written slower than made: NATS slow to answer) or refused (the server did not store it). Deliveries go on; relay trace shows less of them.",
+	}, []string{"why"})
+	m.recordsLost[0], m.recordsLost[1] = recordsLost.WithLabelValues("dropped"), recordsLost.WithLabelValues("refused")
 	m.stageSeconds = newStageHistogram()
 	for i, name := range stageNames {
 		m.stages[i] = m.stageSeconds.WithLabelValues(name)
@@ -273,7 +281,7 @@ func NewWith(opts Options) *Metrics {
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
-		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, filterEvaluations, m.stageSeconds, casConflicts,
+		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, filterEvaluations, recordsLost, m.stageSeconds, casConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -401,6 +409,19 @@ func (m *Metrics) LetGo() {
 		return
 	}
 	m.letGo.Inc()
+}
+
+// RecordLost counts one attempt record not stored: dropped before it was
+// written, or refused by the server.
+func (m *Metrics) RecordLost(dropped bool) {
+	if m == nil {
+		return
+	}
+	if dropped {
+		m.recordsLost[0].Inc()
+		return
+	}
+	m.recordsLost[1].Inc()
 }
 
 // Filtered records one content filter's evaluation by the fan-out.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/attempts"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
@@ -32,6 +33,12 @@ type Detail struct {
 	// LastErrors are at most [LastErrors] of the subscriber's newest dead
 	// letters, newest first; empty, never null, when it has none.
 	LastErrors []deadletter.Entry `json:"last_errors"`
+	// LastFailedAttempts are at most [LastErrors] of the subscriber's
+	// newest failed attempts (a 429 with its Retry-After, a 503, a
+	// timeout…) and deaths, newest first, from ATTEMPTS: what goes wrong
+	// before anything is dead. Empty, never null, when there are none or
+	// no relay records attempts.
+	LastFailedAttempts []attempts.Record `json:"last_failed_attempts"`
 }
 
 // Describe reads the status of one subscriber, as `relay status
@@ -64,7 +71,7 @@ func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subsc
 	if err := r.rows(ctx, c, entries, deadlines, []subscribers.Subscriber{sub}, sharedLanes, rows); err != nil {
 		return Detail{}, err
 	}
-	d := Detail{Subscriber: rows[0], LastErrors: []deadletter.Entry{}}
+	d := Detail{Subscriber: rows[0], LastErrors: []deadletter.Entry{}, LastFailedAttempts: []attempts.Record{}}
 	parked := c.due[sub.ID]
 	if c.waiting {
 		n, err := r.waiting(ctx, sub.ID)
@@ -82,7 +89,36 @@ func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subsc
 			return Detail{}, err
 		}
 	}
+	if d.LastFailedAttempts, err = lastFailedAttempts(ctx, js, sub.ID, LastErrors); err != nil {
+		return Detail{}, err
+	}
 	return d, nil
+}
+
+// lastFailedAttempts returns up to n of the newest records of subscriber
+// id's failed attempts in ATTEMPTS, newest first: a stream info and the
+// search of [newestOn]. No ATTEMPTS (no relay records attempts, or a user
+// not granted it) is none.
+func lastFailedAttempts(ctx context.Context, js jetstream.JetStream, id string, n int) ([]attempts.Record, error) {
+	out := []attempts.Record{}
+	s, err := js.Stream(ctx, streams.Attempts)
+	if err != nil {
+		return out, nil
+	}
+	state := s.CachedInfo().State
+	if state.Msgs == 0 {
+		return out, nil
+	}
+	msgs, err := newestOn(ctx, s, streams.SubscriberFailures(id), state.FirstSeq, state.LastSeq, n)
+	if err != nil {
+		return nil, fmt.Errorf("status: reading the last failed attempts of %s: %w", id, err)
+	}
+	for _, m := range msgs {
+		if r, ok := attempts.Decode(m.Subject, m.Data); ok && r.Subscriber == id {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // lastDead returns up to n of the newest dead letters of subscriber id,
@@ -97,24 +133,9 @@ func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subsc
 // window: a few dozen reads on a DLQ of millions, and never one per entry.
 // Entries that are not DLQ copies relay could have written are left out.
 func (r *reader) lastDead(ctx context.Context, id string, first, last uint64, n int) ([]deadletter.Entry, error) {
-	s := &deadSearch{stream: r.dlq, filter: streams.DeadLetterFilter(id)}
-	first = max(first, 1)
-	var msgs []*jetstream.RawStreamMsg
-	hi, span := last+1, uint64(2*n)
-	for len(msgs) < n && hi > first {
-		lo := first
-		if hi-first > span {
-			lo = hi - span
-		}
-		got, err := s.newest(ctx, lo, hi, n-len(msgs))
-		if errors.Is(err, errReadBudget) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("status: reading the last dead letters of %s: %w", id, err)
-		}
-		msgs = append(msgs, got...)
-		hi, span = lo, span*2
+	msgs, err := newestOn(ctx, r.dlq, streams.DeadLetterFilter(id), first, last, n)
+	if err != nil {
+		return nil, fmt.Errorf("status: reading the last dead letters of %s: %w", id, err)
 	}
 	entries := make([]deadletter.Entry, 0, len(msgs))
 	for _, m := range msgs {
@@ -130,7 +151,33 @@ func (r *reader) lastDead(ctx context.Context, id string, first, last uint64, n 
 	return entries, nil
 }
 
-// deadSearch is one search of [reader.lastDead].
+// newestOn returns up to n of the newest messages of stream on filter, from
+// its sequences first to last, newest first, by the search [reader.lastDead]
+// describes.
+func newestOn(ctx context.Context, stream jetstream.Stream, filter string, first, last uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+	s := &deadSearch{stream: stream, filter: filter}
+	first = max(first, 1)
+	var msgs []*jetstream.RawStreamMsg
+	hi, span := last+1, uint64(2*n)
+	for len(msgs) < n && hi > first {
+		lo := first
+		if hi-first > span {
+			lo = hi - span
+		}
+		got, err := s.newest(ctx, lo, hi, n-len(msgs))
+		if errors.Is(err, errReadBudget) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, got...)
+		hi, span = lo, span*2
+	}
+	return msgs, nil
+}
+
+// deadSearch is one search of [newestOn].
 type deadSearch struct {
 	stream jetstream.Stream
 	filter string

@@ -19,7 +19,7 @@ func die(t *testing.T, n *testutil.NATS, id string, reason deadletter.Reason, st
 	t.Helper()
 	h := nats.Header{}
 	h.Set("Relay-Event-Id", fmt.Sprintf("evt-%d", seq))
-	err := deadletter.Publish(testutil.Context(t), n.JS, []byte("{}"), h, deadletter.Death{
+	_, err := deadletter.Publish(testutil.Context(t), n.JS, []byte("{}"), h, deadletter.Death{
 		Subscriber: id,
 		Reason:     reason,
 		Attempts:   3,

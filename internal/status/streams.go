@@ -15,7 +15,8 @@ import (
 // makes the fan-out wait, and the limits are an operator's to change
 // (relay keeps them, see docs/streams.md), so the report shows both.
 type Stream struct {
-	// Name is the stream's: EVENTS, DELIVERIES, RETRIES, DLQ or BODIES.
+	// Name is the stream's: EVENTS, DELIVERIES, RETRIES, DLQ, BODIES or
+	// ATTEMPTS.
 	Name string `json:"stream"`
 	// Messages is what the stream holds now, and MaxMessages its
 	// max_msgs, -1 when unlimited.
@@ -38,7 +39,7 @@ type Stream struct {
 
 // streamNames are the streams the report shows, in the order of a
 // delivery's way through them.
-var streamNames = []string{streams.Events, streams.Deliveries, streams.Retries, streams.DLQ, streams.Bodies}
+var streamNames = []string{streams.Events, streams.Deliveries, streams.Retries, streams.DLQ, streams.Bodies, streams.Attempts}
 
 // Streams reads the use of each relay stream against its limits: one
 // stream info each, whatever the number of subscribers.
@@ -46,8 +47,10 @@ func Streams(ctx context.Context, js jetstream.JetStream) ([]Stream, error) {
 	out := make([]Stream, 0, len(streamNames))
 	for _, name := range streamNames {
 		s, err := js.Stream(ctx, name)
-		if name == streams.Bodies && err != nil {
-			continue // relays older than it, or a user not granted its info
+		if (name == streams.Bodies || name == streams.Attempts) && err != nil {
+			// Relays older than it, relays that record no attempts, or a
+			// user not granted its info.
+			continue
 		}
 		if err != nil {
 			return nil, streamErr(name, err)

@@ -1,0 +1,211 @@
+package attempts
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/internal/metrics"
+	"github.com/relay-dev/relay/streams"
+)
+
+// Tuning of the [Recorder].
+const (
+	// queueSize is how many records may wait to be written: a few seconds
+	// of a busy relay's attempts. Past it a record is dropped, never
+	// waited for.
+	queueSize = 8192
+	// maxPending is the async publishes of records awaiting their
+	// PubAcks, on the recorder's JetStream context of its own: a server
+	// slow to answer fills this window, not the delivery path's.
+	maxPending = 4096
+	// stallWait is how long the writer waits for room in that window
+	// before it drops a record: short, so that the queue behind it keeps
+	// moving.
+	stallWait = 20 * time.Millisecond
+	// drainWait bounds how long a stopping recorder waits for the PubAcks
+	// of what it wrote last.
+	drainWait = 5 * time.Second
+)
+
+// Config is what a [Recorder] needs.
+type Config struct {
+	// Conn is the relay's NATS connection; the recorder makes a JetStream
+	// context of its own on it.
+	Conn *nats.Conn
+	// Relay names this relay in every record (host and process).
+	Relay string
+	// Logger gets one line when records start being lost. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// Metrics counts the records lost (nil: not counted).
+	Metrics *metrics.Metrics
+}
+
+// entry is one record waiting to be written: an attempt, or a fan-out.
+type entry struct {
+	attempt Record
+	fanout  *Fanout
+}
+
+// Recorder writes attempt and fan-out records to ATTEMPTS without ever
+// making its caller wait: [Recorder.Attempt] and [Recorder.Fanout] queue,
+// and [Recorder.Run] writes. A nil *Recorder records nothing (relay run
+// --record-attempts=false).
+type Recorder struct {
+	cfg   Config
+	js    jetstream.JetStream
+	queue chan entry
+}
+
+// New returns a Recorder; [Recorder.Run] writes what it is given.
+func New(cfg Config) (*Recorder, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("attempts: no NATS connection")
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	r := &Recorder{cfg: cfg, queue: make(chan entry, queueSize)}
+	var err error
+	r.js, err = jetstream.New(cfg.Conn,
+		jetstream.WithPublishAsyncMaxPending(maxPending),
+		jetstream.WithPublishAsyncTimeout(10*time.Second),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			r.lost(false, err)
+		}))
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Attempt queues the record of an attempt (or of a death without one). It
+// never waits: a record the queue has no room for is dropped and counted.
+func (r *Recorder) Attempt(rec Record) {
+	if r == nil {
+		return
+	}
+	r.enqueue(entry{attempt: rec})
+}
+
+// Fanout queues the record of one fan-out of an event, as [Recorder.Attempt]
+// does.
+func (r *Recorder) Fanout(f Fanout) {
+	if r == nil {
+		return
+	}
+	r.enqueue(entry{fanout: &f})
+}
+
+func (r *Recorder) enqueue(e entry) {
+	select {
+	case r.queue <- e:
+	default:
+		r.lost(true, errors.New("the queue of records to write is full"))
+	}
+}
+
+// Run writes the queued records until ctx ends, then what is still queued,
+// and waits (at most drainWait) for their PubAcks. The relay stops it after
+// the lanes and the fan-out, whose last outcomes it records.
+func (r *Recorder) Run(ctx context.Context) {
+	for {
+		select {
+		case e := <-r.queue:
+			r.write(e)
+		case <-ctx.Done():
+			for {
+				select {
+				case e := <-r.queue:
+					r.write(e)
+					continue
+				default:
+				}
+				break
+			}
+			select {
+			case <-r.js.PublishAsyncComplete():
+			case <-time.After(drainWait):
+			}
+			return
+		}
+	}
+}
+
+// write publishes one entry's records.
+func (r *Recorder) write(e entry) {
+	if e.fanout == nil {
+		rec := e.attempt
+		rec.Relay = r.cfg.Relay
+		rec.At = rec.At.Truncate(time.Millisecond)
+		rec.Next = rec.Next.Truncate(time.Millisecond)
+		if rec.Status != 0 && rec.Attempt > 0 {
+			// The status says it; the error would only repeat it.
+			rec.Error = ""
+		}
+		rec.Error = cut(rec.Error, MaxError)
+		key := streams.EventKey(rec.Event)
+		subject := streams.AttemptRecordSubject(key, rec.Subscriber, rec.Failed())
+		if key == rec.Event {
+			// The subject holds it (see [fromSubject]).
+			rec.Event = ""
+		}
+		r.publish(subject, rec)
+		return
+	}
+	f := *e.fanout
+	f.Relay = r.cfg.Relay
+	f.At = f.At.Truncate(time.Millisecond)
+	subject := streams.FanoutRecordSubject(streams.EventKey(f.Event))
+	copies, filtered := f.Copies, f.Filtered
+	for first := true; first || len(copies) > 0 || len(filtered) > 0; first = false {
+		part := f
+		part.Copies, copies = split(copies, maxCopies)
+		part.Filtered, filtered = split(filtered, maxCopies-len(part.Copies))
+		r.publish(subject, part)
+	}
+}
+
+// split returns the first n of s (at most), and the rest.
+func split[T any](s []T, n int) (head, rest []T) {
+	n = min(n, len(s))
+	return s[:n], s[n:]
+}
+
+func (r *Recorder) publish(subject string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		r.lost(false, err)
+		return
+	}
+	if _, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data}, jetstream.WithStallWait(stallWait)); err != nil {
+		r.lost(errors.Is(err, jetstream.ErrTooManyStalledMsgs), err)
+	}
+}
+
+// lost counts a record not stored, and logs it (the logger holds back the
+// repeats).
+func (r *Recorder) lost(dropped bool, err error) {
+	r.cfg.Metrics.RecordLost(dropped)
+	r.cfg.Logger.Warn("attempts: a record for relay trace was not stored; deliveries go on", "dropped", dropped, "err", err)
+}
+
+// cut shortens s to at most n bytes, on a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	i := n - len(mark)
+	for i > 0 && !utf8RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + mark
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

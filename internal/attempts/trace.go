@@ -1,0 +1,236 @@
+package attempts
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relay-dev/relay/streams"
+)
+
+// ErrNoRecords is returned by [Read] for an event ATTEMPTS holds nothing of:
+// not fanned out yet, older than ATTEMPTS keeps, published to no subscriber,
+// or handled by relays that record no attempts.
+var ErrNoRecords = errors.New("attempts: no records of this event")
+
+// ErrNoStream is returned when ATTEMPTS does not exist: no relay that
+// records attempts has run on this cluster.
+var ErrNoStream = errors.New("attempts: no " + streams.Attempts + " stream (no relay run has recorded attempts here; relay run --record-attempts=false records none)")
+
+// maxReads bounds the records one [Read] reads: far more than one event's
+// attempts to all its subscribers make in 72 hours, with the defaults.
+const maxReads = 20_000
+
+// State is where one subscriber's delivery of an event is now, as its records
+// say.
+type State string
+
+const (
+	// StateDelivered: the subscriber answered 2xx.
+	StateDelivered State = "delivered"
+	// StateWaiting: a retry is parked until a time (Until), after Why.
+	StateWaiting State = "waiting"
+	// StateQueued: on the subscriber's lane, not attempted yet (or handed
+	// back to JetStream after an attempt whose outcome could not be
+	// stored).
+	StateQueued State = "queued"
+	// StateOverflow: in the subscriber's overflow, behind its backlog.
+	StateOverflow State = "overflow"
+	// StateScheduled: held until the event's Relay-Deliver-At (Until).
+	StateScheduled State = "scheduled"
+	// StateDead: dead-lettered (Reason, DLQSeq).
+	StateDead State = "dead"
+)
+
+// Delivery is one subscriber's part of a [Trace]: its state now and every
+// attempt, oldest first.
+type Delivery struct {
+	Subscriber string `json:"subscriber"`
+	State      State  `json:"state"`
+	// At is when it reached that state, when a record says.
+	At time.Time `json:"at,omitzero"`
+	// Until is when a waiting retry or a scheduled copy is due.
+	Until time.Time `json:"until,omitzero"`
+	// Why says why it waits, or why it died.
+	Why string `json:"why,omitempty"`
+	// Reason and DLQSeq name a dead delivery's dead letter.
+	Reason string `json:"reason,omitempty"`
+	DLQSeq uint64 `json:"dlq_seq,omitempty"`
+	// Attempts are its attempt records, oldest first (deaths without an
+	// attempt have Attempt 0).
+	Attempts []Record `json:"attempts"`
+}
+
+// Trace is what `relay trace EVENT_ID` shows: the event's fan-outs and, for
+// each subscriber it matched, its delivery.
+type Trace struct {
+	Event string `json:"event"`
+	Type  string `json:"type,omitempty"`
+	// FannedOut is when the event was first fanned out, and By the relay
+	// that did it.
+	FannedOut time.Time `json:"fanned_out,omitzero"`
+	By        string    `json:"by,omitempty"`
+	// Deliveries are one per subscriber, by subscriber id.
+	Deliveries []Delivery `json:"deliveries"`
+	// Filtered are the subscribers whose content filter skipped the event.
+	Filtered []string `json:"filtered,omitempty"`
+	// Truncated reports that the records passed what one read takes.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Read reads the records of event eventID from ATTEMPTS and settles each
+// subscriber's state from them. It reads only that event's subject (one
+// message get per record, forward by subject), never the stream.
+func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, error) {
+	s, err := js.Stream(ctx, streams.Attempts)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Trace{}, ErrNoStream
+	}
+	if err != nil {
+		return Trace{}, fmt.Errorf("attempts: opening %s: %w", streams.Attempts, err)
+	}
+	filter := streams.EventRecords(streams.EventKey(eventID))
+	var fanouts []Fanout
+	var records []Record
+	truncated := false
+	for seq, reads := uint64(1), 0; ; reads++ {
+		if reads == maxReads {
+			truncated = true
+			break
+		}
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return Trace{}, fmt.Errorf("attempts: reading the records of %q: %w", eventID, err)
+		}
+		seq = m.Sequence + 1
+		if strings.HasSuffix(m.Subject, ".fanout") {
+			var f Fanout
+			if json.Unmarshal(m.Data, &f) == nil && f.Event == eventID {
+				fanouts = append(fanouts, f)
+			}
+			continue
+		}
+		if r, ok := Decode(m.Subject, m.Data); ok && r.Event == eventID {
+			records = append(records, r)
+		}
+	}
+	if len(fanouts) == 0 && len(records) == 0 {
+		return Trace{}, fmt.Errorf("%w: %q", ErrNoRecords, eventID)
+	}
+	t := Settle(eventID, fanouts, records)
+	t.Truncated = truncated
+	return t, nil
+}
+
+// Settle makes the trace of event eventID from its records, in the order
+// ATTEMPTS stored them: each subscriber's state is what its last record
+// says, else where its fan-out put its copy.
+func Settle(eventID string, fanouts []Fanout, records []Record) Trace {
+	t := Trace{Event: eventID, Deliveries: []Delivery{}}
+	byID := map[string]*Delivery{}
+	delivery := func(id string) *Delivery {
+		d, ok := byID[id]
+		if !ok {
+			d = &Delivery{Subscriber: id, State: StateQueued, Attempts: []Record{}}
+			byID[id] = d
+		}
+		return d
+	}
+	filtered := map[string]bool{}
+	for _, f := range fanouts {
+		if t.FannedOut.IsZero() || f.At.Before(t.FannedOut) {
+			t.FannedOut, t.By = f.At, f.Relay
+		}
+		t.Type = cmp.Or(t.Type, f.Type)
+		for _, id := range f.Filtered {
+			filtered[id] = true
+		}
+		for _, c := range f.Copies {
+			d := delivery(c.Subscriber)
+			if c.Placed == StoredBefore && d.At != (time.Time{}) {
+				continue // the earlier fan-out said where it went
+			}
+			d.At = f.At
+			placed(d, c)
+		}
+	}
+	for _, r := range records {
+		d := delivery(r.Subscriber)
+		d.Attempts = append(d.Attempts, r)
+		settled(d, r)
+	}
+	for id := range filtered {
+		if _, ok := byID[id]; !ok {
+			t.Filtered = append(t.Filtered, id)
+		}
+	}
+	slices.Sort(t.Filtered)
+	for _, d := range byID {
+		t.Deliveries = append(t.Deliveries, *d)
+	}
+	slices.SortFunc(t.Deliveries, func(a, b Delivery) int { return strings.Compare(a.Subscriber, b.Subscriber) })
+	return t
+}
+
+// placed sets d's state from where the fan-out put its copy.
+func placed(d *Delivery, c Copy) {
+	d.Until, d.Why, d.Reason, d.DLQSeq = time.Time{}, "", "", 0
+	switch c.Placed {
+	case InOverflow:
+		d.State, d.Why = StateOverflow, "behind its backlog, in its overflow"
+	case Scheduled:
+		d.State, d.Until, d.Why = StateScheduled, c.Until, "Relay-Deliver-At"
+	case DeadAtFanout:
+		d.State, d.Reason, d.DLQSeq = StateDead, c.Reason, c.DLQSeq
+		d.Why = "dead-lettered by the fan-out, without an attempt"
+	default:
+		d.State, d.Why = StateQueued, "not attempted yet"
+	}
+}
+
+// settled sets d's state from its newest record r.
+func settled(d *Delivery, r Record) {
+	d.At, d.Until, d.Why, d.Reason, d.DLQSeq = r.At, time.Time{}, "", "", 0
+	switch r.Outcome {
+	case Delivered:
+		d.State = StateDelivered
+	case Retry:
+		d.State, d.Until, d.Why = StateWaiting, r.Next, "retry after "+Result(r)
+	case Dead:
+		d.State, d.Reason, d.DLQSeq = StateDead, r.Reason, r.DLQSeq
+		switch {
+		case r.Attempt > 0:
+			d.Why = "after " + Result(r)
+		case r.Error != "":
+			d.Why = r.Error
+		default:
+			d.Why = "without an attempt"
+		}
+	default:
+		d.State, d.Why = StateQueued, "handed back to JetStream after "+Result(r)+": its outcome could not be stored"
+	}
+}
+
+// Result says what an attempt got, in a few words: "503", "429 (Retry-After
+// 120s)", "timeout after 10s"…, or its error.
+func Result(r Record) string {
+	switch {
+	case r.Status != 0 && r.RetryAfter > 0:
+		return fmt.Sprintf("%d (Retry-After %ds)", r.Status, r.RetryAfter)
+	case r.Status != 0:
+		return fmt.Sprintf("%d", r.Status)
+	case r.Error != "":
+		return r.Error
+	}
+	return "no answer"
+}
