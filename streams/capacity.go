@@ -162,20 +162,26 @@ func fit(ctx context.Context, r quota, def int64, try func(ctx context.Context, 
 	}
 }
 
+// ErrNoRoomForRecords is returned (and logged by [Ensure], which goes on
+// without it) when the account or the server cannot reserve even
+// [minRecordsBytes] for ATTEMPTS.
+var ErrNoRoomForRecords = errors.New("streams: no storage left in the JetStream account for " + Attempts)
+
 // minRecordsBytes is the least ATTEMPTS is created with: a few thousand
 // records, enough for relay trace of the last moments.
 const minRecordsBytes = 1 << 20
 
 // fitRecords creates ATTEMPTS (try) with its max_bytes: def (ATTEMPTS.json's
-// 1 GiB) at most, an eighth of what the account has left at most (DELIVERIES
-// took its half before it: records never crowd out what is delivered), no
-// more than the account allows one stream, halving while the server refuses
-// for lack of storage, and no less than [minRecordsBytes]: below it the
-// error says how to run without records.
-func fitRecords(ctx context.Context, r quota, def int64, try func(ctx context.Context, maxBytes int64) error) (int64, error) {
+// 1 GiB) at most, a quarter of DELIVERIES' max_bytes at most (deliveries,
+// which DELIVERIES sized to half of what the account or the server had
+// left, 0 when unknown; records never crowd out what is delivered), no more
+// than the account allows one stream, halving while the server refuses for
+// lack of storage, and no less than [minRecordsBytes]: below it,
+// [ErrNoRoomForRecords].
+func fitRecords(ctx context.Context, r quota, def, deliveries int64, try func(ctx context.Context, maxBytes int64) error) (int64, error) {
 	size := def
-	if avail, ok := r.available(); ok {
-		size = min(size, avail/8)
+	if deliveries > 0 {
+		size = min(size, deliveries/4)
 	}
 	if r.perStream > 0 {
 		size = min(size, r.perStream)
@@ -187,8 +193,8 @@ func fitRecords(ctx context.Context, r quota, def int64, try func(ctx context.Co
 			return size, err
 		}
 		if size /= 2; size < minRecordsBytes {
-			return 0, fmt.Errorf("streams: no storage left in the JetStream account for %s, which needs at least %s for its attempt records (relay run --record-attempts=false does without them): %w",
-				Attempts, FormatBytes(minRecordsBytes), err)
+			return 0, fmt.Errorf("%w, which needs at least %s for its attempt records (relay run --record-attempts=false does without them): %w",
+				ErrNoRoomForRecords, FormatBytes(minRecordsBytes), err)
 		}
 	}
 }

@@ -129,7 +129,7 @@ func checkDeliveriesFits(t *testing.T, js jetstream.JetStream, log string, store
 // created. A second Ensure keeps it, and a copy can be stored.
 func TestEnsureSizesDeliveriesWithinTheServersStore(t *testing.T) {
 	t.Parallel()
-	for _, store := range []int64{64 << 20, 256 << 20} {
+	for _, store := range []int64{64 << 20, 256 << 20, 1 << 30, 2 << 30} {
 		t.Run(streams.FormatBytes(store), func(t *testing.T) {
 			t.Parallel()
 			js := connect(t, startServer(t, &server.Options{JetStreamMaxStore: store}))
@@ -137,6 +137,16 @@ func TestEnsureSizesDeliveriesWithinTheServersStore(t *testing.T) {
 			size := checkDeliveriesFits(t, js, log, store)
 			if size != store/2 {
 				t.Errorf("DELIVERIES has %s of a %s store, want half", streams.FormatBytes(size), streams.FormatBytes(store))
+			}
+			// The records' ring takes a quarter of DELIVERIES' size, so
+			// that a quarter of the store stays for the streams that
+			// reserve nothing.
+			a, err := js.Stream(testutil.Context(t), streams.Attempts)
+			if err != nil {
+				t.Fatalf("no %s: %v\n%s", streams.Attempts, err, log)
+			}
+			if got := a.CachedInfo().Config.MaxBytes; got != size/4 {
+				t.Errorf("%s has %s beside a DELIVERIES of %s, want a quarter", streams.Attempts, streams.FormatBytes(got), streams.FormatBytes(size))
 			}
 			if line := sizedLine(t, log); !strings.Contains(line, "account_max_store=-1") || !strings.Contains(line, "server_limited=true") {
 				t.Errorf("the sizes line does not say the server limited them: %s", line)

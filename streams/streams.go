@@ -153,16 +153,25 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		names = names[:len(names)-1]
 	}
 	for _, name := range names {
-		ensured = append(ensured, name)
 		def, err := Config(name)
 		if err != nil {
 			return err
 		}
 		cfg, err := e.stream(ctx, def, existingConfig(name))
+		if errors.Is(err, ErrNoRoomForRecords) {
+			// Records are a view, not the ledger: the relay delivers
+			// without them.
+			e.log.Warn("streams: "+err.Error()+"; relay trace will show nothing of this relay's deliveries", "stream", name)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("streams: creating or updating %s: %w", name, err)
 		}
+		ensured = append(ensured, name)
 		sizes[name] = cfg.MaxBytes
+		if name == Deliveries {
+			e.deliveriesBytes = cfg.MaxBytes
+		}
 	}
 	for _, kv := range []jetstream.KeyValueConfig{
 		{
@@ -243,6 +252,9 @@ type ensurer struct {
 	// probed reports whether the server refused a size for lack of
 	// storage, which the account info did not foresee.
 	probed bool
+	// deliveriesBytes is DELIVERIES' max_bytes once ensured, which bounds
+	// ATTEMPTS' (see [fitRecords]).
+	deliveriesBytes int64
 	// replicas is the most replicas of the relay streams found existing:
 	// without --replicas, a stream made new beside them (one a newer
 	// version adds) gets as many.
@@ -344,7 +356,7 @@ func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetst
 		})
 	}
 	if cfg.Name == Attempts {
-		size, err := fitRecords(ctx, e.accountQuota(ctx, cfg.Replicas), cfg.MaxBytes, createWith)
+		size, err := fitRecords(ctx, e.accountQuota(ctx, cfg.Replicas), cfg.MaxBytes, e.deliveriesBytes, createWith)
 		cfg.MaxBytes = size
 		return cfg, err
 	}

@@ -30,9 +30,11 @@ const (
 	RetryAtPrefix = "retries.at."
 	// dlqPrefix + <subscriber>.<reason> is a dead letter.
 	dlqPrefix = "dlq."
-	// attemptsPrefix + <event key>.fanout is the record of an event's
-	// fan-out, and attemptsPrefix + <event key>.<subscriber>.ok|err one of
-	// an attempt to deliver it (see [EventKey]).
+	// attemptsPrefix + <event key> holds every record of an event: its
+	// fan-outs and the attempts to deliver it (see [EventKey]);
+	// attemptsPrefix + failed.<subscriber> a copy of each record of a
+	// failure of one subscriber. Both are literal subjects, which the
+	// server finds by its subject index, however many it holds.
 	attemptsPrefix = "attempts."
 )
 
@@ -138,28 +140,11 @@ func EventKey(eventID string) string {
 	return hashedKeyMark + hex.EncodeToString(sum[:16])
 }
 
-// HashedEventKey reports whether key is an [EventKey] made from a hash, which
-// says nothing of the id it was made from.
-func HashedEventKey(key string) bool { return strings.HasPrefix(key, hashedKeyMark) }
+// EventRecords is the subject of every record of the event of key: its
+// fan-outs and its attempts.
+func EventRecords(key string) string { return attemptsPrefix + key }
 
-// FanoutRecordSubject is where the record of the fan-out of the event of
-// key goes.
-func FanoutRecordSubject(key string) string { return attemptsPrefix + key + ".fanout" }
-
-// AttemptRecordSubject is where the record of an attempt to deliver the
-// event of key to subscriber goes: on .err when it failed (or the delivery
-// died), so that a subscriber's failures are read apart
-// ([SubscriberFailures]).
-func AttemptRecordSubject(key, subscriber string, failed bool) string {
-	if failed {
-		return attemptsPrefix + key + "." + subscriber + ".err"
-	}
-	return attemptsPrefix + key + "." + subscriber + ".ok"
-}
-
-// EventRecords is the filter of every record of the event of key.
-func EventRecords(key string) string { return attemptsPrefix + key + ".>" }
-
-// SubscriberFailures is the filter of the records of subscriber's failed
-// attempts, of every event.
-func SubscriberFailures(subscriber string) string { return attemptsPrefix + "*." + subscriber + ".err" }
+// SubscriberFailures is the subject of the records of subscriber's failed
+// attempts and deaths, of every event: three tokens, where an event's
+// subject has two, so that no event key reaches it.
+func SubscriberFailures(subscriber string) string { return attemptsPrefix + "failed." + subscriber }

@@ -428,6 +428,13 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	// fan-out's last outcomes, as the operational events are.
 	var records *attempts.Recorder
 	if f.recordAttempts {
+		if _, err := js.Stream(setupCtx, streams.Attempts); err != nil {
+			// Ensure said why (no room for it): the relay delivers
+			// without records.
+			f.recordAttempts = false
+		}
+	}
+	if f.recordAttempts {
 		if records, err = attempts.New(attempts.Config{Conn: nc, Relay: relayName(), Logger: log, Metrics: m}); err != nil {
 			return err
 		}

@@ -3,8 +3,6 @@ package attempts
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/relay-dev/relay/streams"
 )
 
 // Outcome is what an attempt (or a death without one) settled the delivery
@@ -29,9 +27,9 @@ const (
 // Attempt 0, a death that came without one. Its JSON is what ATTEMPTS
 // stores: short, so that a record stays near 250 bytes with its subject.
 type Record struct {
-	// Event is the event's id (Relay-Event-Id). ATTEMPTS stores it only
-	// when its subject cannot ([streams.EventKey] hashed it); [Decode]
-	// puts it back.
+	// Event is the event's id (Relay-Event-Id). On its event's subject
+	// the subject says it, and the record does not hold it; on its
+	// subscriber's failures it does.
 	Event string `json:"event,omitempty"`
 	// Subscriber is the subscriber it was for.
 	Subscriber string `json:"subscriber"`
@@ -63,31 +61,39 @@ type Record struct {
 	DLQSeq uint64 `json:"dlq_seq,omitempty"`
 }
 
-// Decode reads the attempt record stored on subject with data; false for a
-// message that is no attempt record.
-func Decode(subject string, data []byte) (Record, bool) {
+// Failure decodes a record stored on a subscriber's failures subject
+// (streams.SubscriberFailures); false for a message that is none.
+func Failure(data []byte) (Record, bool) {
 	var r Record
-	if json.Unmarshal(data, &r) != nil || r.Subscriber == "" {
+	if json.Unmarshal(data, &r) != nil || r.Subscriber == "" || r.Event == "" {
 		return Record{}, false
-	}
-	if r.Event == "" {
-		key, ok := streams.SubjectToken(subject, 1)
-		if !ok || streams.HashedEventKey(key) {
-			return Record{}, false
-		}
-		r.Event = key
 	}
 	return r, true
 }
 
+// decodeOnEvent decodes a record stored on the subject of event eventID:
+// a fan-out (f non-nil) or an attempt; ok false for a message that is
+// neither, or a fan-out of another event of the same hashed key.
+func decodeOnEvent(eventID string, data []byte) (f *Fanout, r Record, ok bool) {
+	var fan Fanout
+	if json.Unmarshal(data, &fan) == nil && fan.Type != "" {
+		return &fan, Record{}, fan.Event == eventID
+	}
+	if json.Unmarshal(data, &r) != nil || r.Subscriber == "" {
+		return nil, Record{}, false
+	}
+	r.Event = eventID
+	return nil, r, true
+}
+
 // Failed reports whether the record is of a failure: an attempt that did not
-// deliver, or a death. Failures go on a subject of their own (see
-// streams.AttemptRecordSubject).
+// deliver, or a death. A failure goes on its subscriber's failures subject
+// (streams.SubscriberFailures) as well as on its event's.
 func (r Record) Failed() bool { return r.Outcome != Delivered }
 
 // MaxError is the most bytes of an error a record keeps: the whole error is
 // in the log, and in the dead letter of a delivery that died.
-const MaxError = 120
+const MaxError = 80
 
 // Placement is where the fan-out put an event's copy for one subscriber.
 type Placement string

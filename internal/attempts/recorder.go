@@ -1,16 +1,19 @@
 package attempts
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/streams"
 )
@@ -29,9 +32,14 @@ const (
 	// before it drops a record: short, so that the queue behind it keeps
 	// moving.
 	stallWait = 20 * time.Millisecond
-	// drainWait bounds how long a stopping recorder waits for the PubAcks
-	// of what it wrote last.
+	// drainWait bounds how long a stopping recorder writes what is still
+	// queued and waits for the PubAcks: what is left then is dropped.
 	drainWait = 5 * time.Second
+	// lossReport is how often the records lost since the last report are
+	// logged, in one line.
+	lossReport = 10 * time.Second
+	// maxRelayName bounds the relay name a record holds.
+	maxRelayName = 64
 )
 
 // Config is what a [Recorder] needs.
@@ -39,9 +47,10 @@ type Config struct {
 	// Conn is the relay's NATS connection; the recorder makes a JetStream
 	// context of its own on it.
 	Conn *nats.Conn
-	// Relay names this relay in every record (host and process).
+	// Relay names this relay in every record (host and process), cut to
+	// 64 bytes.
 	Relay string
-	// Logger gets one line when records start being lost. Defaults to
+	// Logger gets one line every 10 s while records are lost. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
 	// Metrics counts the records lost (nil: not counted).
@@ -62,6 +71,10 @@ type Recorder struct {
 	cfg   Config
 	js    jetstream.JetStream
 	queue chan entry
+	// dropped and refused count the records lost since the last report;
+	// dropped is counted by the callers, so it is an atomic and nothing
+	// more.
+	dropped, refused atomic.Int64
 }
 
 // New returns a Recorder; [Recorder.Run] writes what it is given.
@@ -70,13 +83,14 @@ func New(cfg Config) (*Recorder, error) {
 		return nil, errors.New("attempts: no NATS connection")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Relay = cut(cfg.Relay, maxRelayName)
 	r := &Recorder{cfg: cfg, queue: make(chan entry, queueSize)}
 	var err error
 	r.js, err = jetstream.New(cfg.Conn,
 		jetstream.WithPublishAsyncMaxPending(maxPending),
 		jetstream.WithPublishAsyncTimeout(10*time.Second),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-			r.lost(false, err)
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) {
+			r.lost(false)
 		}))
 	if err != nil {
 		return nil, err
@@ -106,41 +120,74 @@ func (r *Recorder) enqueue(e entry) {
 	select {
 	case r.queue <- e:
 	default:
-		r.lost(true, errors.New("the queue of records to write is full"))
+		r.lost(true)
 	}
 }
 
-// Run writes the queued records until ctx ends, then what is still queued,
-// and waits (at most drainWait) for their PubAcks. The relay stops it after
-// the lanes and the fan-out, whose last outcomes it records.
+// Run writes the queued records until ctx ends, then, for at most
+// drainWait, what is still queued and the PubAcks; what is left then is
+// dropped. The relay stops it after the lanes and the fan-out, whose last
+// outcomes it records.
 func (r *Recorder) Run(ctx context.Context) {
+	report := time.NewTicker(lossReport)
+	defer report.Stop()
+	defer r.report()
 	for {
 		select {
 		case e := <-r.queue:
 			r.write(e)
+		case <-report.C:
+			r.report()
 		case <-ctx.Done():
-			for {
-				select {
-				case e := <-r.queue:
-					r.write(e)
-					continue
-				default:
-				}
-				break
-			}
-			select {
-			case <-r.js.PublishAsyncComplete():
-			case <-time.After(drainWait):
-			}
+			r.drain()
 			return
 		}
 	}
 }
 
-// write publishes one entry's records.
+// drain writes what is queued and waits for the PubAcks, within drainWait.
+func (r *Recorder) drain() {
+	deadline := time.After(drainWait)
+	for {
+		select {
+		case e := <-r.queue:
+			r.write(e)
+			select {
+			case <-deadline:
+				r.dropped.Add(int64(len(r.queue)))
+				return
+			default:
+			}
+			continue
+		default:
+		}
+		break
+	}
+	select {
+	case <-r.js.PublishAsyncComplete():
+	case <-deadline:
+	}
+}
+
+// report logs the records lost since the last report, in one line.
+func (r *Recorder) report() {
+	dropped, refused := r.dropped.Swap(0), r.refused.Swap(0)
+	if dropped+refused == 0 {
+		return
+	}
+	r.cfg.Logger.Warn("attempts: records for relay trace were not stored (deliveries go on; relay trace shows less of them)",
+		"dropped", dropped, "refused", refused, "in", lossReport)
+}
+
+// write publishes one entry's records: on its event's subject, and a
+// failure on its subscriber's too.
 func (r *Recorder) write(e entry) {
 	if e.fanout == nil {
 		rec := e.attempt
+		if rec.Event == "" {
+			r.lost(false)
+			return
+		}
 		rec.Relay = r.cfg.Relay
 		rec.At = rec.At.Truncate(time.Millisecond)
 		rec.Next = rec.Next.Truncate(time.Millisecond)
@@ -148,20 +195,20 @@ func (r *Recorder) write(e entry) {
 			// The status says it; the error would only repeat it.
 			rec.Error = ""
 		}
-		rec.Error = cut(rec.Error, MaxError)
-		key := streams.EventKey(rec.Event)
-		subject := streams.AttemptRecordSubject(key, rec.Subscriber, rec.Failed())
-		if key == rec.Event {
-			// The subject holds it (see [fromSubject]).
-			rec.Event = ""
+		rec.Error = cut(deadletter.CleanError(rec.Error), MaxError)
+		onEvent := rec
+		// The subject holds it (see [Read]).
+		onEvent.Event = ""
+		r.publish(streams.EventRecords(streams.EventKey(rec.Event)), onEvent)
+		if rec.Failed() {
+			r.publish(streams.SubscriberFailures(rec.Subscriber), rec)
 		}
-		r.publish(subject, rec)
 		return
 	}
 	f := *e.fanout
 	f.Relay = r.cfg.Relay
 	f.At = f.At.Truncate(time.Millisecond)
-	subject := streams.FanoutRecordSubject(streams.EventKey(f.Event))
+	subject := streams.EventRecords(streams.EventKey(f.Event))
 	copies, filtered := f.Copies, f.Filtered
 	for first := true; first || len(copies) > 0 || len(filtered) > 0; first = false {
 		part := f
@@ -178,21 +225,30 @@ func split[T any](s []T, n int) (head, rest []T) {
 }
 
 func (r *Recorder) publish(subject string, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		r.lost(false, err)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// An error's <, > and & as they are, not six bytes each.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		r.lost(false)
 		return
 	}
+	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if _, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data}, jetstream.WithStallWait(stallWait)); err != nil {
-		r.lost(errors.Is(err, jetstream.ErrTooManyStalledMsgs), err)
+		r.lost(errors.Is(err, jetstream.ErrTooManyStalledMsgs))
 	}
 }
 
-// lost counts a record not stored, and logs it (the logger holds back the
-// repeats).
-func (r *Recorder) lost(dropped bool, err error) {
+// lost counts a record not stored, dropped (before it was written) or
+// refused; Run logs the count. It runs on the caller's goroutine when the
+// queue is full, so it only counts.
+func (r *Recorder) lost(dropped bool) {
 	r.cfg.Metrics.RecordLost(dropped)
-	r.cfg.Logger.Warn("attempts: a record for relay trace was not stored; deliveries go on", "dropped", dropped, "err", err)
+	if dropped {
+		r.dropped.Add(1)
+	} else {
+		r.refused.Add(1)
+	}
 }
 
 // cut shortens s to at most n bytes, on a rune boundary, marking the cut.

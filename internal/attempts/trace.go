@@ -3,7 +3,6 @@ package attempts
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -86,8 +85,9 @@ type Trace struct {
 }
 
 // Read reads the records of event eventID from ATTEMPTS and settles each
-// subscriber's state from them. It reads only that event's subject (one
-// message get per record, forward by subject), never the stream.
+// subscriber's state from them. It reads only that event's subject, a
+// literal one the server finds by its subject index (one message get per
+// record, forward by subject), never the stream.
 func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, error) {
 	s, err := js.Stream(ctx, streams.Attempts)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -96,7 +96,7 @@ func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, e
 	if err != nil {
 		return Trace{}, fmt.Errorf("attempts: opening %s: %w", streams.Attempts, err)
 	}
-	filter := streams.EventRecords(streams.EventKey(eventID))
+	subject := streams.EventRecords(streams.EventKey(eventID))
 	var fanouts []Fanout
 	var records []Record
 	truncated := false
@@ -105,7 +105,7 @@ func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, e
 			truncated = true
 			break
 		}
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -113,14 +113,11 @@ func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, e
 			return Trace{}, fmt.Errorf("attempts: reading the records of %q: %w", eventID, err)
 		}
 		seq = m.Sequence + 1
-		if strings.HasSuffix(m.Subject, ".fanout") {
-			var f Fanout
-			if json.Unmarshal(m.Data, &f) == nil && f.Event == eventID {
-				fanouts = append(fanouts, f)
-			}
-			continue
-		}
-		if r, ok := Decode(m.Subject, m.Data); ok && r.Event == eventID {
+		switch f, r, ok := decodeOnEvent(eventID, m.Data); {
+		case !ok:
+		case f != nil:
+			fanouts = append(fanouts, *f)
+		default:
 			records = append(records, r)
 		}
 	}
@@ -132,9 +129,10 @@ func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, e
 	return t, nil
 }
 
-// Settle makes the trace of event eventID from its records, in the order
-// ATTEMPTS stored them: each subscriber's state is what its last record
-// says, else where its fan-out put its copy.
+// Settle makes the trace of event eventID from its records: each
+// subscriber's state is what its newest record says (by time, then attempt:
+// relays write their records apart, so the stream's order may not be the
+// attempts'), else where its fan-out put its copy.
 func Settle(eventID string, fanouts []Fanout, records []Record) Trace {
 	t := Trace{Event: eventID, Deliveries: []Delivery{}}
 	byID := map[string]*Delivery{}
@@ -164,6 +162,10 @@ func Settle(eventID string, fanouts []Fanout, records []Record) Trace {
 			placed(d, c)
 		}
 	}
+	records = slices.Clone(records)
+	slices.SortStableFunc(records, func(a, b Record) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Attempt, b.Attempt))
+	})
 	for _, r := range records {
 		d := delivery(r.Subscriber)
 		d.Attempts = append(d.Attempts, r)

@@ -104,8 +104,10 @@ func (g *Gauge) Evict(ctx context.Context) (int, error) {
 				return err
 			}
 			stored.Add(1)
-			g.cfg.Records.Attempt(attempts.Record{Event: m.Header.Get(streams.HeaderEventID), Subscriber: victim,
-				At: g.cfg.Clock.Now(), Outcome: attempts.Dead, Reason: string(deadletter.Backlog), Error: why, DLQSeq: seq})
+			if ev := m.Header.Get(streams.HeaderEventID); ev != "" {
+				g.cfg.Records.Attempt(attempts.Record{Event: ev, Subscriber: victim, At: g.cfg.Clock.Now(),
+					Outcome: attempts.Dead, Reason: string(deadletter.Backlog), Error: why, DLQSeq: seq})
+			}
 			g.cfg.Ops.Dead(victim, string(deadletter.Backlog), m.Header.Get(streams.HeaderEventType))
 			return nil
 		}

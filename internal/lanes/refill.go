@@ -34,7 +34,7 @@ func (e *engine) lateInOverflow(id string, m overflow.Msg) func(context.Context)
 		death.Attempts, death.FirstAttemptAt = streams.AttemptsOf(m.Header)
 		seq, err := e.deadLetter(ctx, id, m.Data, m.Header, death)
 		if err == nil {
-			e.recordDeath(id, m.Header, death, seq)
+			e.recordDeath(m.Header.Get(streams.HeaderEventID), id, death, seq)
 		}
 		return err
 	}

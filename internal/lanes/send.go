@@ -163,7 +163,9 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	}
 	if out.Class != deliver.Delivered {
 		st := l.failed(ctx, d, sub, req.ID, out, now)
-		l.record(d, sub.ID, out, now, st)
+		if l.cfg.Records != nil {
+			l.record(d, sub.ID, out, now, st)
+		}
 		return out
 	}
 	published := publishedAt(d)
@@ -177,7 +179,9 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.cfg.Timeliness.Met(sub.ID)
 	}
 	l.ack(d, sub.ID, Delivered)
-	l.record(d, sub.ID, out, now, settlement{outcome: attempts.Delivered})
+	if l.cfg.Records != nil {
+		l.record(d, sub.ID, out, now, settlement{outcome: attempts.Delivered})
+	}
 	return out
 }
 
@@ -187,9 +191,6 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 //
 //go:noinline
 func (l *lane) record(d delivery, subscriber string, out deliver.Outcome, at time.Time, st settlement) {
-	if l.cfg.Records == nil {
-		return
-	}
 	rec := attempts.Record{Event: eventIDOf(d), Subscriber: subscriber, Attempt: d.attempts, At: at, Status: out.Status,
 		Millis: out.Duration.Milliseconds(), Error: errorText(out), Outcome: st.outcome, Next: st.next,
 		Reason: string(st.reason), DLQSeq: st.dlqSeq}

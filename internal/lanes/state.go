@@ -219,17 +219,18 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 		l.log.Warn("lanes: term", "subscriber", id, "err", err)
 	}
 	if !d.attempted {
-		l.env.recordDeath(id, h, death, seq)
+		l.env.recordDeath(eventIDOf(d), id, death, seq)
 	}
 	return seq, true
 }
 
-// recordDeath records a death that came without an attempt (relay trace).
-func (e *engine) recordDeath(id string, h nats.Header, death deadletter.Death, seq uint64) {
-	if e.cfg.Records == nil {
+// recordDeath records a death of a delivery of event eventID that came
+// without an attempt (relay trace); one of no known event is not recorded.
+func (e *engine) recordDeath(eventID, id string, death deadletter.Death, seq uint64) {
+	if e.cfg.Records == nil || eventID == "" {
 		return
 	}
-	e.cfg.Records.Attempt(attempts.Record{Event: h.Get(streams.HeaderEventID), Subscriber: id, At: e.cfg.Clock.Now(),
+	e.cfg.Records.Attempt(attempts.Record{Event: eventID, Subscriber: id, At: e.cfg.Clock.Now(),
 		Outcome: attempts.Dead, Reason: string(death.Reason), Error: death.LastError, DLQSeq: seq})
 }
 

@@ -89,20 +89,19 @@ func Describe(ctx context.Context, js jetstream.JetStream, sub subscribers.Subsc
 			return Detail{}, err
 		}
 	}
-	if d.LastFailedAttempts, err = lastFailedAttempts(ctx, js, sub.ID, LastErrors); err != nil {
+	if d.LastFailedAttempts, err = lastFailedAttempts(ctx, r.attempts, sub.ID, LastErrors); err != nil {
 		return Detail{}, err
 	}
 	return d, nil
 }
 
 // lastFailedAttempts returns up to n of the newest records of subscriber
-// id's failed attempts in ATTEMPTS, newest first: a stream info and the
-// search of [newestOn]. No ATTEMPTS (no relay records attempts, or a user
-// not granted it) is none.
-func lastFailedAttempts(ctx context.Context, js jetstream.JetStream, id string, n int) ([]attempts.Record, error) {
+// id's failed attempts in ATTEMPTS (s), newest first, by the search of
+// [newestOn]. No ATTEMPTS (s nil: no relay records attempts, or a user not
+// granted it) is none.
+func lastFailedAttempts(ctx context.Context, s jetstream.Stream, id string, n int) ([]attempts.Record, error) {
 	out := []attempts.Record{}
-	s, err := js.Stream(ctx, streams.Attempts)
-	if err != nil {
+	if s == nil {
 		return out, nil
 	}
 	state := s.CachedInfo().State
@@ -114,7 +113,7 @@ func lastFailedAttempts(ctx context.Context, js jetstream.JetStream, id string, 
 		return nil, fmt.Errorf("status: reading the last failed attempts of %s: %w", id, err)
 	}
 	for _, m := range msgs {
-		if r, ok := attempts.Decode(m.Subject, m.Data); ok && r.Subscriber == id {
+		if r, ok := attempts.Failure(m.Data); ok && r.Subscriber == id {
 			out = append(out, r)
 		}
 	}

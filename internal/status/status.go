@@ -213,7 +213,7 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 		return Report{}, err
 	}
 	use := make([]Stream, 0, len(streamNames))
-	for _, s := range []jetstream.Stream{r.events, r.deliveries, r.retries, r.dlq, r.bodies} {
+	for _, s := range []jetstream.Stream{r.events, r.deliveries, r.retries, r.dlq, r.bodies, r.attempts} {
 		if s != nil {
 			use = append(use, streamUse(s.CachedInfo()))
 		}
@@ -249,9 +249,10 @@ func Collect(ctx context.Context, js jetstream.JetStream, subs []subscribers.Sub
 type reader struct {
 	nc                       *nats.Conn
 	deliveries, retries, dlq jetstream.Stream
-	// events and bodies are read for the streams' use alone; bodies is nil
-	// when the stream does not exist (relays older than it).
-	events, bodies jetstream.Stream
+	// events, bodies and attempts are read for the streams' use alone;
+	// bodies and attempts are nil when the stream does not exist (relays
+	// older than it, or that record no attempts).
+	events, bodies, attempts jetstream.Stream
 	// timeliness is the relay_timeliness bucket's stream, nil when the
 	// bucket does not exist: relays older than it never created it, and
 	// their cluster's report shows no deadline counts rather than fail.
@@ -292,6 +293,10 @@ func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
 	// predate it, or a user not yet granted its info, gets the others.
 	if r.bodies, err = js.Stream(ctx, streams.Bodies); err != nil {
 		r.bodies = nil
+	}
+	// ATTEMPTS' too: relays that record no attempts create none.
+	if r.attempts, err = js.Stream(ctx, streams.Attempts); err != nil {
+		r.attempts = nil
 	}
 	return r, nil
 }

@@ -31,8 +31,8 @@ func TestReportShowsEachStreamsUseAgainstItsLimits(t *testing.T) {
 
 	check := func(t *testing.T, got []Stream) {
 		t.Helper()
-		if len(got) != 5 {
-			t.Fatalf("%d streams, want EVENTS, DELIVERIES, RETRIES, DLQ and BODIES: %+v", len(got), got)
+		if len(got) != len(streamNames) {
+			t.Fatalf("%d streams, want EVENTS, DELIVERIES, RETRIES, DLQ, BODIES and ATTEMPTS: %+v", len(got), got)
 		}
 		byName := map[string]Stream{}
 		for i, st := range got {
@@ -53,6 +53,9 @@ func TestReportShowsEachStreamsUseAgainstItsLimits(t *testing.T) {
 		}
 		if e := byName[streams.Events]; e.Messages != 0 || e.MaxBytes != -1 || e.MaxMessages != -1 || e.Discard != "old" {
 			t.Errorf("EVENTS: %+v", e)
+		}
+		if a := byName[streams.Attempts]; a.MaxBytes != 1<<30 || a.MaxAge != "72h0m0s" || a.Discard != "old" {
+			t.Errorf("ATTEMPTS: %+v; want a ring of 1 GiB, 72 hours, dropping its oldest", a)
 		}
 	}
 	for _, c := range []struct {
