@@ -156,7 +156,7 @@ import (
 )
 
 // The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "tracing", "writes", "backlog", "scale", "latency", "fanout", "filters", "isolation", "overload", "scheduled", "rate"}
+var allScenarios = []string{"burst", "throughput", "tracing", "records", "writes", "backlog", "scale", "latency", "fanout", "filters", "isolation", "overload", "scheduled", "rate"}
 
 type config struct {
 	scenarios map[string]bool
@@ -170,6 +170,7 @@ type config struct {
 	throughputRuns     int
 	throughputInFlight int
 	tracingRuns        int // pairs, tracing off and on, with the throughput scenario's events and in flight
+	recordsRuns        int // pairs, records off and on, likewise
 	scaleSubscribers   int
 	scaleEach          int
 
@@ -247,6 +248,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.throughputRuns, "throughput-runs", 3, "throughput: runs of each, in turn")
 	fs.IntVar(&cfg.throughputInFlight, "throughput-in-flight", 64, "throughput: requests in flight, the loops' and the subscriber's --max-in-flight")
 	fs.IntVar(&cfg.tracingRuns, "tracing-runs", 5, "tracing: pairs of relay runs, tracing off and on (with -throughput-events and -throughput-in-flight), alternating which goes first")
+	fs.IntVar(&cfg.recordsRuns, "records-runs", 5, "records: pairs of relay runs, --record-attempts=false and records on (with -throughput-events and -throughput-in-flight), alternating which goes first")
 	fs.IntVar(&cfg.scaleSubscribers, "scale-subscribers", 10_000, "scale: subscribers on the one relay")
 	fs.IntVar(&cfg.scaleEach, "scale-events-each", 2, "scale: events to every subscriber in the spread run")
 	fs.IntVar(&cfg.writesEvents, "writes-events", 100_000, "writes: backlog, events")
@@ -335,8 +337,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-scale-subscribers and -scale-events-each must be at least 1")
 	case cfg.throughputEvents < 1 || cfg.throughputRuns < 1 || cfg.throughputInFlight < 1:
 		return cfg, errors.New("-throughput-events, -throughput-runs and -throughput-in-flight must be at least 1")
-	case cfg.tracingRuns < 1:
-		return cfg, errors.New("-tracing-runs must be at least 1")
+	case cfg.tracingRuns < 1 || cfg.recordsRuns < 1:
+		return cfg, errors.New("-tracing-runs and -records-runs must be at least 1")
 	case cfg.writesEvents < 1 || cfg.backlogEvents < 1:
 		return cfg, errors.New("-writes-events and -backlog-events must be at least 1")
 	case !(cfg.writesRate > 0) || !(cfg.backlogRate > 0) || !(cfg.mateRate > 0):
@@ -425,6 +427,14 @@ func run(ctx context.Context, cfg config) error {
 			report.WriteString(tracingTable(cfg, res) + "\n")
 		}
 		rs.add("tracing", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["records"] && ctx.Err() == nil {
+		res, err := e.records(ctx)
+		if len(res) > 0 {
+			report.WriteString(recordsTable(cfg, res) + "\n")
+		}
+		rs.add("records", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	if cfg.scenarios["writes"] && ctx.Err() == nil {

@@ -407,6 +407,12 @@ func (r tracingRun) derived() map[string]any {
 	return map[string]any{"on_per_off": r.ratio(), "spans_per_delivery": r.spansPerDelivery()}
 }
 
+// derived is a records pair's on / off ratio and ATTEMPTS' bytes per
+// record.
+func (r recordsRun) derived() map[string]any {
+	return map[string]any{"on_per_off": r.ratio(), "bytes_per_record": r.bytesPerRecord()}
+}
+
 // derived is a filters pair's with / without ratio, and the evaluations
 // the run with filters had to match and the ones that did not.
 func (r filtersRun) derived() map[string]any {

@@ -61,6 +61,12 @@ type burstSpec struct {
 	// half the events a traceparent. None when nil, as every other
 	// scenario publishes.
 	header func(i int) nats.Header
+	// args are extra relay run flags: how the records scenario turns
+	// records off. None when nil.
+	args []string
+	// inspect, when set, is called once the deliveries are in, before the
+	// stack goes down: how the records scenario reads ATTEMPTS.
+	inspect func(ctx context.Context, s *stack) error
 }
 
 func (r burstRun) rate() float64 {
@@ -98,7 +104,7 @@ func (e *env) burst(ctx context.Context) ([]burstRun, error) {
 // the progress lines.
 func (e *env) burstOne(ctx context.Context, i int, spec burstSpec) (res burstRun, err error) {
 	res = burstRun{run: i, events: spec.events}
-	s, err := e.upWith(ctx, spec.name, spec.env)
+	s, err := e.upWith(ctx, spec.name, spec.env, spec.args...)
 	if err != nil {
 		return res, err
 	}
@@ -180,6 +186,9 @@ func (e *env) burstOne(ctx context.Context, i int, spec burstSpec) (res burstRun
 	}
 	res.extra = after.minus(before) - int64(res.events)
 	res.counts = counts().minus(c0)
+	if spec.inspect != nil {
+		return res, spec.inspect(opCtx, s)
+	}
 	return res, nil
 }
 

@@ -112,10 +112,11 @@ func (e *env) up(ctx context.Context, name string) (*stack, error) {
 }
 
 // upWith is up with extra environment for the relay process (KEY=VALUE,
-// after what it inherits, so that they win): how a scenario turns on what
-// relay reads from its environment alone, such as tracing, for its own
-// relays and no other scenario's.
-func (e *env) upWith(ctx context.Context, name string, relayEnv []string) (*stack, error) {
+// after what it inherits, so that they win) and extra relay run flags: how
+// a scenario turns on what relay reads from its environment alone, such as
+// tracing, or turns off records, for its own relays and no other
+// scenario's.
+func (e *env) upWith(ctx context.Context, name string, relayEnv []string, args ...string) (*stack, error) {
 	s, logPath, err := e.newStack(name)
 	if err != nil {
 		return nil, err
@@ -129,7 +130,8 @@ func (e *env) upWith(ctx context.Context, name string, relayEnv []string) (*stac
 		}
 		listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.url = "nats://" + listen
-		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, relayEnv, "--data", filepath.Join(s.dir, "relay-data"), "--listen", listen); err != nil {
+		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, relayEnv,
+			append([]string{"--data", filepath.Join(s.dir, "relay-data"), "--listen", listen}, args...)...); err != nil {
 			return fail(err)
 		}
 	} else if err := s.startServer(); err != nil {
@@ -139,7 +141,7 @@ func (e *env) upWith(ctx context.Context, name string, relayEnv []string) (*stac
 		return fail(err)
 	}
 	if s.relay == nil {
-		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, relayEnv, "--nats", s.url); err != nil {
+		if s.relay, err = startRelay(ctx, e.bin, e.cfg.lanes, s.dir, logPath, relayEnv, append([]string{"--nats", s.url}, args...)...); err != nil {
 			return fail(err)
 		}
 	}

@@ -150,6 +150,27 @@ func traceparentHeader(tps []string) func(i int) nats.Header {
 	}
 }
 
+// burstRate is a run's deliveries/s as the pair tables show it, with how
+// far it got when it gave up.
+func burstRate(b burstRun) string {
+	s := thousands(int64(b.rate()))
+	if !b.complete {
+		s += " (" + thousands(int64(b.delivered)) + " of " + thousands(int64(b.events)) + ", gave up)"
+	}
+	return s
+}
+
+// cpuCell is a run's relay CPU per 1,000 deliveries as the pair tables
+// show it ("-" when it was not read), added to all when it was.
+func cpuCell(b burstRun, all *[]float64) string {
+	per, ok := b.cpuPer1000()
+	if !ok {
+		return "-"
+	}
+	*all = append(*all, per)
+	return fmt.Sprintf("%.3f", per)
+}
+
 // medianWorst is the median and the worst (lowest) of the pairs' ratios,
 // as ratio reads one from a pair: the summary of the scenarios that run two
 // variants in alternating pairs (tracing, filters); runs must not be empty.
@@ -178,29 +199,14 @@ func tracingTable(cfg config, runs []tracingRun) string {
 	sb.WriteString("| pair | order | off, deliveries/s | on, deliveries/s | on / off | off, relay CPU s per 1,000 deliveries | on, relay CPU s per 1,000 deliveries " +
 		"| on, spans (fan-out / attempt) | on, spans / delivery | on, exports / KB |\n")
 	sb.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	rate := func(b burstRun) string {
-		s := thousands(int64(b.rate()))
-		if !b.complete {
-			s += " (" + thousands(int64(b.delivered)) + " of " + thousands(int64(b.events)) + ", gave up)"
-		}
-		return s
-	}
 	var offCPU, onCPU []float64
-	cpu := func(b burstRun, all *[]float64) string {
-		per, ok := b.cpuPer1000()
-		if !ok {
-			return "-"
-		}
-		*all = append(*all, per)
-		return fmt.Sprintf("%.3f", per)
-	}
 	for _, r := range runs {
 		order := "off, on"
 		if r.onFirst {
 			order = "on, off"
 		}
 		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %.2f | %s | %s | %s (%s / %s) | %.2f | %s / %.0f |\n",
-			r.pair, order, rate(r.off), rate(r.on), r.ratio(), cpu(r.off, &offCPU), cpu(r.on, &onCPU),
+			r.pair, order, burstRate(r.off), burstRate(r.on), r.ratio(), cpuCell(r.off, &offCPU), cpuCell(r.on, &onCPU),
 			thousands(r.onOTLP.spans), thousands(r.onOTLP.fanout), thousands(r.onOTLP.attempt), r.spansPerDelivery(),
 			thousands(r.onOTLP.requests), float64(r.onOTLP.bytes)/1000)
 	}

@@ -36,6 +36,7 @@ func TestStatusShowsTheStreamsUse(t *testing.T) {
 		`EVENTS\s+0\s+unlimited\s+0 B\s+unlimited\s+-\s+-\s+drops oldest`,
 		`DELIVERIES\s+3\s+unlimited\s+\d+ B\s+4 GiB\s+0\.0%\s+-\s+refuses new`,
 		`DLQ\s+0\s+unlimited\s+0 B\s+64 MiB\s+0\.0%\s+720h0m0s\s+drops oldest`,
+		`ATTEMPTS\s+0\s+unlimited\s+0 B\s+1 GiB\s+0\.0%\s+72h0m0s\s+drops oldest`,
 	} {
 		if !regexp.MustCompile(`(?m)^` + row).MatchString(table) {
 			t.Errorf("relay status has no row %q:\n%s", row, table)
@@ -47,7 +48,7 @@ func TestStatusShowsTheStreamsUse(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &use); err != nil {
 		t.Fatalf("status --streams --json is not a JSON array: %v\n%s", err, out)
 	}
-	if len(use) != 5 || use[1].Name != streams.Deliveries || use[1].Messages != 3 || use[1].Used == nil || use[3].MaxBytes != 64<<20 {
+	if len(use) != 6 || use[1].Name != streams.Deliveries || use[1].Messages != 3 || use[1].Used == nil || use[3].MaxBytes != 64<<20 {
 		t.Fatalf("status --streams --json = %+v", use)
 	}
 	if rows := statusJSON(t, n.URL); len(rows) != 1 || rows["demo"].Pending != 3 {
