@@ -81,7 +81,9 @@
 //     with queue.go (the held deliveries), share.go (how many it may hold),
 //     pause.go (Retry-After, open circuits, operators' pauses) and
 //     refill.go (to and from overflow);
-//   - send.go: the attempt; outcome.go: what its outcome settles;
+//   - send.go: the attempt, and its record for relay trace (package
+//     attempts: queued, never waited for); outcome.go: what its outcome
+//     settles;
 //   - state.go: the transition, and its write;
 //   - writes.go: the windows those writes wait in; tuning.go: every
 //     constant of the path.
