@@ -148,14 +148,8 @@ variables (docs/cli.md lists them).`,
 			case f.dlqMaxAge < minDLQMaxAge:
 				return usagef("--dlq-max-age: must be at least %s, got %s", minDLQMaxAge, f.dlqMaxAge)
 			}
-			switch {
-			case !cmd.Flags().Changed("attempts-max-age"):
+			if !cmd.Flags().Changed("attempts-max-age") {
 				f.attemptsMaxAge = 0
-			case f.attemptsMaxAge < streams.DuplicateWindow:
-				return usagef("--attempts-max-age: must be at least %s, ATTEMPTS' duplicate window (as JetStream requires of a max age), got %s",
-					streams.DuplicateWindow, f.attemptsMaxAge)
-			case !f.recordAttempts:
-				return usagef("--attempts-max-age: goes with recorded attempts; --record-attempts=false records none")
 			}
 			f.ackWaitGiven = cmd.Flags().Changed("ack-wait")
 			f.proxyGiven = cmd.Flags().Changed("proxy")
@@ -231,6 +225,13 @@ func (f *runFlags) validate() (slog.Level, error) {
 	if f.eventsMaxAge < streams.DuplicateWindow {
 		return level, usagef("--events-max-age: must be at least %s, EVENTS' duplicate window (as JetStream requires of a max age), got %s",
 			streams.DuplicateWindow, f.eventsMaxAge)
+	}
+	if f.attemptsMaxAge != 0 && f.attemptsMaxAge < streams.DuplicateWindow {
+		return level, usagef("--attempts-max-age: must be at least %s, ATTEMPTS' duplicate window (as JetStream requires of a max age), got %s",
+			streams.DuplicateWindow, f.attemptsMaxAge)
+	}
+	if f.attemptsMaxAge != 0 && !f.recordAttempts {
+		return level, usagef("--attempts-max-age: goes with recorded attempts; --record-attempts=false records none")
 	}
 	if f.shutdownTimeout < 0 {
 		return level, usagef("--shutdown-timeout: must be 0 (abandon requests in flight at once) or more, got %s", f.shutdownTimeout)

@@ -378,7 +378,11 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			replicas: r.int("replicas"), ackWait: r.duration("ack-wait"), maxRequests: r.int("max-requests"),
 			logFormat: r.str("log-format"), dlqMaxAge: r.duration("dlq-max-age"), shutdownTimeout: r.duration("shutdown-timeout"),
 			eventsMaxAge: r.duration("events-max-age"), proxy: r.str("proxy"), noProxy: r.str("no-proxy"),
-			proxyGiven: cmd.Flags().Changed("proxy"),
+			proxyGiven: cmd.Flags().Changed("proxy"), recordAttempts: r.bool("record-attempts"),
+			attemptsMaxAge: r.duration("attempts-max-age"),
+		}
+		if !cmd.Flags().Changed("attempts-max-age") {
+			f.attemptsMaxAge = 0 // as relay run's RunE: keep the stream's
 		}
 		natsURL := cmp.Or(r.str("nats"), env["NATS_URL"])
 		check = func() error {

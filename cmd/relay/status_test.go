@@ -147,8 +147,8 @@ func TestStatusCountsEachSubscribersMessages(t *testing.T) {
 
 	table := mustRelay(t, "status", "--nats", n.URL)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
-	if len(lines) != 12 || !strings.HasPrefix(lines[6], "STREAM ") {
-		t.Fatalf("table has %d lines, want a summary, a blank line, a header and two rows, then a blank line and the streams' header and five rows:\n%s", len(lines), table)
+	if len(lines) != 13 || !strings.HasPrefix(lines[6], "STREAM ") {
+		t.Fatalf("table has %d lines, want a summary, a blank line, a header and two rows, then a blank line and the streams' header and six rows:\n%s", len(lines), table)
 	}
 	if want := "2 subscribers (1 enabled, 0 paused, 1 disabled), 0 open circuits, 4 pending, 2 parked, 0 scheduled, 5 dead letters, in time -, oldest queue "; !strings.HasPrefix(lines[0], want) {
 		t.Errorf("summary %q, want it to start with %q", lines[0], want)
