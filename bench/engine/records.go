@@ -134,12 +134,8 @@ func recordsTable(cfg config, runs []recordsRun) string {
 	sb.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	var offCPU, onCPU []float64
 	for _, r := range runs {
-		order := "off, on"
-		if r.onFirst {
-			order = "on, off"
-		}
 		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %.2f | %s | %s | %s | %.0f |\n",
-			r.pair, order, burstRate(r.off), burstRate(r.on), r.ratio(), cpuCell(r.off, &offCPU), cpuCell(r.on, &onCPU),
+			r.pair, pairOrder(r.onFirst), burstRate(r.off), burstRate(r.on), r.ratio(), cpuCell(r.off, &offCPU), cpuCell(r.on, &onCPU),
 			thousands(int64(r.msgs)), r.bytesPerRecord())
 	}
 	sb.WriteString("\n")
@@ -158,17 +154,8 @@ func recordsTable(cfg config, runs []recordsRun) string {
 			fmt.Fprintf(&sb, "- pair %d: %s records for %s deliveries, fewer than a fan-out and an attempt each (relay_attempt_records_lost_total counts the rest)\n",
 				r.pair, thousands(int64(r.msgs)), thousands(int64(r.on.delivered)))
 		}
-		for _, x := range []struct {
-			name string
-			b    burstRun
-		}{{"off", r.off}, {"on", r.on}} {
-			if dup := x.b.requests - x.b.delivered; dup > 0 {
-				fmt.Fprintf(&sb, "- pair %d, records %s: %d duplicate requests (same webhook-id twice)\n", r.pair, x.name, dup)
-			}
-			for _, s := range x.b.stalls {
-				fmt.Fprintf(&sb, "- pair %d, records %s, relay stalled: %s\n", r.pair, x.name, s)
-			}
-		}
+		pairRunNotes(&sb, r.pair, "records off", r.off)
+		pairRunNotes(&sb, r.pair, "records on", r.on)
 	}
 	return sb.String()
 }

@@ -171,6 +171,26 @@ func cpuCell(b burstRun, all *[]float64) string {
 	return fmt.Sprintf("%.3f", per)
 }
 
+// pairOrder says which run of a pair went first, as the pair tables show
+// it.
+func pairOrder(onFirst bool) string {
+	if onFirst {
+		return "on, off"
+	}
+	return "off, on"
+}
+
+// pairRunNotes writes the lines below a pair table about one run of pair
+// (which names it, "tracing on"): its duplicate requests and its stalls.
+func pairRunNotes(sb *strings.Builder, pair int, which string, b burstRun) {
+	if dup := b.requests - b.delivered; dup > 0 {
+		fmt.Fprintf(sb, "- pair %d, %s: %d duplicate requests (same webhook-id twice)\n", pair, which, dup)
+	}
+	for _, s := range b.stalls {
+		fmt.Fprintf(sb, "- pair %d, %s, relay stalled: %s\n", pair, which, s)
+	}
+}
+
 // medianWorst is the median and the worst (lowest) of the pairs' ratios,
 // as ratio reads one from a pair: the summary of the scenarios that run two
 // variants in alternating pairs (tracing, filters); runs must not be empty.
@@ -201,12 +221,8 @@ func tracingTable(cfg config, runs []tracingRun) string {
 	sb.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	var offCPU, onCPU []float64
 	for _, r := range runs {
-		order := "off, on"
-		if r.onFirst {
-			order = "on, off"
-		}
 		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %.2f | %s | %s | %s (%s / %s) | %.2f | %s / %.0f |\n",
-			r.pair, order, burstRate(r.off), burstRate(r.on), r.ratio(), cpuCell(r.off, &offCPU), cpuCell(r.on, &onCPU),
+			r.pair, pairOrder(r.onFirst), burstRate(r.off), burstRate(r.on), r.ratio(), cpuCell(r.off, &offCPU), cpuCell(r.on, &onCPU),
 			thousands(r.onOTLP.spans), thousands(r.onOTLP.fanout), thousands(r.onOTLP.attempt), r.spansPerDelivery(),
 			thousands(r.onOTLP.requests), float64(r.onOTLP.bytes)/1000)
 	}
@@ -238,12 +254,7 @@ func tracingTable(cfg config, runs []tracingRun) string {
 				fmt.Fprintf(&sb, "- **error**: pair %d, tracing %s: the endpoint refused %s requests (see the relay's log)\n",
 					r.pair, x.name, thousands(x.got.refused))
 			}
-			if dup := x.b.requests - x.b.delivered; dup > 0 {
-				fmt.Fprintf(&sb, "- pair %d, tracing %s: %d duplicate requests (same webhook-id twice)\n", r.pair, x.name, dup)
-			}
-			for _, s := range x.b.stalls {
-				fmt.Fprintf(&sb, "- pair %d, tracing %s, relay stalled: %s\n", r.pair, x.name, s)
-			}
+			pairRunNotes(&sb, r.pair, "tracing "+x.name, x.b)
 		}
 	}
 	return sb.String()
