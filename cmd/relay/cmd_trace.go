@@ -31,10 +31,11 @@ now: delivered; waiting for a retry until a time, and after what; queued (not
 attempted yet); in its overflow; scheduled until its Relay-Deliver-At; or dead,
 with its reason and DLQ sequence (relay dlq show SEQ).
 
-It reads the stream ATTEMPTS, where relay run records each fan-out and each
-attempt (relay run --record-attempts, on by default), and only that event's
-records. ATTEMPTS keeps them 72 hours (relay run --attempts-max-age), within
-its size: an older event has no trace. Exits 1 when there is none.`,
+It reads the stream ATTEMPTS, where relay run records each fan-out (but one to
+a single subscriber's lane, which its attempts tell) and each attempt (relay
+run --record-attempts, on by default), and only that event's records.
+ATTEMPTS keeps them 72 hours (relay run --attempts-max-age), within its size:
+an older event has no trace. Exits 1 when there is none.`,
 		Example: `  relay trace order-1042
   relay trace order-1042 --filtered     # also the subscribers a content filter skipped
   relay trace order-1042 --json | jq '.deliveries[] | {subscriber, state}'`,
@@ -43,7 +44,7 @@ its size: an older event has no trace. Exits 1 when there is none.`,
 			return withJetStreamFor(cmd.Context(), conn, "relay trace", traceTimeout, func(ctx context.Context, js jetstream.JetStream) error {
 				t, err := attempts.Read(ctx, js, args[0])
 				if errors.Is(err, attempts.ErrNoRecords) {
-					return fmt.Errorf("no records of event %q in %s: not fanned out yet, matched no subscriber, older than %[2]s keeps (relay run --attempts-max-age), or handled by relays run with --record-attempts=false", args[0], streams.Attempts)
+					return fmt.Errorf("no records of event %q in %s: not fanned out yet, matched no subscriber, matched one and waits on its lane for a first attempt (relay status --subscriber ID shows its queue), older than %[2]s keeps (relay run --attempts-max-age), or handled by relays run with --record-attempts=false", args[0], streams.Attempts)
 				}
 				if err != nil {
 					return err
@@ -72,7 +73,7 @@ func printTrace(out io.Writer, t attempts.Trace, now time.Time) error {
 	if !t.FannedOut.IsZero() {
 		fmt.Fprintf(tw, "fanned out\t%s by %s, to %d subscribers\n", traceTime(t.FannedOut), cell(t.By, 0), len(t.Deliveries))
 	} else {
-		fmt.Fprintf(tw, "fanned out\t- (no record of its fan-out)\n")
+		fmt.Fprintf(tw, "fanned out\t- (no fan-out record: none is written for an event that went to one subscriber's lane)\n")
 	}
 	if t.Truncated {
 		fmt.Fprintf(tw, "note\tmore records than one trace reads: the newest are left out\n")

@@ -31,8 +31,9 @@ const storeOverhead = 30
 // relay, result and what it led to, and every delivery's state; relay status
 // --subscriber shows the failed attempts, the 429 with its Retry-After. An
 // event id that is no subject token (dots, spaces) is traced all the same;
-// an unknown one exits 1, a missing argument 2. Each attempt record weighs
-// at most maxRecordBytes.
+// an unknown one exits 1, a missing argument 2. An event to one subscriber
+// is traced by its attempts alone. Each attempt record weighs at most
+// maxRecordBytes.
 func TestTraceShowsEveryAttemptOfAnEvent(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
@@ -43,15 +44,16 @@ func TestTraceShowsEveryAttemptOfAnEvent(t *testing.T) {
 		mustRelay(t, "sub", "add", id, "--nats", n.URL, "--url", url, "--secret", testSecret, "--events", "order.*",
 			"--retry-base", "200ms", "--retry-max", "1s")
 	}
+	mustRelay(t, "sub", "add", "solo", "--nats", n.URL, "--url", fast.URL, "--secret", testSecret, "--events", "invoice.*")
 	startReadyRelay(t, n.URL)
 	publish(t, n.JS, "order.paid", "ord-1", []byte(`{"n":1}`))
 
-	trace := func(id string) attempts.Trace {
+	traceOf := func(id string, subscribers int) attempts.Trace {
 		t.Helper()
 		var tr attempts.Trace
 		testutil.Eventually(t, func() bool {
 			code, out, _ := relayCmd(t, "trace", id, "--nats", n.URL, "--json")
-			if code != 0 || json.Unmarshal([]byte(out), &tr) != nil || len(tr.Deliveries) != 3 {
+			if code != 0 || json.Unmarshal([]byte(out), &tr) != nil || len(tr.Deliveries) != subscribers {
 				return false
 			}
 			for _, d := range tr.Deliveries {
@@ -60,9 +62,10 @@ func TestTraceShowsEveryAttemptOfAnEvent(t *testing.T) {
 				}
 			}
 			return true
-		}, "relay trace %q never showed three deliveries", id)
+		}, "relay trace %q never showed %d deliveries", id, subscribers)
 		return tr
 	}
+	trace := func(id string) attempts.Trace { return traceOf(id, 3) }
 	tr := trace("ord-1")
 	require.Equal(t, "order.paid", tr.Type)
 	require.NotEmpty(t, tr.By)
@@ -103,6 +106,15 @@ func TestTraceShowsEveryAttemptOfAnEvent(t *testing.T) {
 	odd := "ord.2 with spaces/and*wildcards>"
 	publish(t, n.JS, "order.paid", odd, []byte(`{"n":2}`))
 	require.Equal(t, odd, trace(odd).Event)
+
+	// An event to one subscriber, its copy on its lane, has no fan-out
+	// record: its attempt says where it went.
+	publish(t, n.JS, "invoice.sent", "inv-1", []byte(`{"n":3}`))
+	solo := traceOf("inv-1", 1)
+	require.Equal(t, "solo", solo.Deliveries[0].Subscriber)
+	require.Len(t, solo.Deliveries[0].Attempts, 1)
+	require.True(t, solo.FannedOut.IsZero(), "%+v", solo)
+	require.Contains(t, mustRelay(t, "trace", "inv-1", "--nats", n.URL), "no fan-out record")
 
 	// relay status --subscriber: the last failed attempts, newest first.
 	var d status.Detail

@@ -3,13 +3,19 @@ package attempts
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
@@ -176,4 +182,90 @@ func TestCutKeepsRunes(t *testing.T) {
 	require.LessOrEqual(t, len(c), MaxError)
 	require.True(t, strings.HasSuffix(c, "…"))
 	require.Equal(t, "short", cut("short", MaxError))
+}
+
+// TestPlainFanoutIsNotWritten: the fan-out of an event to one subscriber,
+// its copy on its lane and nothing filtered, is not written (its attempts
+// say the same); one with anything more is.
+func TestPlainFanoutIsNotWritten(t *testing.T) {
+	n := testutil.StartRelayNATS(t)
+	r, err := New(Config{Conn: n.Conn, Relay: "r"})
+	require.NoError(t, err)
+	r.Fanout(Fanout{Event: "plain", Type: "t", At: t0, Copies: []Copy{{Subscriber: "s", Placed: OnLane}}})
+	r.Fanout(Fanout{Event: "two", Type: "t", At: t0, Copies: []Copy{{Subscriber: "s", Placed: OnLane}, {Subscriber: "u", Placed: OnLane}}})
+	r.Fanout(Fanout{Event: "behind", Type: "t", At: t0, Copies: []Copy{{Subscriber: "s", Placed: InOverflow}}})
+	r.Fanout(Fanout{Event: "picky", Type: "t", At: t0, Copies: []Copy{{Subscriber: "s", Placed: OnLane}}, Filtered: []string{"u"}})
+	r.Attempt(Record{Event: "plain", Subscriber: "s", Attempt: 1, At: t0, Status: 204, Outcome: Delivered})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.Run(ctx)
+	s, err := n.JS.Stream(testutil.Context(t), streams.Attempts)
+	require.NoError(t, err)
+	info, err := s.Info(testutil.Context(t))
+	require.NoError(t, err)
+	require.EqualValues(t, 4, info.State.Msgs, "three fan-outs and an attempt")
+	tr, err := Read(testutil.Context(t), n.JS, "plain")
+	require.NoError(t, err)
+	require.Len(t, tr.Deliveries, 1)
+	require.Equal(t, StateDelivered, tr.Deliveries[0].State)
+}
+
+// TestRefusedRecordsAreCounted: while ATTEMPTS refuses records (full, with
+// discard new), every record asks for its PubAck and each refused one is
+// counted; once it takes them again, they are stored.
+func TestRefusedRecordsAreCounted(t *testing.T) {
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	s, err := n.JS.Stream(ctx, streams.Attempts)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	full := cfg
+	full.Discard, full.MaxMsgs = jetstream.DiscardNew, 1
+	_, err = n.JS.UpdateStream(ctx, full)
+	require.NoError(t, err)
+	_, err = n.JS.Publish(ctx, "attempts.filler", []byte("{}"))
+	require.NoError(t, err)
+
+	m := metrics.New()
+	r, err := New(Config{Conn: n.Conn, Relay: "r", Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	const each = 3 * checkEvery
+	for i := range each {
+		r.Attempt(Record{Event: fmt.Sprintf("refused%d", i), Subscriber: "s", Attempt: 1, Outcome: Delivered})
+	}
+	testutil.Eventually(t, func() bool { return lost(t, m, "refused") == each },
+		"%d records refused, %v counted", each, lost(t, m, "refused"))
+
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	for i := range each {
+		r.Attempt(Record{Event: fmt.Sprintf("stored%d", i), Subscriber: "s", Attempt: 1, Outcome: Delivered})
+	}
+	stop()
+	<-done
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1+each, info.State.Msgs, "the filler and every record written after the refusals")
+	require.EqualValues(t, each, lost(t, m, "refused"))
+	require.Zero(t, lost(t, m, "dropped"))
+}
+
+// lost reads relay_attempt_records_lost_total{why} from m's /metrics.
+func lost(t *testing.T, m *metrics.Metrics, why string) float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	prefix := `relay_attempt_records_lost_total{why="` + why + `"} `
+	for line := range strings.Lines(rec.Body.String()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		}
+	}
+	return 0
 }

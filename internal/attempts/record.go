@@ -137,6 +137,16 @@ type Fanout struct {
 	Filtered []string  `json:"filtered,omitempty"`
 }
 
+// Plain reports whether f is the fan-out of an event to one subscriber, its
+// copy on its lane, no filter skipping anyone: the commonest fan-out, and
+// one whose record says nothing the copy's attempt records will not. It is
+// not written, which halves the records of a relay whose events each have
+// one subscriber. Until that copy's first attempt, relay trace finds no
+// record of the event.
+func (f Fanout) Plain() bool {
+	return len(f.Copies) == 1 && f.Copies[0].Placed == OnLane && len(f.Filtered) == 0
+}
+
 // maxCopies bounds the copies (and filtered subscribers) of one fan-out
 // record, so that a record of an event with thousands of subscribers stays
 // far under NATS's max payload.

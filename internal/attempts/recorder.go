@@ -24,6 +24,15 @@ const (
 	// of a busy relay's attempts. Past it a record is dropped, never
 	// waited for.
 	queueSize = 8192
+	// checkEvery is how many records may be written without a PubAck
+	// between two that ask for one, and checkPeriod how long: a PubAck
+	// costs the server and the relay about as much as storing the record,
+	// so most records are written without one. A record refused between
+	// two checks is lost uncounted; once a check is refused, every record
+	// asks for its PubAck, and each refused one is counted, until one is
+	// stored.
+	checkEvery  = 256
+	checkPeriod = time.Second
 	// maxPending is the async publishes of records awaiting their
 	// PubAcks, on the recorder's JetStream context of its own: a server
 	// slow to answer fills this window, not the delivery path's.
@@ -75,6 +84,18 @@ type Recorder struct {
 	// dropped is counted by the callers, so it is an atomic and nothing
 	// more.
 	dropped, refused atomic.Int64
+
+	// Owned by the goroutine of Run. check is the last record written
+	// asking for its PubAck, until the answer comes; checking says that
+	// every record asks for one: until the first is stored, and after a
+	// refusal; stopping, that every record does while stopping.
+	// sinceCheck and checked are the records written and the time since
+	// the last check.
+	check      jetstream.PubAckFuture
+	checking   bool
+	stopping   bool
+	sinceCheck int
+	checked    time.Time
 }
 
 // New returns a Recorder; [Recorder.Run] writes what it is given.
@@ -84,7 +105,7 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Relay = cut(cfg.Relay, maxRelayName)
-	r := &Recorder{cfg: cfg, queue: make(chan entry, queueSize)}
+	r := &Recorder{cfg: cfg, queue: make(chan entry, queueSize), checking: true}
 	var err error
 	r.js, err = jetstream.New(cfg.Conn,
 		jetstream.WithPublishAsyncMaxPending(maxPending),
@@ -108,9 +129,10 @@ func (r *Recorder) Attempt(rec Record) {
 }
 
 // Fanout queues the record of one fan-out of an event, as [Recorder.Attempt]
-// does.
+// does, unless it says nothing its copy's attempt records will not (see
+// [Fanout.Plain]).
 func (r *Recorder) Fanout(f Fanout) {
-	if r == nil {
+	if r == nil || f.Plain() {
 		return
 	}
 	r.enqueue(entry{fanout: &f})
@@ -146,7 +168,11 @@ func (r *Recorder) Run(ctx context.Context) {
 }
 
 // drain writes what is queued and waits for the PubAcks, within drainWait.
+// Every record it writes asks for its PubAck, so that, the server storing
+// a stream's messages in the order they came, the last PubAck says that
+// every earlier record is stored (or counted as refused).
 func (r *Recorder) drain() {
+	r.stopping = true
 	deadline := time.After(drainWait)
 	for {
 		select {
@@ -234,9 +260,42 @@ func (r *Recorder) publish(subject string, v any) {
 		return
 	}
 	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	if _, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data}, jetstream.WithStallWait(stallWait)); err != nil {
-		r.lost(errors.Is(err, jetstream.ErrTooManyStalledMsgs))
+	if !r.checks() {
+		r.sinceCheck++
+		if err := r.cfg.Conn.Publish(subject, data); err != nil {
+			r.lost(false)
+		}
+		return
 	}
+	paf, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data}, jetstream.WithStallWait(stallWait))
+	if err != nil {
+		r.lost(errors.Is(err, jetstream.ErrTooManyStalledMsgs))
+		return
+	}
+	if r.check == nil {
+		r.check, r.sinceCheck, r.checked = paf, 0, time.Now()
+	}
+}
+
+// checks reports whether the next record asks for its PubAck: while
+// checking or stopping, and for the first after checkEvery records or checkPeriod
+// since the last check was answered. It settles the last check when its
+// answer has come: stored ends checking, refused starts it (the refusal
+// itself is counted by the error handler).
+func (r *Recorder) checks() bool {
+	if r.check != nil {
+		select {
+		case <-r.check.Ok():
+			r.checking, r.check = false, nil
+		case <-r.check.Err():
+			r.checking, r.check = true, nil
+		default:
+		}
+	}
+	if r.checking || r.stopping {
+		return true
+	}
+	return r.check == nil && (r.sinceCheck >= checkEvery || time.Since(r.checked) >= checkPeriod)
 }
 
 // lost counts a record not stored, dropped (before it was written) or

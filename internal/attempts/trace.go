@@ -16,7 +16,8 @@ import (
 
 // ErrNoRecords is returned by [Read] for an event ATTEMPTS holds nothing of:
 // not fanned out yet, older than ATTEMPTS keeps, published to no subscriber,
-// or handled by relays that record no attempts.
+// to one whose lane has not attempted it yet (see [Fanout.Plain]), or
+// handled by relays that record no attempts.
 var ErrNoRecords = errors.New("attempts: no records of this event")
 
 // ErrNoStream is returned when ATTEMPTS does not exist: no relay that
