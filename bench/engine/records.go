@@ -151,7 +151,7 @@ func recordsTable(cfg config, runs []recordsRun) string {
 			fmt.Fprintf(&sb, "- **error**: pair %d: ATTEMPTS exists after the run with --record-attempts=false\n", r.pair)
 		}
 		if r.msgs < uint64(r.on.delivered) {
-			fmt.Fprintf(&sb, "- pair %d: %s records for %s deliveries, fewer than an attempt each (relay_attempt_records_lost_total counts the rest)\n",
+			fmt.Fprintf(&sb, "- pair %d: %s records for %s deliveries, fewer than an attempt each (relay_attempt_records_lost_total counts those dropped and those seen refused)\n",
 				r.pair, thousands(int64(r.msgs)), thousands(int64(r.on.delivered)))
 		}
 		pairRunNotes(&sb, r.pair, "records off", r.off)

@@ -72,8 +72,10 @@ func printTrace(out io.Writer, t attempts.Trace, now time.Time) error {
 	fmt.Fprintf(tw, "type\t%s\n", cell(t.Type, 0))
 	if !t.FannedOut.IsZero() {
 		fmt.Fprintf(tw, "fanned out\t%s by %s, to %d subscribers\n", traceTime(t.FannedOut), cell(t.By, 0), len(t.Deliveries))
-	} else {
+	} else if len(t.Deliveries) == 1 && len(t.Filtered) == 0 {
 		fmt.Fprintf(tw, "fanned out\t- (no fan-out record: none is written for an event that went to one subscriber's lane)\n")
+	} else {
+		fmt.Fprintf(tw, "fanned out\t- (no record of its fan-out: lost, or older than %s keeps)\n", streams.Attempts)
 	}
 	if t.Truncated {
 		fmt.Fprintf(tw, "note\tmore records than one trace reads: the newest are left out\n")

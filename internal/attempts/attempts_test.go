@@ -2,6 +2,7 @@ package attempts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -170,9 +171,23 @@ func TestStopWritesWhatIsQueued(t *testing.T) {
 	r.Run(ctx)
 	s, err := n.JS.Stream(testutil.Context(t), streams.Attempts)
 	require.NoError(t, err)
-	info, err := s.Info(testutil.Context(t))
-	require.NoError(t, err)
-	require.EqualValues(t, 500, info.State.Msgs)
+	stored(t, s, 500, "every queued record")
+}
+
+// stored waits until ATTEMPTS holds want records, and no more: a record
+// written without a PubAck is stored a moment after it is sent.
+func stored(t *testing.T, s jetstream.Stream, want uint64, what string) {
+	t.Helper()
+	var got uint64
+	testutil.Eventually(t, func() bool {
+		info, err := s.Info(testutil.Context(t))
+		if err != nil {
+			return false
+		}
+		got = info.State.Msgs
+		return got >= want
+	}, "%s: %d records stored, want %d", what, got, want)
+	require.Equal(t, want, got, what)
 }
 
 // TestCutKeepsRunes: an error is cut on a rune boundary, marked.
@@ -201,9 +216,7 @@ func TestPlainFanoutIsNotWritten(t *testing.T) {
 	r.Run(ctx)
 	s, err := n.JS.Stream(testutil.Context(t), streams.Attempts)
 	require.NoError(t, err)
-	info, err := s.Info(testutil.Context(t))
-	require.NoError(t, err)
-	require.EqualValues(t, 4, info.State.Msgs, "three fan-outs and an attempt")
+	stored(t, s, 4, "three fan-outs and an attempt")
 	tr, err := Read(testutil.Context(t), n.JS, "plain")
 	require.NoError(t, err)
 	require.Len(t, tr.Deliveries, 1)
@@ -247,9 +260,7 @@ func TestRefusedRecordsAreCounted(t *testing.T) {
 	}
 	stop()
 	<-done
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, 1+each, info.State.Msgs, "the filler and every record written after the refusals")
+	stored(t, s, 1+each, "the filler and every record written after the refusals")
 	require.EqualValues(t, each, lost(t, m, "refused"))
 	require.Zero(t, lost(t, m, "dropped"))
 }
@@ -268,4 +279,27 @@ func lost(t *testing.T, m *metrics.Metrics, why string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestRecordsWithoutPubAckAreBounded: while a check is unanswered every
+// record asks for its PubAck; once it is stored, at most checkEvery go
+// without; once one is refused, none does.
+func TestRecordsWithoutPubAckAreBounded(t *testing.T) {
+	r := &Recorder{checked: time.Now()}
+	ok, refused := make(chan *jetstream.PubAck, 1), make(chan error, 1)
+	r.checkOK, r.checkErr = ok, refused
+	require.True(t, r.checks(), "a check unanswered")
+	ok <- &jetstream.PubAck{}
+	without := 0
+	for !r.checks() {
+		r.sinceCheck++
+		without++
+	}
+	require.Equal(t, checkEvery, without)
+
+	r.checkOK, r.checkErr, r.sinceCheck = ok, refused, 0
+	refused <- errors.New("maximum messages exceeded")
+	for range 3 * checkEvery {
+		require.True(t, r.checks(), "after a refusal")
+	}
 }

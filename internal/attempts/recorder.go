@@ -25,17 +25,17 @@ const (
 	// waited for.
 	queueSize = 8192
 	// checkEvery is how many records may be written without a PubAck
-	// between two that ask for one, and checkPeriod how long: a PubAck
-	// costs the server and the relay about as much as storing the record,
-	// so most records are written without one. A record refused between
-	// two checks is lost uncounted; once a check is refused, every record
-	// asks for its PubAck, and each refused one is counted, until one is
-	// stored.
+	// after a check (a record that asks for one) was stored, and
+	// checkPeriod for how long: most records go without, since a PubAck
+	// costs the server and the relay a good part of what storing the
+	// record does. One the server does not store is lost uncounted; once
+	// a check is refused, every record asks for its PubAck, and each
+	// refused one is counted, until one is stored.
 	checkEvery  = 256
 	checkPeriod = time.Second
-	// maxPending is the async publishes of records awaiting their
-	// PubAcks, on the recorder's JetStream context of its own: a server
-	// slow to answer fills this window, not the delivery path's.
+	// maxPending is the records asking for their PubAcks that may await
+	// them, on the recorder's JetStream context of its own: a server slow
+	// to answer fills this window, not the delivery path's.
 	maxPending = 4096
 	// stallWait is how long the writer waits for room in that window
 	// before it drops a record: short, so that the queue behind it keeps
@@ -85,13 +85,14 @@ type Recorder struct {
 	// more.
 	dropped, refused atomic.Int64
 
-	// Owned by the goroutine of Run. check is the last record written
-	// asking for its PubAck, until the answer comes; checking says that
-	// every record asks for one: until the first is stored, and after a
-	// refusal; stopping, that every record does while stopping.
-	// sinceCheck and checked are the records written and the time since
-	// the last check.
-	check      jetstream.PubAckFuture
+	// Owned by the goroutine of Run. checkOK and checkErr answer the last
+	// check, nil once it is answered; checking says that every record asks
+	// for its PubAck: until the first is stored, and after a refusal;
+	// stopping, that every record does while stopping. sinceCheck and
+	// checked are the records written without a PubAck and the time since
+	// the last check was sent.
+	checkOK    <-chan *jetstream.PubAck
+	checkErr   <-chan error
 	checking   bool
 	stopping   bool
 	sinceCheck int
@@ -167,31 +168,27 @@ func (r *Recorder) Run(ctx context.Context) {
 	}
 }
 
-// drain writes what is queued and waits for the PubAcks, within drainWait.
-// Every record it writes asks for its PubAck, so that, the server storing
-// a stream's messages in the order they came, the last PubAck says that
-// every earlier record is stored (or counted as refused).
+// drain writes what is queued, each record asking for its PubAck, flushes
+// the connection and waits for the PubAcks, within drainWait. What is
+// still queued at the deadline is dropped and counted.
 func (r *Recorder) drain() {
 	r.stopping = true
-	deadline := time.After(drainWait)
-	for {
-		select {
-		case e := <-r.queue:
-			r.write(e)
-			select {
-			case <-deadline:
-				r.dropped.Add(int64(len(r.queue)))
-				return
-			default:
+	deadline := time.Now().Add(drainWait)
+	for len(r.queue) > 0 {
+		if time.Now().After(deadline) {
+			for range len(r.queue) {
+				r.lost(true)
 			}
-			continue
-		default:
+			return
 		}
-		break
+		r.write(<-r.queue)
 	}
+	_ = r.cfg.Conn.FlushTimeout(max(time.Until(deadline), time.Millisecond))
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
 	select {
 	case <-r.js.PublishAsyncComplete():
-	case <-deadline:
+	case <-wait.C:
 	}
 }
 
@@ -272,30 +269,34 @@ func (r *Recorder) publish(subject string, v any) {
 		r.lost(errors.Is(err, jetstream.ErrTooManyStalledMsgs))
 		return
 	}
-	if r.check == nil {
-		r.check, r.sinceCheck, r.checked = paf, 0, time.Now()
+	if r.checkOK == nil {
+		r.checkOK, r.checkErr = paf.Ok(), paf.Err()
+		r.sinceCheck, r.checked = 0, time.Now()
 	}
 }
 
-// checks reports whether the next record asks for its PubAck: while
-// checking or stopping, and for the first after checkEvery records or checkPeriod
-// since the last check was answered. It settles the last check when its
-// answer has come: stored ends checking, refused starts it (the refusal
-// itself is counted by the error handler).
+// checks reports whether the next record asks for its PubAck: while the
+// last check is unanswered, while checking or stopping, and once
+// checkEvery records or checkPeriod have gone since the last check was
+// sent. So at most checkEvery records go without a PubAck between a check
+// stored and the next one sent, and a server slow to answer gets records
+// through the window of maxPending, where they stall and are dropped and
+// counted rather than pile up. It settles the last check when its answer
+// has come: stored ends checking, refused starts it (the refusal itself is
+// counted by the error handler).
 func (r *Recorder) checks() bool {
-	if r.check != nil {
+	if r.checkOK != nil {
 		select {
-		case <-r.check.Ok():
-			r.checking, r.check = false, nil
-		case <-r.check.Err():
-			r.checking, r.check = true, nil
+		case <-r.checkOK:
+			r.checking = false
+		case <-r.checkErr:
+			r.checking = true
 		default:
+			return true
 		}
+		r.checkOK, r.checkErr = nil, nil
 	}
-	if r.checking || r.stopping {
-		return true
-	}
-	return r.check == nil && (r.sinceCheck >= checkEvery || time.Since(r.checked) >= checkPeriod)
+	return r.checking || r.stopping || r.sinceCheck >= checkEvery || time.Since(r.checked) >= checkPeriod
 }
 
 // lost counts a record not stored, dropped (before it was written) or

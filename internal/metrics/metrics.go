@@ -265,7 +265,7 @@ func NewWith(opts Options) *Metrics {
 	}
 	recordsLost := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relay_attempt_records_lost_total",
-		Help: "Records of a fan-out or an attempt (relay trace) not stored in ATTEMPTS, by why: dropped (written slower than made: NATS slow to answer) or refused (the server did not store it; up to 256 written before a refusal is seen are not counted). Deliveries go on; relay trace shows less of them.",
+		Help: "Records of a fan-out or an attempt (relay trace) not stored in ATTEMPTS, by why: dropped (written slower than made: NATS slow to answer) or refused (the server did not store a record that asked for its PubAck: one in 256, and every one once one is refused). Deliveries go on; relay trace shows less of them.",
 	}, []string{"why"})
 	m.recordsLost[0], m.recordsLost[1] = recordsLost.WithLabelValues("dropped"), recordsLost.WithLabelValues("refused")
 	m.stageSeconds = newStageHistogram()
