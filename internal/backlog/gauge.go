@@ -151,6 +151,14 @@ type Gauge struct {
 	// kick asks Run for a read now: a copy found a subscriber that may be
 	// at its bound, where the last read did not count.
 	kick chan struct{}
+	// reading is set while a read is in progress, and margin is then the
+	// least room left (bound less waiting, this copy counted) by a copy
+	// admitted meanwhile without counts: the read may not have seen it.
+	// If the read does not count either, and found as many messages as
+	// that room, it asks for the next read at once, as Admit would have
+	// done after it.
+	reading bool
+	margin  uint64
 	// bytes and maxBytes are DELIVERIES' at the last read (maxBytes <= 0:
 	// unbounded, no fair share), msgs its messages; sinceBytes what this
 	// relay queued since.
@@ -212,6 +220,7 @@ func (g *Gauge) Run(ctx context.Context) error {
 // see a state at once.
 func (g *Gauge) Refresh(ctx context.Context) error {
 	g.mu.Lock()
+	g.reading, g.margin = true, math.MaxUint64
 	sinceBefore := g.since
 	g.since = map[string]uint64{}
 	bytesBefore, msgsBefore := g.sinceBytes, g.sinceMsgs
@@ -230,6 +239,7 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 	r, err := g.read(ctx, queued)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.reading = false
 	if err != nil {
 		// Keep what was queued in the counts until a read succeeds.
 		for id, n := range sinceBefore {
@@ -248,6 +258,9 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 	g.unread = 0
 	if r.counts == nil {
 		g.unread = r.msgs + r.retriesMsgs
+		if g.unread >= g.margin {
+			g.kickLocked()
+		}
 	}
 	g.counts, g.held, g.idle, g.bytes, g.maxBytes, g.msgs = r.counts, r.held, r.idle, r.bytes, r.maxBytes, r.msgs
 	g.before = sinceBefore
@@ -407,13 +420,14 @@ func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why str
 	if waiting >= bound {
 		return Shed, fmt.Sprintf("%d deliveries wait for subscriber %s, its --max-backlog is %d", waiting, sub.ID, bound)
 	}
-	if g.counts == nil && waiting+g.unread >= bound {
-		// The last read did not count this subscriber's own: it may be at
-		// its bound or not. The copy goes, and a read now says.
-		select {
-		case g.kick <- struct{}{}:
-		default:
-		}
+	if g.counts == nil && waiting+1+g.unread >= bound {
+		// The last read did not count this subscriber's own: with this
+		// copy it may be at its bound or not. The copy goes, and a read
+		// now says, before the next one comes.
+		g.kickLocked()
+	}
+	if g.counts == nil && g.reading {
+		g.margin = min(g.margin, bound-waiting-1)
 	}
 	if full, share := g.shareLocked(sub.ID); full >= ShareFrom && g.held[sub.ID] > 0 && float64(waiting) >= share {
 		return Shed, fmt.Sprintf("DELIVERIES is %.0f%% full and %d deliveries wait for subscriber %s, its fair share is %.0f",
@@ -421,6 +435,14 @@ func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why str
 	}
 	g.countLocked(sub.ID, size)
 	return Queue, ""
+}
+
+// kickLocked asks Run for a read now, unless one is asked already.
+func (g *Gauge) kickLocked() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Count counts a copy queued without judging it: one of an event fanned out

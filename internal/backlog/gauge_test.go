@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,29 +123,64 @@ func TestCountsCopiesWithoutAPubAckAcrossReads(t *testing.T) {
 
 // A read that skipped the per-subject counts (the streams held fewer than
 // any bound) still counts them once what this relay queued since could
-// take a subscriber to its bound, and a copy that may reach it asks for a
-// read at once.
-func TestCountsOnceWhatWasQueuedCouldReachABound(t *testing.T) {
+// take a subscriber to its bound: a copy that may reach it asks for a read
+// that counts, whether it came before the gauge's first read, while it was
+// reading (which cannot have seen it), or just after.
+func TestACopyThatMayReachTheBoundIsCountedWhenItCame(t *testing.T) {
 	t.Parallel()
-	n := testutil.StartRelayNATS(t)
-	a := subscribers.Subscriber{ID: "a", MaxBacklog: 5}
-	put(t, n.JS, "deliveries.s00.a", 4, 10)
-	g, err := backlog.New(backlog.Config{JS: n.JS, Subscribers: view{a}, Every: time.Hour})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
+	for _, when := range []string{"before", "during", "after"} {
+		t.Run(when, func(t *testing.T) {
+			t.Parallel()
+			n := testutil.StartRelayNATS(t)
+			a := subscribers.Subscriber{ID: "a", MaxBacklog: 5}
+			put(t, n.JS, "deliveries.s00.a", 4, 10) // 4 stored; the copy may be the fifth
+			v := &heldView{subs: view{a}, reading: make(chan struct{}), release: make(chan struct{})}
+			g, err := backlog.New(backlog.Config{JS: n.JS, Subscribers: v, Every: time.Hour})
+			require.NoError(t, err)
+			admit := func() {
+				verdict, _ := g.Admit(&a, 10)
+				require.Equal(t, backlog.Queue, verdict)
+			}
+			if when == "before" {
+				admit()
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- g.Run(ctx) }()
+			t.Cleanup(func() {
+				cancel()
+				require.NoError(t, <-done)
+			})
+			<-v.reading // the first read, held until released
+			if when == "during" {
+				admit()
+			}
+			close(v.release)
+			if when == "after" {
+				admit()
+			}
+			testutil.Eventually(t, func() bool { return g.Waiting("a") >= 5 },
+				"no read that counts after a copy that may reach the bound: waiting %d", g.Waiting("a"))
+			verdict, _ := g.Admit(&a, 10)
+			require.Equal(t, backlog.Shed, verdict, "4 stored and 1 on its way: the bound is reached")
+		})
+	}
+}
+
+// heldView is a subscribers view that holds the gauge's first read: it
+// closes reading and waits for release to be closed.
+type heldView struct {
+	subs             view
+	reading, release chan struct{}
+	once             sync.Once
+}
+
+func (v *heldView) All() []subscribers.Subscriber {
+	v.once.Do(func() {
+		close(v.reading)
+		<-v.release
 	})
-	testutil.Eventually(t, func() bool {
-		v, _ := g.Admit(&a, 10) // 4 stored, unread; this one may be the fifth
-		return v == backlog.Queue
-	}, "not admitted")
-	testutil.Eventually(t, func() bool { return g.Waiting("a") >= 5 }, "no read after a copy that may reach the bound: waiting %d", g.Waiting("a"))
-	v, _ := g.Admit(&a, 10)
-	require.Equal(t, backlog.Shed, v, "4 stored and 1 on its way: the bound is reached")
+	return v.subs
 }
 
 func TestFairShareOfANearlyFullDeliveries(t *testing.T) {
