@@ -166,12 +166,19 @@ func TestStopWritesWhatIsQueued(t *testing.T) {
 	for i := range 500 {
 		r.Attempt(Record{Event: fmt.Sprintf("e%d", i), Subscriber: "s", Attempt: 1, Outcome: Delivered})
 	}
+	stored(t, stopped(t, r, n), 500, "every queued record")
+}
+
+// stopped runs r with its context ended, so that it writes what is queued
+// and returns, and returns ATTEMPTS.
+func stopped(t *testing.T, r *Recorder, n *testutil.NATS) jetstream.Stream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r.Run(ctx)
 	s, err := n.JS.Stream(testutil.Context(t), streams.Attempts)
 	require.NoError(t, err)
-	stored(t, s, 500, "every queued record")
+	return s
 }
 
 // stored waits until ATTEMPTS holds want records, and no more: a record
@@ -211,12 +218,7 @@ func TestPlainFanoutIsNotWritten(t *testing.T) {
 	r.Fanout(Fanout{Event: "behind", Type: "t", At: t0, Copies: []Copy{{Subscriber: "s", Placed: InOverflow}}})
 	r.Fanout(Fanout{Event: "picky", Type: "t", At: t0, Copies: []Copy{{Subscriber: "s", Placed: OnLane}}, Filtered: []string{"u"}})
 	r.Attempt(Record{Event: "plain", Subscriber: "s", Attempt: 1, At: t0, Status: 204, Outcome: Delivered})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	r.Run(ctx)
-	s, err := n.JS.Stream(testutil.Context(t), streams.Attempts)
-	require.NoError(t, err)
-	stored(t, s, 4, "three fan-outs and an attempt")
+	stored(t, stopped(t, r, n), 4, "three fan-outs and an attempt")
 	tr, err := Read(testutil.Context(t), n.JS, "plain")
 	require.NoError(t, err)
 	require.Len(t, tr.Deliveries, 1)
