@@ -74,6 +74,32 @@ func (a *arrivals) times(id string) []time.Time {
 	return append([]time.Time(nil), a.at[id]...)
 }
 
+// starts records when the lanes began each request, by subscriber (the
+// URL path), and sends it with a plain http.Client: the moment a rule on
+// sending is judged by, where an arrival also counts the host's delays
+// between the relay and the receiver.
+type starts struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (s *starts) Do(req *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	if s.at == nil {
+		s.at = map[string][]time.Time{}
+	}
+	id := strings.TrimPrefix(req.URL.Path, "/")
+	s.at[id] = append(s.at[id], time.Now())
+	s.mu.Unlock()
+	return http.DefaultClient.Do(req)
+}
+
+func (s *starts) times(id string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.at[id]...)
+}
+
 func (a *arrivals) count(id string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -103,10 +129,13 @@ type bundle struct {
 	ackWait time.Duration
 	// metrics are what the bundle's relays record.
 	metrics *metrics.Metrics
-	n       *testutil.NATS
-	store   *subscribers.Store
-	rcv     *httptest.Server
-	arr     *arrivals
+	// starts, when set before startLanes, records when the relays began
+	// each request.
+	starts *starts
+	n      *testutil.NATS
+	store  *subscribers.Store
+	rcv    *httptest.Server
+	arr    *arrivals
 }
 
 func setup(t *testing.T) *bundle {
@@ -179,7 +208,11 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := deliver.NewClient(deliver.WithAllowPrivate(true))
+	opts := []deliver.Option{deliver.WithAllowPrivate(true)}
+	if b.starts != nil {
+		opts = append(opts, deliver.WithDoer(b.starts))
+	}
+	client, err := deliver.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

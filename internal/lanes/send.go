@@ -126,6 +126,12 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		l.letGo(d, sub.ID)
 		return out
 	}
+	// The body's read may have taken a while (a Direct Get on a slow
+	// server): the deadline is judged again just before the request.
+	if now = l.cfg.Clock.Now(); !d.dueBy(now) {
+		l.deadLetter(ctx, d, sub.ID, deadletter.Death{Reason: d.lateReason()})
+		return out
+	}
 	req, err := request(d, body, sub, now)
 	if err != nil {
 		l.log.Error("lanes: building request", "subscriber", sub.ID, "err", err)
