@@ -43,13 +43,18 @@ func publishDue(t *testing.T, js jetstream.JetStream, eventType, prefix string, 
 // TestDeliverAtAcrossRelaysAndARestart: events due in 3 s, two relays
 // running, one of them stopped and started again while the events wait.
 // Nothing is sent before the due time, and every event arrives within
-// 1.5 s after it.
+// 1.5 s after it (the server's schedules fire within about a second), and
+// what the host takes to deliver an event published at the due time, due
+// at once, to a subscriber of its own: on a loaded host that path alone
+// takes a good part of a second.
 func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 	t.Parallel()
 	const events = 50
 	n := testutil.StartRelayNATS(t)
 	rcv := newFaultSink(t, 0)
 	mustRelay(t, "sub", "add", "reminders", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--events", "renewal.*")
+	control := newFaultSink(t, 0)
+	mustRelay(t, "sub", "add", "control", "--nats", n.URL, "--url", control.URL, "--secret", testSecret, "--events", "check.*")
 	startReadyRelay(t, n.URL)
 	second, _ := startReadyRelay(t, n.URL)
 
@@ -59,6 +64,16 @@ func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 	require.Zero(t, second.stop(), second.stderr.String())
 	startReadyRelay(t, n.URL)
 
+	time.Sleep(time.Until(due))
+	published := time.Now()
+	publish(t, n.JS, "check.now", "check-1", []byte(`{}`))
+	testutil.Eventually(t, func() bool { return control.distinct() == 1 }, "the event due at once was not delivered")
+	var path time.Duration
+	arrived, _ := control.arrivals()
+	for _, at := range arrived {
+		path = at.Sub(published)
+	}
+
 	testutil.Eventually(t, func() bool { return rcv.distinct() == events }, "%d of %d delivered", rcv.distinct(), events)
 	first, all := rcv.arrivals()
 	var worst time.Duration
@@ -67,8 +82,9 @@ func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 		require.GreaterOrEqual(t, late, time.Duration(0), "%s arrived %v before its due time", id, -late)
 		worst = max(worst, late)
 	}
-	t.Logf("%d events, %d requests; latest arrival %v after the due time", events, len(all), worst.Round(time.Millisecond))
-	require.LessOrEqual(t, worst, 1500*time.Millisecond, "an event arrived more than 1.5 s after its due time")
+	t.Logf("%d events, %d requests; latest arrival %v after the due time; an event due at once took %v", events, len(all),
+		worst.Round(time.Millisecond), path.Round(time.Millisecond))
+	require.LessOrEqual(t, worst, 1500*time.Millisecond+path, "an event arrived more than 1.5 s and the host's %v after its due time", path)
 }
 
 // TestDeadlineUnderRateLimit: 1,000 events due at one instant for a
