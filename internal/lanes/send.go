@@ -102,8 +102,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 		}
 	}()
 	now := l.cfg.Clock.Now()
-	if !d.dueBy(now) {
-		l.deadLetter(ctx, d, sub.ID, deadletter.Death{Reason: d.lateReason()})
+	if l.pastDue(ctx, d, sub.ID, now) {
 		return out
 	}
 	if d.attempts >= sub.MaxAttempts {
@@ -128,8 +127,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	}
 	// The body's read may have taken a while (a Direct Get on a slow
 	// server): the deadline is judged again just before the request.
-	if now = l.cfg.Clock.Now(); !d.dueBy(now) {
-		l.deadLetter(ctx, d, sub.ID, deadletter.Death{Reason: d.lateReason()})
+	if now = l.cfg.Clock.Now(); l.pastDue(ctx, d, sub.ID, now) {
 		return out
 	}
 	req, err := request(d, body, sub, now)
@@ -227,4 +225,16 @@ func (l *lane) stages(msg jetstream.Msg, eventID, subscriber string, published, 
 	l.cfg.Metrics.Stages(metrics.Stages{
 		Published: published, Copied: stored, Received: received, Sent: sent, Answered: sent.Add(took),
 	})
+}
+
+// pastDue dead-letters d, for the reason lateReason gives, when it is past
+// its deadline at now, and says whether it did.
+// send judges it before a delivery's body is read, sparing a late one the
+// read, and again after, just before the request.
+func (l *lane) pastDue(ctx context.Context, d delivery, subID string, now time.Time) bool {
+	if d.dueBy(now) {
+		return false
+	}
+	l.deadLetter(ctx, d, subID, deadletter.Death{Reason: d.lateReason()})
+	return true
 }
