@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -164,4 +167,90 @@ func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
 	mustRelay(t, "dlq", "replay", "--nats", n.URL, "--lanes", "4", "--ignore-deadline")
 	require.Len(t, dlqEntries(t, n.URL), 1)
 	require.Empty(t, sink.deliveries())
+}
+
+// sharedBodies publishes events of size bytes (ids lost-000…) for two
+// subscribers, a and b, whose receivers take each request for took, one
+// at a time: their deliveries wait on their lanes (an unlimited
+// subscriber's lane holds about ten seconds of its pace), their bodies in
+// BODIES, read 64 events at a time as they are sent. It returns the bodies
+// by id and the two receivers, once the first deliveries are made.
+func sharedBodies(t *testing.T, n *testutil.NATS, events, size int, took time.Duration) (map[string][]byte, map[string]*webhookSink) {
+	t.Helper()
+	sinks := map[string]*webhookSink{}
+	for _, id := range []string{"a", "b"} {
+		sinks[id] = newSlowReceiver(t, took)
+		mustRelay(t, "sub", "add", id, "--nats", n.URL, "--url", sinks[id].URL, "--secret", testSecret, "--events", "x",
+			"--max-in-flight", "1")
+	}
+	startRelay(t, n.URL, "--allow-private-targets")
+	ctx := testutil.Context(t)
+	want := map[string][]byte{}
+	for i := range events {
+		id := fmt.Sprintf("lost-%03d", i)
+		body := bytes.Repeat([]byte(id), size/len(id))
+		want[id] = body
+		publish(t, n.JS, "x", id, body)
+	}
+	testutil.Eventually(t, func() bool { return fannedOut(ctx, n.JS) }, "not fanned out")
+	testutil.Eventually(t, func() bool { return sinks["a"].count() > 0 && sinks["b"].count() > 0 }, "nothing delivered")
+	return want, sinks
+}
+
+// newSlowReceiver is newReceiver taking took over each request.
+func newSlowReceiver(t *testing.T, took time.Duration) *webhookSink {
+	t.Helper()
+	r := &webhookSink{status: http.StatusOK}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		time.Sleep(took)
+		r.mu.Lock()
+		r.got = append(r.got, delivery{header: req.Header.Clone(), body: body, path: req.URL.Path})
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+// deleteBodies deletes BODIES, as an operator's `nats stream rm BODIES`
+// (or the loss of its one replica) does, and returns when.
+func deleteBodies(t *testing.T, n *testutil.NATS) time.Time {
+	t.Helper()
+	require.NoError(t, n.JS.DeleteStream(testutil.Context(t), streams.Bodies))
+	return time.Now()
+}
+
+// TestLostBodiesAreReadFromEvents: 300 events of 2 KB for two subscribers
+// whose deliveries wait on their lanes; BODIES deleted after the first
+// deliveries. Every event reaches both, with its body (read from EVENTS),
+// and the relay makes BODIES again with its definition while it runs.
+func TestLostBodiesAreReadFromEvents(t *testing.T) {
+	const events, size = 300, 2 << 10
+	n := testutil.StartRelayNATS(t)
+	want, sinks := sharedBodies(t, n, events, size, 20*time.Millisecond)
+	deleteBodies(t, n)
+	require.Less(t, sinks["a"].count(), events, "nothing was left to deliver when BODIES was deleted")
+	for id, sink := range sinks {
+		testutil.Eventually(t, func() bool { return distinctIDs(sink) >= events }, "%s: %d of %d", id, distinctIDs(sink), events)
+		for _, d := range sink.deliveries() {
+			require.Equal(t, want[d.header.Get("webhook-id")], d.body, "%s: the body of %s", id, d.header.Get("webhook-id"))
+			verify(t, d)
+		}
+	}
+	require.Empty(t, dlqEntries(t, n.URL))
+	ctx := testutil.Context(t)
+	def, err := streams.Config(streams.Bodies)
+	require.NoError(t, err)
+	testutil.Eventually(t, func() bool {
+		_, err := n.JS.Stream(ctx, streams.Bodies)
+		return err == nil
+	}, "BODIES not made again")
+	s, err := n.JS.Stream(ctx, streams.Bodies)
+	require.NoError(t, err)
+	got := s.CachedInfo().Config
+	require.Equal(t, def.Subjects, got.Subjects)
+	require.Equal(t, def.Discard, got.Discard)
+	require.Equal(t, def.MaxMsgsPerSubject, got.MaxMsgsPerSubject)
+	require.True(t, got.AllowDirect)
 }

@@ -74,7 +74,7 @@ func purge(t *testing.T, n *testutil.NATS, stream string, below uint64) {
 // for one event at once cost one read.
 func TestBodyReadsAheadOnceForMany(t *testing.T) {
 	n := events(t, 100, 1000, false)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx := testutil.Context(t)
 
 	var wg sync.WaitGroup
@@ -104,7 +104,7 @@ func TestBodyReadsAheadOnceForMany(t *testing.T) {
 // ahead, one read of it alone and one of EVENTS: not one each.
 func TestManyCallersOfABodyNotInBodiesReadItOnce(t *testing.T) {
 	n := events(t, 3, 1000, true)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx := testutil.Context(t)
 	var wg sync.WaitGroup
 	for range 50 {
@@ -128,7 +128,7 @@ func TestBodyOutlivesEventsAndFallsBackToIt(t *testing.T) {
 	n := events(t, 10, 100, false)
 	ctx := testutil.Context(t)
 	purge(t, n, streams.Events, 5)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	got, err := r.Body(ctx, 2, id(2))
 	require.NoError(t, err, "event 2 purged from EVENTS, in BODIES")
 	require.Equal(t, body(1, 100), got)
@@ -138,7 +138,7 @@ func TestBodyOutlivesEventsAndFallsBackToIt(t *testing.T) {
 	s, err := n.JS.Stream(ctx, streams.Events)
 	require.NoError(t, err)
 	require.NoError(t, s.DeleteMsg(ctx, 6))
-	r = bodies.New(n.Conn, 0)
+	r = bodies.New(n.Conn, 0, nil)
 	for _, seq := range []uint64{1, 4, 6, 11} {
 		_, err := r.Body(ctx, seq, id(seq))
 		require.ErrorIs(t, err, bodies.ErrGone, "event %d", seq)
@@ -160,7 +160,7 @@ func TestBodyStoredAgainBehindLargerOnesIsRead(t *testing.T) {
 	n := events(t, 20, size, false)
 	storeBody(t, n, 1, id(1), body(0, size))
 	purge(t, n, streams.Events, 21)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	got, err := r.Body(testutil.Context(t), 1, id(1))
 	require.NoError(t, err)
 	require.Equal(t, body(0, size), got)
@@ -173,7 +173,7 @@ func TestBodyStoredAgainBehindLargerOnesIsRead(t *testing.T) {
 func TestBodyOfAnotherEventIsNeverReturned(t *testing.T) {
 	n := events(t, 3, 100, true)
 	storeBody(t, n, 2, "old-event", []byte("old body"))
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx := testutil.Context(t)
 	got, err := r.Body(ctx, 2, "old-event")
 	require.NoError(t, err)
@@ -190,7 +190,7 @@ func TestBodyOfAnotherEventIsNeverReturned(t *testing.T) {
 // whole cache is still returned.
 func TestCacheStaysWithinItsBytes(t *testing.T) {
 	n := events(t, 200, 10_000, false)
-	r := bodies.New(n.Conn, 50_000)
+	r := bodies.New(n.Conn, 50_000, nil)
 	ctx := testutil.Context(t)
 	for seq := uint64(1); seq <= 200; seq++ {
 		got, err := r.Body(ctx, seq, id(seq))
@@ -198,7 +198,7 @@ func TestCacheStaysWithinItsBytes(t *testing.T) {
 		require.Equal(t, body(int(seq-1), 10_000), got)
 		require.LessOrEqual(t, r.Size(), 50_000)
 	}
-	tiny := bodies.New(n.Conn, 100)
+	tiny := bodies.New(n.Conn, 100, nil)
 	got, err := tiny.Body(ctx, 3, id(3))
 	require.NoError(t, err)
 	require.Len(t, got, 10_000)
@@ -208,7 +208,7 @@ func TestCacheStaysWithinItsBytes(t *testing.T) {
 // context.
 func TestBodyGivesUpWithItsContext(t *testing.T) {
 	n := events(t, 1, 10, false)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := r.Body(ctx, 1, id(1))
