@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relay-dev/relay/internal/bodies"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -141,8 +143,9 @@ func TestSharedBodyIsStoredOnce(t *testing.T) {
 
 // TestDeliveryWhoseBodyIsGoneIsDeadLettered: a delivery that carries its
 // event's sequence, once BODIES and EVENTS both lost that event (both
-// purged by hand), is dead-lettered as expired with the reason in its
-// error, with no request, and a replay leaves that dead letter alone.
+// purged by hand), is dead-lettered as body_lost with what was read in its
+// error, with no request; relay dlq show says it has no body, and a replay
+// leaves that dead letter alone.
 func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	sink := newReceiver(t)
@@ -159,12 +162,15 @@ func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
 		got = dlqEntries(t, n.URL)
 		return len(got) == 1
 	}, "not dead-lettered")
-	require.Equal(t, deadletter.Expired, got[0].Reason)
-	require.Contains(t, got[0].LastError, "purged from BODIES and EVENTS")
+	require.Equal(t, deadletter.BodyLost, got[0].Reason)
+	require.Contains(t, got[0].LastError, "the body is in neither BODIES nor EVENTS: event 4242 (lost): BODIES: not stored; EVENTS: not stored")
 	require.Empty(t, sink.deliveries())
 
+	show := mustRelay(t, "dlq", "show", strconv.FormatUint(got[0].DLQSeq, 10), "--nats", n.URL)
+	require.Contains(t, show, "body: none")
 	// Never replayed: it would be sent with an empty body.
-	mustRelay(t, "dlq", "replay", "--nats", n.URL, "--lanes", "4", "--ignore-deadline")
+	out := mustRelay(t, "dlq", "replay", "--nats", n.URL, "--lanes", "4")
+	require.Contains(t, out, "1 no body")
 	require.Len(t, dlqEntries(t, n.URL), 1)
 	require.Empty(t, sink.deliveries())
 }
@@ -253,4 +259,47 @@ func TestLostBodiesAreReadFromEvents(t *testing.T) {
 	require.Equal(t, def.Discard, got.Discard)
 	require.Equal(t, def.MaxMsgsPerSubject, got.MaxMsgsPerSubject)
 	require.True(t, got.AllowDirect)
+}
+
+// TestBodiesLostFromBothAreDeadLettered: 100 events of 2 KB for two
+// subscribers whose deliveries wait on their lanes; BODIES deleted and
+// EVENTS purged after the first deliveries. Each event reaches each
+// subscriber or is dead-lettered as body_lost, with no body, its error
+// naming both streams and what each answered: none is handed back for
+// ever, and none is sent without its body.
+func TestBodiesLostFromBothAreDeadLettered(t *testing.T) {
+	const events, size = 100, 2 << 10
+	n := testutil.StartRelayNATS(t)
+	want, sinks := sharedBodies(t, n, events, size, 50*time.Millisecond)
+	lost := deleteBodies(t, n)
+	s, err := n.JS.Stream(testutil.Context(t), streams.Events)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(testutil.Context(t)))
+	dead := map[string]int{}
+	testutil.Eventually(t, func() bool {
+		clear(dead)
+		for _, e := range dlqEntries(t, n.URL) {
+			dead[e.Subscriber]++
+		}
+		return distinctIDs(sinks["a"])+dead["a"] >= events && distinctIDs(sinks["b"])+dead["b"] >= events
+	}, "a: %d delivered, %d dead; b: %d delivered, %d dead", distinctIDs(sinks["a"]), dead["a"], distinctIDs(sinks["b"]), dead["b"])
+	entries := dlqEntries(t, n.URL)
+	require.NotEmpty(t, entries, "every body was read before BODIES was deleted")
+	var last time.Time
+	for _, e := range entries {
+		require.Equal(t, deadletter.BodyLost, e.Reason, "%+v", e)
+		require.Contains(t, e.LastError, "the body is in neither BODIES nor EVENTS: event ")
+		require.Contains(t, e.LastError, "BODIES: not stored; EVENTS: not stored")
+		require.Zero(t, e.Attempts)
+		if e.DeadAt.After(last) {
+			last = e.DeadAt
+		}
+	}
+	t.Logf("%d dead letters, the last %s after BODIES was deleted (bound: %s)", len(entries), last.Sub(lost).Round(time.Millisecond), bodies.GiveUp)
+	for id, sink := range sinks {
+		for _, d := range sink.deliveries() {
+			require.Equal(t, want[d.header.Get("webhook-id")], d.body, "%s: the body of %s", id, d.header.Get("webhook-id"))
+		}
+		require.Equal(t, events, distinctIDs(sink)+dead[id], "%s: delivered and dead-lettered", id)
+	}
 }

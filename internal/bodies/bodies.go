@@ -53,7 +53,7 @@ const (
 	// giving it while one of them fails to answer (no responders, a
 	// timeout), before a read of it is [ErrUnreadable]. It is counted on
 	// the Reader's clock from the first read of that body that failed so,
-	// by this Reader. A minute outlasts a leader election (4–9 s) several
+	// by this Reader, of reads less than GiveUp apart. A minute outlasts a leader election (4–9 s) several
 	// times over, and the remaking of a deleted BODIES by the relay (within
 	// 5 s, see package retention), after which BODIES answers again.
 	GiveUp = time.Minute
@@ -273,9 +273,11 @@ func (r *Reader) settled(seq uint64, err error) error {
 }
 
 // failed notes that a read of the body at seq failed to answer, and
-// returns since when its reads have; the bodies no read has asked for in
-// GiveUp (their deliveries settled, or went to another relay) are
-// forgotten, once every GiveUp.
+// returns since when its reads have: since the first of those that
+// followed one another less than GiveUp apart (a delivery handed back is
+// read again within seconds). The bodies no read has asked for in GiveUp
+// (their deliveries settled, or went to another relay) are forgotten,
+// once every GiveUp.
 func (r *Reader) failed(seq uint64) time.Time {
 	now := r.clock.Now()
 	r.mu.Lock()
@@ -289,7 +291,7 @@ func (r *Reader) failed(seq uint64) time.Time {
 		}
 	}
 	f, ok := r.failing[seq]
-	if !ok {
+	if !ok || now.Sub(f.last) >= GiveUp {
 		f.since = now
 	}
 	f.last = now

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relay-dev/relay/internal/bodies"
+	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
@@ -213,4 +215,75 @@ func TestBodyGivesUpWithItsContext(t *testing.T) {
 	cancel()
 	_, err := r.Body(ctx, 1, id(1))
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
+}
+
+// TestBodiesDeletedAreReadFromEvents: with BODIES deleted, every body is
+// read from EVENTS, ahead as from BODIES (a failed read of BODIES and one
+// of EVENTS for the next 64 events), not handed back as an error.
+func TestBodiesDeletedAreReadFromEvents(t *testing.T) {
+	n := events(t, 100, 1000, false)
+	ctx := testutil.Context(t)
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Bodies))
+	r := bodies.New(n.Conn, 0, nil)
+	for seq := uint64(1); seq <= 100; seq++ {
+		got, err := r.Body(ctx, seq, id(seq))
+		require.NoError(t, err, "event %d", seq)
+		require.Equal(t, body(int(seq-1), 1000), got)
+	}
+	require.Equal(t, int64(4), r.Requests(), "two reads ahead, each of BODIES and EVENTS")
+}
+
+// TestBodyNeitherStoreGivesIsUnreadableAfterGiveUp: a body that neither
+// BODIES (deleted) nor EVENTS (purged; then deleted, not answering either)
+// gives is an error to try again until its reads have failed for GiveUp
+// by the Reader's clock (reads less than GiveUp apart: a read after a
+// longer lull starts the count again), then ErrUnreadable naming what each stream
+// answered; once BODIES answers again (made again), a body neither holds
+// is ErrGone at once.
+func TestBodyNeitherStoreGivesIsUnreadableAfterGiveUp(t *testing.T) {
+	n := events(t, 3, 100, false)
+	ctx := testutil.Context(t)
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Bodies))
+	purge(t, n, streams.Events, 3)
+	fake := clock.NewFake(time.Now())
+	r := bodies.New(n.Conn, 0, fake)
+
+	unreadable := func(seq uint64) error {
+		t.Helper()
+		_, err := r.Body(ctx, seq, id(seq))
+		require.Error(t, err)
+		require.NotErrorIs(t, err, bodies.ErrGone, "BODIES did not answer: the body may be there")
+		return err
+	}
+	for _, later := range []time.Duration{0, time.Second, bodies.GiveUp - 2*time.Second} {
+		fake.Advance(later)
+		err := unreadable(1)
+		require.NotErrorIs(t, err, bodies.ErrUnreadable, "%s after the first failed read", later)
+	}
+	fake.Advance(time.Second)
+	err := unreadable(1)
+	require.ErrorIs(t, err, bodies.ErrUnreadable)
+	require.Contains(t, err.Error(), "the body could be read from neither BODIES nor EVENTS for 1m0s: event 1 (ev-1): BODIES: ")
+	require.Contains(t, err.Error(), "no responders")
+	require.Contains(t, err.Error(), "; EVENTS: not stored")
+	require.NotErrorIs(t, unreadable(2), bodies.ErrUnreadable, "another body's reads began failing now")
+	fake.Advance(bodies.GiveUp)
+	require.NotErrorIs(t, unreadable(2), bodies.ErrUnreadable, "read again after a lull of GiveUp: counted from now")
+
+	// EVENTS not answering either.
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Events))
+	fake.Advance(bodies.GiveUp / 2)
+	require.NotErrorIs(t, unreadable(2), bodies.ErrUnreadable)
+	fake.Advance(bodies.GiveUp / 2)
+	err = unreadable(2)
+	require.ErrorIs(t, err, bodies.ErrUnreadable)
+	require.Contains(t, err.Error(), "; EVENTS: reading EVENTS: ")
+
+	// BODIES made again answers "not stored", and so does EVENTS.
+	require.NoError(t, streams.Restore(ctx, n.JS, streams.Bodies, streams.Options{}))
+	_, err = n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: streams.Events, Subjects: []string{"events.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	_, err = r.Body(ctx, 4, id(4))
+	require.ErrorIs(t, err, bodies.ErrGone)
+	require.Contains(t, err.Error(), "the body is in neither BODIES nor EVENTS: event 4 (ev-4): BODIES: not stored; EVENTS: not stored")
 }
