@@ -165,6 +165,7 @@ func TestDeliveryWhoseBodyIsGoneIsDeadLettered(t *testing.T) {
 	require.Equal(t, deadletter.BodyLost, got[0].Reason)
 	require.Contains(t, got[0].LastError, "the body is in neither BODIES nor EVENTS: event 4242 (lost): BODIES: not stored; EVENTS: not stored")
 	require.Empty(t, sink.deliveries())
+	require.Len(t, dlqEntries(t, n.URL, "--reason", "body_lost"), 1)
 
 	show := mustRelay(t, "dlq", "show", strconv.FormatUint(got[0].DLQSeq, 10), "--nats", n.URL)
 	require.Contains(t, show, "body: none")
