@@ -98,12 +98,14 @@ type cached struct {
 }
 
 // read is one read on its way, for the bodies of the n events from
-// sequence from on: a caller that wants one of those waits for it rather
-// than ask again. err is the read's answer for from, set before done is
-// closed.
+// sequence from on, made for event id at from: a caller that wants one of
+// those waits for it rather than ask again. data and err are the read's
+// answer for from, set before done is closed.
 type read struct {
 	from, n uint64
+	id      string
 	done    chan struct{}
+	data    []byte
 	err     error
 }
 
@@ -162,7 +164,7 @@ func (r *Reader) Body(ctx context.Context, seq uint64, id string) ([]byte, error
 			}
 		}
 		if waiting == nil {
-			rd := &read{from: seq, n: 1, done: make(chan struct{})}
+			rd := &read{from: seq, n: 1, id: id, done: make(chan struct{})}
 			if ahead {
 				rd.n = ReadAhead
 			}
@@ -174,10 +176,14 @@ func (r *Reader) Body(ctx context.Context, seq uint64, id string) ([]byte, error
 		select {
 		case <-waiting.done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("bodies: reading the body of event %d: %w", seq, ctx.Err())
+			return nil, fmt.Errorf("reading the body of event %d: %w", seq, ctx.Err())
 		}
 		if waiting.from == seq && waiting.n == 1 {
-			// A read of this body alone: its answer is this caller's.
+			// A read of this body alone: its answer is this caller's (kept
+			// with the read: the cache may have evicted it since).
+			if waiting.id == id {
+				return waiting.data, waiting.err
+			}
 			r.mu.Lock()
 			data, ok := r.hitLocked(seq, id)
 			r.mu.Unlock()
@@ -214,7 +220,7 @@ func (r *Reader) hitLocked(seq uint64, id string) ([]byte, bool) {
 // read from EVENTS instead, ahead as from BODIES.
 func (r *Reader) fetch(ctx context.Context, rd *read, id string) (data []byte, err error) {
 	defer func() {
-		rd.err = err
+		rd.data, rd.err = data, err
 		r.mu.Lock()
 		for i, x := range r.reads {
 			if x == rd {

@@ -287,3 +287,22 @@ func TestBodyNeitherStoreGivesIsUnreadableAfterGiveUp(t *testing.T) {
 	require.ErrorIs(t, err, bodies.ErrGone)
 	require.Contains(t, err.Error(), "the body is in neither BODIES nor EVENTS: event 4 (ev-4): BODIES: not stored; EVENTS: not stored")
 }
+
+// TestCallersOfABodyLargerThanTheCacheAllGetIt: the many callers of one
+// body that the cache cannot keep (larger than its bound) all get it from
+// the one read they waited for, none an error.
+func TestCallersOfABodyLargerThanTheCacheAllGetIt(t *testing.T) {
+	n := events(t, 3, 1000, true)
+	r := bodies.New(n.Conn, 100, nil)
+	ctx := testutil.Context(t)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			got, err := r.Body(ctx, 2, id(2))
+			if err != nil || !bytes.Equal(got, body(1, 1000)) {
+				t.Errorf("event 2: %v, %d bytes", err, len(got))
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -22,7 +22,10 @@ import (
 // anew (a parked retry, a copy held until due, a move to overflow or
 // RETRIES, a dead letter): only a delivery fresh from the fan-out, on its
 // lane, depends on BODIES, and BODIES keeps a body as long as such a
-// delivery may wait (see package retention).
+// delivery may wait (see package retention). A body BODIES cannot give is
+// read from EVENTS; one neither gives (see package bodies) is the death of
+// its delivery, as body_lost, with no body; a read that failed otherwise
+// hands the delivery back, to be read again.
 
 // errBodyGone marks, for the dead letter of a delivery, a body that
 // neither BODIES nor EVENTS could give: [bodies.ErrGone] (both answered
