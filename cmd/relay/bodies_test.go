@@ -304,3 +304,33 @@ func TestBodiesLostFromBothAreDeadLettered(t *testing.T) {
 		require.Equal(t, events, distinctIDs(sink)+dead[id], "%s: delivered and dead-lettered", id)
 	}
 }
+
+// TestDeliveryPastItsDeadlineWhoseBodyIsLostIsExpired: a delivery past its
+// deadline whose body cannot be read (BODIES deleted, EVENTS without it)
+// dies of its deadline, expired, once the read has an answer (BODIES made
+// again), without its body and with the read's answer in its error: it
+// is never handed back for ever, nor sent.
+func TestDeliveryPastItsDeadlineWhoseBodyIsLostIsExpired(t *testing.T) {
+	n := testutil.StartRelayNATS(t)
+	sink := newReceiver(t)
+	mustRelay(t, "sub", "add", "a", "--nats", n.URL, "--url", sink.URL, "--secret", testSecret, "--events", "x")
+	startRelay(t, n.URL, "--allow-private-targets")
+	ctx := testutil.Context(t)
+	lane := subscribers.Subscriber{ID: "a"}.Lane(4)
+	testutil.Eventually(t, func() bool {
+		_, err := n.JS.Consumer(ctx, streams.Deliveries, "lane_"+lane)
+		return err == nil
+	}, "the lane did not start")
+	deleteBodies(t, n)
+	m := &nats.Msg{Subject: streams.DeliverySubject(lane, "a"), Header: nats.Header{}}
+	m.Header.Set(streams.HeaderEventID, "late")
+	m.Header.Set(streams.HeaderEventSeq, "4242")
+	m.Header.Set(streams.HeaderDeadline, "2020-01-01T00:00:00Z")
+	_, err := n.JS.PublishMsg(ctx, m, jetstream.WithMsgID("late.a"))
+	require.NoError(t, err)
+	got := waitDead(t, n.URL, 1)
+	require.Equal(t, deadletter.Expired, got[0].Reason)
+	require.Contains(t, got[0].LastError, "the body is in neither BODIES nor EVENTS: event 4242 (late)")
+	require.Contains(t, mustRelay(t, "dlq", "show", strconv.FormatUint(got[0].DLQSeq, 10), "--nats", n.URL), "body: none")
+	require.Empty(t, sink.deliveries())
+}
