@@ -238,6 +238,39 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	return nil
 }
 
+// Restore makes the relay stream name again with its definition when it
+// does not exist, as [Ensure] makes it at start: with opts.Replicas, or
+// when zero with as many replicas as the other relay streams have. A
+// running relay restores BODIES once it finds it deleted (see package
+// retention). Several relays at once are safe: a create of the same
+// definition is idempotent, and one that finds the stream made meanwhile
+// keeps what it has, as Ensure does.
+func Restore(ctx context.Context, js jetstream.JetStream, name string, opts Options) error {
+	def, err := Config(name)
+	if err != nil {
+		return err
+	}
+	e := &ensurer{js: js, opts: opts, log: cmp.Or(opts.Logger, slog.Default())}
+	for _, other := range []string{Events, Deliveries, DLQ, Retries, Bodies} {
+		if other == name {
+			continue
+		}
+		if s, err := js.Stream(ctx, other); err == nil {
+			e.replicas = max(e.replicas, s.CachedInfo().Config.Replicas)
+		}
+	}
+	var have *jetstream.StreamConfig
+	if s, err := js.Stream(ctx, name); err == nil {
+		have = &s.CachedInfo().Config
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("streams: looking up %s: %w", name, err)
+	}
+	if _, err := e.stream(ctx, def, have); err != nil {
+		return fmt.Errorf("streams: creating or updating %s: %w", name, err)
+	}
+	return nil
+}
+
 // ensurer creates or updates the relay streams of one [Ensure], and reads
 // the account's quota once, when a size must be chosen or logged.
 type ensurer struct {

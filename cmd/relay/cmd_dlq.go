@@ -397,7 +397,9 @@ func newDLQShowCmd(conn *connFlags) *cobra.Command {
 		Short: "Show one dead letter: every header and the body",
 		Long: `Shows the dead letter at DLQ sequence SEQ (the DLQ_SEQ column of relay dlq ls):
 why and when it died, every header it carries and its body, exactly as it was
-published. A body that is not printable UTF-8 text is shown in base64.`,
+published. A body that is not printable UTF-8 text is shown in base64. An entry
+whose event's body was lost before it could be sent (reason body_lost) has
+none: it says so, and --json has neither "body" nor "body_base64".`,
 		Example: `  relay dlq show 42
   relay dlq show 42 --json | jq -r .body`,
 		Args: exactArgs(1, "a DLQ sequence"),
@@ -426,10 +428,13 @@ func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 		if v.Headers == nil {
 			v.Headers = map[string][]string{}
 		}
-		if text {
+		switch {
+		case m.Bodiless():
+			// No body: neither "body" nor "body_base64".
+		case text:
 			s := string(m.Body)
 			v.Body = &s
-		} else {
+		default:
 			s := base64.StdEncoding.EncodeToString(m.Body)
 			v.BodyBase64 = &s
 		}
@@ -473,6 +478,10 @@ func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 		for _, v := range m.Header[k] {
 			fmt.Fprintf(out, "  %s: %s\n", cell(k, 0), cell(v, 0))
 		}
+	}
+	if m.Bodiless() {
+		_, err := fmt.Fprintln(out, "body: none: its event's body was lost before it could be sent (see last error); relay dlq replay leaves this entry in the DLQ")
+		return err
 	}
 	if text && printableText(m.Body) {
 		fmt.Fprintf(out, "body (%d bytes):\n%s\n", len(m.Body), m.Body)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relay-dev/relay/internal/bodies"
+	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
@@ -74,7 +76,7 @@ func purge(t *testing.T, n *testutil.NATS, stream string, below uint64) {
 // for one event at once cost one read.
 func TestBodyReadsAheadOnceForMany(t *testing.T) {
 	n := events(t, 100, 1000, false)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx := testutil.Context(t)
 
 	var wg sync.WaitGroup
@@ -104,7 +106,7 @@ func TestBodyReadsAheadOnceForMany(t *testing.T) {
 // ahead, one read of it alone and one of EVENTS: not one each.
 func TestManyCallersOfABodyNotInBodiesReadItOnce(t *testing.T) {
 	n := events(t, 3, 1000, true)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx := testutil.Context(t)
 	var wg sync.WaitGroup
 	for range 50 {
@@ -128,7 +130,7 @@ func TestBodyOutlivesEventsAndFallsBackToIt(t *testing.T) {
 	n := events(t, 10, 100, false)
 	ctx := testutil.Context(t)
 	purge(t, n, streams.Events, 5)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	got, err := r.Body(ctx, 2, id(2))
 	require.NoError(t, err, "event 2 purged from EVENTS, in BODIES")
 	require.Equal(t, body(1, 100), got)
@@ -138,7 +140,7 @@ func TestBodyOutlivesEventsAndFallsBackToIt(t *testing.T) {
 	s, err := n.JS.Stream(ctx, streams.Events)
 	require.NoError(t, err)
 	require.NoError(t, s.DeleteMsg(ctx, 6))
-	r = bodies.New(n.Conn, 0)
+	r = bodies.New(n.Conn, 0, nil)
 	for _, seq := range []uint64{1, 4, 6, 11} {
 		_, err := r.Body(ctx, seq, id(seq))
 		require.ErrorIs(t, err, bodies.ErrGone, "event %d", seq)
@@ -160,7 +162,7 @@ func TestBodyStoredAgainBehindLargerOnesIsRead(t *testing.T) {
 	n := events(t, 20, size, false)
 	storeBody(t, n, 1, id(1), body(0, size))
 	purge(t, n, streams.Events, 21)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	got, err := r.Body(testutil.Context(t), 1, id(1))
 	require.NoError(t, err)
 	require.Equal(t, body(0, size), got)
@@ -173,7 +175,7 @@ func TestBodyStoredAgainBehindLargerOnesIsRead(t *testing.T) {
 func TestBodyOfAnotherEventIsNeverReturned(t *testing.T) {
 	n := events(t, 3, 100, true)
 	storeBody(t, n, 2, "old-event", []byte("old body"))
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx := testutil.Context(t)
 	got, err := r.Body(ctx, 2, "old-event")
 	require.NoError(t, err)
@@ -190,7 +192,7 @@ func TestBodyOfAnotherEventIsNeverReturned(t *testing.T) {
 // whole cache is still returned.
 func TestCacheStaysWithinItsBytes(t *testing.T) {
 	n := events(t, 200, 10_000, false)
-	r := bodies.New(n.Conn, 50_000)
+	r := bodies.New(n.Conn, 50_000, nil)
 	ctx := testutil.Context(t)
 	for seq := uint64(1); seq <= 200; seq++ {
 		got, err := r.Body(ctx, seq, id(seq))
@@ -198,7 +200,7 @@ func TestCacheStaysWithinItsBytes(t *testing.T) {
 		require.Equal(t, body(int(seq-1), 10_000), got)
 		require.LessOrEqual(t, r.Size(), 50_000)
 	}
-	tiny := bodies.New(n.Conn, 100)
+	tiny := bodies.New(n.Conn, 100, nil)
 	got, err := tiny.Body(ctx, 3, id(3))
 	require.NoError(t, err)
 	require.Len(t, got, 10_000)
@@ -208,9 +210,99 @@ func TestCacheStaysWithinItsBytes(t *testing.T) {
 // context.
 func TestBodyGivesUpWithItsContext(t *testing.T) {
 	n := events(t, 1, 10, false)
-	r := bodies.New(n.Conn, 0)
+	r := bodies.New(n.Conn, 0, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := r.Body(ctx, 1, id(1))
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
+}
+
+// TestBodiesDeletedAreReadFromEvents: with BODIES deleted, every body is
+// read from EVENTS, ahead as from BODIES (a failed read of BODIES and one
+// of EVENTS for the next 64 events), not handed back as an error.
+func TestBodiesDeletedAreReadFromEvents(t *testing.T) {
+	n := events(t, 100, 1000, false)
+	ctx := testutil.Context(t)
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Bodies))
+	r := bodies.New(n.Conn, 0, nil)
+	for seq := uint64(1); seq <= 100; seq++ {
+		got, err := r.Body(ctx, seq, id(seq))
+		require.NoError(t, err, "event %d", seq)
+		require.Equal(t, body(int(seq-1), 1000), got)
+	}
+	require.Equal(t, int64(4), r.Requests(), "two reads ahead, each of BODIES and EVENTS")
+}
+
+// TestBodyNeitherStoreGivesIsUnreadableAfterGiveUp: a body that neither
+// BODIES (deleted) nor EVENTS (purged; then deleted, not answering either)
+// gives is an error to try again until its reads have failed for GiveUp
+// by the Reader's clock (reads less than GiveUp apart: a read after a
+// longer lull starts the count again), then ErrUnreadable naming what each stream
+// answered; once BODIES answers again (made again), a body neither holds
+// is ErrGone at once.
+func TestBodyNeitherStoreGivesIsUnreadableAfterGiveUp(t *testing.T) {
+	n := events(t, 3, 100, false)
+	ctx := testutil.Context(t)
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Bodies))
+	purge(t, n, streams.Events, 3)
+	fake := clock.NewFake(time.Now())
+	r := bodies.New(n.Conn, 0, fake)
+
+	unreadable := func(seq uint64) error {
+		t.Helper()
+		_, err := r.Body(ctx, seq, id(seq))
+		require.Error(t, err)
+		require.NotErrorIs(t, err, bodies.ErrGone, "BODIES did not answer: the body may be there")
+		return err
+	}
+	for _, later := range []time.Duration{0, time.Second, bodies.GiveUp - 2*time.Second} {
+		fake.Advance(later)
+		err := unreadable(1)
+		require.NotErrorIs(t, err, bodies.ErrUnreadable, "%s after the first failed read", later)
+	}
+	fake.Advance(time.Second)
+	err := unreadable(1)
+	require.ErrorIs(t, err, bodies.ErrUnreadable)
+	require.Contains(t, err.Error(), "the body could be read from neither BODIES nor EVENTS for 1m0s: event 1 (ev-1): BODIES: ")
+	require.Contains(t, err.Error(), "no responders")
+	require.Contains(t, err.Error(), "; EVENTS: not stored")
+	require.NotErrorIs(t, unreadable(2), bodies.ErrUnreadable, "another body's reads began failing now")
+	fake.Advance(bodies.GiveUp)
+	require.NotErrorIs(t, unreadable(2), bodies.ErrUnreadable, "read again after a lull of GiveUp: counted from now")
+
+	// EVENTS not answering either.
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Events))
+	fake.Advance(bodies.GiveUp / 2)
+	require.NotErrorIs(t, unreadable(2), bodies.ErrUnreadable)
+	fake.Advance(bodies.GiveUp / 2)
+	err = unreadable(2)
+	require.ErrorIs(t, err, bodies.ErrUnreadable)
+	require.Contains(t, err.Error(), "; EVENTS: reading EVENTS: ")
+
+	// BODIES made again answers "not stored", and so does EVENTS.
+	require.NoError(t, streams.Restore(ctx, n.JS, streams.Bodies, streams.Options{}))
+	_, err = n.JS.CreateStream(ctx, jetstream.StreamConfig{Name: streams.Events, Subjects: []string{"events.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	_, err = r.Body(ctx, 4, id(4))
+	require.ErrorIs(t, err, bodies.ErrGone)
+	require.Contains(t, err.Error(), "the body is in neither BODIES nor EVENTS: event 4 (ev-4): BODIES: not stored; EVENTS: not stored")
+}
+
+// TestCallersOfABodyLargerThanTheCacheAllGetIt: the many callers of one
+// body that the cache cannot keep (larger than its bound) all get it from
+// the one read they waited for, none an error.
+func TestCallersOfABodyLargerThanTheCacheAllGetIt(t *testing.T) {
+	n := events(t, 3, 1000, true)
+	r := bodies.New(n.Conn, 100, nil)
+	ctx := testutil.Context(t)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			got, err := r.Body(ctx, 2, id(2))
+			if err != nil || !bytes.Equal(got, body(1, 1000)) {
+				t.Errorf("event 2: %v, %d bytes", err, len(got))
+			}
+		})
+	}
+	wg.Wait()
 }

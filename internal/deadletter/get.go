@@ -27,6 +27,15 @@ type Message struct {
 	Stored time.Time
 }
 
+// Bodiless reports whether the dead letter has no body to send: its
+// delivery carried its event's sequence (Relay-Event-Seq) in place of a
+// body, and that body was lost before it could be read ([BodyLost]; or it
+// died of another reason meanwhile). A replay would send an empty body, so
+// none is made.
+func (m Message) Bodiless() bool {
+	return m.Header.Get(streams.HeaderEventSeq) != "" && len(m.Body) == 0
+}
+
 // Get reads DLQ entry seq with its headers and body. It returns an error
 // wrapping [ErrNotFound] when the DLQ holds no message at seq (never
 // written, replayed, purged or aged out), and one wrapping

@@ -50,11 +50,19 @@ const (
 	// cannot be sent as its publisher asked, so no request was made. Its
 	// last error names the header and its value.
 	Malformed Reason = "malformed"
+	// BodyLost means the delivery carried its event's sequence
+	// (Relay-Event-Seq) in place of its body, and neither BODIES nor
+	// EVENTS could give that body: both answered without it (purged or
+	// deleted by hand), or neither answered with it for a minute (see
+	// bodies.GiveUp). No request was made. The dead letter has no body,
+	// keeps its Relay-Event-Seq, and its last error names what was read
+	// and what each stream answered; `relay dlq replay` skips it.
+	BodyLost Reason = "body_lost"
 )
 
 // reasons lists every valid reason in the order of docs/dead-letters.md, for messages
 // and help texts.
-var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable, Backlog, Malformed}
+var reasons = []Reason{Gone, Rejected, Refused, MaxAttempts, Deadline, Expired, Unroutable, Backlog, Malformed, BodyLost}
 
 // Reasons returns every valid reason, in the order docs/dead-letters.md lists them, so
 // that a command can list them in its help and in its errors. The slice is a

@@ -19,6 +19,7 @@ func TestParseReason(t *testing.T) {
 		{"max_attempts", MaxAttempts, true},
 		{"deadline", Deadline, true},
 		{"expired", Expired, true},
+		{"body_lost", BodyLost, true},
 		{"", "", false},
 		{"nope", "", false},
 		{"Gone", "", false},
@@ -48,7 +49,7 @@ func TestParseReason(t *testing.T) {
 func TestReasonsIsACopy(t *testing.T) {
 	t.Parallel()
 	rs := Reasons()
-	require.Len(t, rs, 9)
+	require.Len(t, rs, 10)
 	rs[0] = "changed"
 	require.Equal(t, Gone, Reasons()[0])
 }

@@ -109,7 +109,8 @@ const (
 	SkipUnknown = "subscriber removed"
 	// SkipLate: it died of its deadline, or is past it.
 	SkipLate = "past its deadline"
-	// SkipNoBody: its body was purged before it could be sent.
+	// SkipNoBody: its body was lost before it could be sent (see
+	// [Message.Bodiless]).
 	SkipNoBody = "no body"
 	// SkipGone: replayed or purged meanwhile, by another command.
 	SkipGone = "gone meanwhile"
@@ -311,9 +312,7 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	if err != nil {
 		return "", err
 	}
-	if m.Header.Get(streams.HeaderEventSeq) != "" && len(m.Body) == 0 {
-		// Its body was lost before it could be sent (BODIES and EVENTS
-		// purged by hand): a replay would send an empty one.
+	if m.Bodiless() {
 		return SkipNoBody, nil
 	}
 	msg := &nats.Msg{
@@ -358,10 +357,10 @@ func isAttemptHeader(name string) bool {
 		strings.EqualFold(name, streams.HeaderEventSeq)
 }
 
-// Skips reports whether Run would leave e in the DLQ for its deadline, or
-// because its event is malformed.
+// Skips reports whether Run would leave e in the DLQ for its deadline,
+// because its event is malformed, or because its body was lost.
 func (r *Replayer) Skips(e Entry) bool {
-	return e.Reason == Malformed || (!r.IgnoreDeadline && r.late(e, r.now()))
+	return e.Reason == Malformed || e.Reason == BodyLost || (!r.IgnoreDeadline && r.late(e, r.now()))
 }
 
 // late reports whether e died of its deadline or is past it.

@@ -22,11 +22,16 @@ import (
 // anew (a parked retry, a copy held until due, a move to overflow or
 // RETRIES, a dead letter): only a delivery fresh from the fan-out, on its
 // lane, depends on BODIES, and BODIES keeps a body as long as such a
-// delivery may wait (see package retention).
+// delivery may wait (see package retention). A body BODIES cannot give is
+// read from EVENTS; one neither gives (see package bodies) is the death of
+// its delivery, as body_lost, with no body; a read that failed otherwise
+// hands the delivery back, to be read again.
 
-// errBodyGone wraps [bodies.ErrGone] for the dead letter of a delivery
-// whose body neither BODIES nor EVENTS holds any more: someone purged both.
-var errBodyGone = errors.New("the body of this delivery's event was purged from " + streams.Bodies + " and " + streams.Events + " before it could be sent")
+// errBodyGone marks, for the dead letter of a delivery, a body that
+// neither BODIES nor EVENTS could give: [bodies.ErrGone] (both answered
+// without it) or [bodies.ErrUnreadable] (neither gave it for
+// bodies.GiveUp). Any other error of a read is handed back and read again.
+var errBodyGone = errors.New("no request made")
 
 // bodyOf returns the body a delivery is sent with: its own, or its event's.
 func (e *engine) bodyOf(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
@@ -35,8 +40,8 @@ func (e *engine) bodyOf(ctx context.Context, msg jetstream.Msg) ([]byte, error) 
 		return msg.Data(), nil
 	}
 	body, err := e.bodies.Body(ctx, seq, msg.Headers().Get(streams.HeaderEventID))
-	if errors.Is(err, bodies.ErrGone) {
-		return nil, fmt.Errorf("%w (event sequence %d)", errBodyGone, seq)
+	if errors.Is(err, bodies.ErrGone) || errors.Is(err, bodies.ErrUnreadable) {
+		return nil, fmt.Errorf("%w, %w", err, errBodyGone)
 	}
 	return body, err
 }
@@ -72,8 +77,8 @@ func eventSeqOf(h nats.Header) (uint64, bool) {
 	return seq, err == nil && seq > 0
 }
 
-// bodyLost is the death of a delivery whose body is gone: expired, since it
-// can never be sent, with the reason in its error.
+// bodyLost is the death of a delivery whose body is gone, with what was
+// read and what each stream answered in its error.
 func bodyLost(err error) deadletter.Death {
-	return deadletter.Death{Reason: deadletter.Expired, LastError: deadletter.CleanError(err.Error())}
+	return deadletter.Death{Reason: deadletter.BodyLost, LastError: deadletter.CleanError(err.Error())}
 }

@@ -78,7 +78,7 @@ func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 		return nil, fmt.Errorf("lanes: %w", err)
 	}
 	e.refiller, e.deliveries, e.store, e.writes = refiller, deliveries, store, writes
-	e.bodies = bodies.New(cfg.JS.Conn(), 0)
+	e.bodies = bodies.New(cfg.JS.Conn(), 0, cfg.Clock)
 	return e, nil
 }
 

@@ -25,6 +25,12 @@ import (
 // could store only more than BodySlack after their body, while DELIVERIES
 // was full) reads its body from EVENTS, which keeps every event the
 // fan-out has not finished, and for --events-max-age after.
+//
+// A BodyKeeper also makes BODIES again when it finds it deleted (an
+// operator's `nats stream rm`, a store lost): the fan-out cannot share a
+// body meanwhile, and the lanes read the bodies it held from EVENTS (see
+// package bodies). Made again with its definition ([streams.Restore]),
+// within a BodyInterval, by whichever relay's keeper finds it gone first.
 
 // BodyInterval is how often a BodyKeeper purges BODIES: bodies outlive
 // their last delivery by about this plus [BodySlack].
@@ -42,8 +48,10 @@ type BodyKeeper struct {
 	js    jetstream.JetStream
 	clock clock.Clock
 	log   *slog.Logger
-	// purged is the sequence this keeper last purged below.
-	purged uint64
+	// purged is the sequence this keeper last purged below, in the BODIES
+	// created at created.
+	purged  uint64
+	created time.Time
 }
 
 // NewBodyKeeper returns a BodyKeeper; [ErrConfig] without a JetStream
@@ -84,8 +92,16 @@ func (k *BodyKeeper) Run(ctx context.Context) {
 // did not hold yet when they were read, and is kept.
 func (k *BodyKeeper) pass(ctx context.Context) (uint64, error) {
 	bodies, err := k.js.Stream(ctx, streams.Bodies)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, k.restore(ctx)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("retention: looking up %s: %w", streams.Bodies, err)
+	}
+	if created := bodies.CachedInfo().Created; !created.Equal(k.created) {
+		// Made again since the last pass (by this relay or another): its
+		// sequences start over.
+		k.created, k.purged = created, 0
 	}
 	state := bodies.CachedInfo().State
 	last := state.LastSeq
@@ -124,6 +140,15 @@ func (k *BodyKeeper) pass(ctx context.Context) (uint64, error) {
 	}
 	k.purged = below
 	return below, nil
+}
+
+// restore makes BODIES again, deleted since it was ensured.
+func (k *BodyKeeper) restore(ctx context.Context) error {
+	if err := streams.Restore(ctx, k.js, streams.Bodies, streams.Options{Logger: k.log}); err != nil {
+		return fmt.Errorf("retention: making %s again: %w", streams.Bodies, err)
+	}
+	k.log.Warn("retention: " + streams.Bodies + " was deleted: made again; the deliveries whose bodies it held read them from " + streams.Events)
+	return nil
 }
 
 // minTime is the earlier of a and b.

@@ -1,10 +1,12 @@
 package retention_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/clock"
@@ -71,4 +73,55 @@ func TestBodyKeeperKeepsWhatALaneMayNeed(t *testing.T) {
 	_, err = retention.BodyPass(ctx, k)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, bodies())
+}
+
+// TestBodyKeeperMakesDeletedBodiesAgain: a pass that finds BODIES deleted
+// makes it again with its definition, and two keepers doing so at once
+// both succeed; the keeper then purges the new BODIES, whose sequences
+// start over below what it purged of the old one.
+func TestBodyKeeperMakesDeletedBodiesAgain(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	fake := clock.NewFake(time.Now())
+	k, err := retention.NewBodyKeeper(retention.Config{JS: n.JS, Clock: fake})
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 5; seq++ {
+		_, err := n.JS.Publish(ctx, streams.BodySubject(seq), []byte("body"))
+		require.NoError(t, err)
+	}
+	fake.Advance(time.Hour)
+	below, err := retention.BodyPass(ctx, k)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, below)
+
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Bodies))
+	other, err := retention.NewBodyKeeper(retention.Config{JS: n.JS, Clock: fake})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for _, keeper := range []*retention.BodyKeeper{k, other} {
+		wg.Go(func() {
+			_, err := retention.BodyPass(ctx, keeper)
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	s, err := n.JS.Stream(ctx, streams.Bodies)
+	require.NoError(t, err)
+	def, err := streams.Config(streams.Bodies)
+	require.NoError(t, err)
+	got := s.CachedInfo().Config
+	require.Equal(t, def.Subjects, got.Subjects)
+	require.Equal(t, def.Discard, got.Discard)
+	require.Equal(t, def.MaxMsgsPerSubject, got.MaxMsgsPerSubject)
+	require.Equal(t, def.AllowDirect, got.AllowDirect)
+
+	for seq := uint64(6); seq <= 8; seq++ {
+		_, err := n.JS.Publish(ctx, streams.BodySubject(seq), []byte("body"))
+		require.NoError(t, err)
+	}
+	fake.Advance(time.Hour)
+	below, err = retention.BodyPass(ctx, k)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, below, "the new BODIES purged, below its own sequences")
 }
