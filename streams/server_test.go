@@ -50,8 +50,9 @@ func TestLocalURLReachesTheServerWhereverItListens(t *testing.T) {
 // nats.go's Request (the nats CLI's nats req) asks, and is refused the
 // publish of an answer to any other reply subject a request names: to
 // relay's streams and buckets nothing is stored. A client without
-// credentials may still do everything (nats pub events.x), and the service
-// user cannot connect from outside the process.
+// credentials may still do everything (nats pub events.x), one with
+// credentials the server does not know is refused, and the service user
+// cannot connect from outside the process.
 func TestEmbeddedServiceUserAnswersOnlyOnInboxes(t *testing.T) {
 	t.Parallel()
 	const password = "service-password"
@@ -142,5 +143,10 @@ func TestEmbeddedServiceUserAnswersOnlyOnInboxes(t *testing.T) {
 	if nc, err := nats.Connect(addr, nats.UserInfo(streams.ServiceUser, password), nats.MaxReconnects(0)); err == nil {
 		nc.Close()
 		t.Fatal("the service user connected from outside the process")
+	}
+	// Credentials the server does not know are refused, not ignored.
+	if nc, err := nats.Connect(addr, nats.Token("some-token"), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("a client with a token the server does not know connected")
 	}
 }
