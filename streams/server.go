@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nuid"
 )
 
 // ErrServerNotReady is returned when the embedded server cannot start: its
@@ -27,7 +29,25 @@ type ServerConfig struct {
 	DataDir string
 	// Logs turns on the server's own log lines on stderr.
 	Logs bool
+	// ServicePassword, when set, gives the server two users: every client
+	// that connects without credentials is [DefaultUser], with every
+	// permission, as on a server without users (`nats pub events.x` works
+	// as before); [ServiceUser], with this password and only in-process,
+	// may subscribe to [APISubjects] and publish to [ReplySubjects] alone,
+	// the connection relay serves requests from. Empty: no users, every
+	// client may do everything.
+	ServicePassword string
 }
+
+// ServiceUser is the user of the connection relay serves requests from
+// (`relay sub test`): it may publish to inboxes only, so that an answer
+// cannot land in a stream or a bucket whatever reply subject a request
+// names. docs/permissions.md gives the same user for a cluster.
+const ServiceUser = "relay-service"
+
+// DefaultUser is the embedded server's user of every client that gives no
+// credentials.
+const DefaultUser = "relay"
 
 // StartServer starts an in-process nats-server with JetStream, as `relay run`
 // does when no cluster is given, and waits until it accepts connections.
@@ -56,6 +76,9 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      !cfg.Logs,
 	}
+	if cfg.ServicePassword != "" {
+		setServiceUser(opts, cfg.ServicePassword)
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("streams: embedded server: %w", err)
@@ -79,6 +102,28 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 		return nil, fmt.Errorf("%w: not accepting connections on %s", ErrServerNotReady, listen)
 	}
 	return srv, nil
+}
+
+// setServiceUser gives opts the users of [ServerConfig.ServicePassword].
+// The default user's password is never told to anyone: it is only there
+// because nats-server wants one, and no client needs it. The service user
+// is not given allow_responses: the server lets a user with it publish to
+// the reply subject of any message it received, retries.wait.… included,
+// which is the very hole the user closes.
+func setServiceUser(opts *server.Options, password string) {
+	opts.Users = []*server.User{
+		{Username: DefaultUser, Password: nuid.Next()},
+		{
+			Username: ServiceUser,
+			Password: password,
+			Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{ReplySubjects}},
+				Subscribe: &server.SubjectPermission{Allow: []string{APISubjects}},
+			},
+			AllowedConnectionTypes: map[string]struct{}{jwt.ConnectionTypeInProcess: {}},
+		},
+	}
+	opts.NoAuthUser = DefaultUser
 }
 
 // startupLog is the embedded server's logger: it keeps the first fatal

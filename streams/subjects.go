@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+
+	"github.com/nats-io/nats.go"
 )
 
 // The subjects of relay's streams are built and read here alone, so that
@@ -148,3 +150,35 @@ func EventRecords(key string) string { return attemptsPrefix + key }
 // attempts and deaths, of every event: three tokens, where an event's
 // subject has two, so that no event key reaches it.
 func SubscriberFailures(subscriber string) string { return attemptsPrefix + "failed." + subscriber }
+
+// APISubjects are the subjects relay serves requests on over core NATS
+// (`relay sub test` on relay.api.sub.test today): the one subscription the
+// service user of docs/permissions.md is granted.
+const APISubjects = "relay.api.>"
+
+// ReplySubjects are the inboxes the service user may publish to: nats.go's
+// and the nats CLI's default inbox prefix, under which a request's answer
+// goes, and nothing of any stream.
+const ReplySubjects = nats.InboxPrefix + ">"
+
+// reservedPrefixes begin the subjects a request's reply may never name:
+// those of relay's streams (streams/*.json) and buckets, JetStream's API,
+// acks and flow control, the system account's, and relay's own API and
+// operational events.
+var reservedPrefixes = []string{
+	"events.", deliveriesPrefix, "retries.", dlqPrefix, "bodies.", attemptsPrefix,
+	"$KV.", "$JS.", "$SYS.", "relay.",
+}
+
+// Reserved reports whether subject lies in relay's own namespaces (see
+// reservedPrefixes), where no answer to a request may be published: a
+// request names its reply subject, and an answer sent there would be
+// stored in a stream, written to a bucket or taken for an event.
+func Reserved(subject string) bool {
+	for _, p := range reservedPrefixes {
+		if strings.HasPrefix(subject, p) || subject == strings.TrimSuffix(p, ".") {
+			return true
+		}
+	}
+	return false
+}

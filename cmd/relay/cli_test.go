@@ -58,6 +58,8 @@ func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
 		{"run bad log level", []string{"run", "--nats", n.URL, "--log-level", "loud"}, "--log-level"},
 		{"run bad replicas", []string{"run", "--nats", n.URL, "--replicas", "2"}, "--replicas"},
 		{"run replicas on the embedded server", []string{"run", "--replicas", "3"}, "--replicas"},
+		{"run service user on the embedded server", []string{"run", "--service-user", "relay-service"}, "go with --nats"},
+		{"run service password without user", []string{"run", "--nats", n.URL, "--service-password", "pw"}, "--service-password: needs --service-user"},
 		{"run zero ack wait", []string{"run", "--nats", n.URL, "--ack-wait", "0s"}, "--ack-wait"},
 		{"run ack wait past the duplicate window", []string{"run", "--nats", n.URL, "--ack-wait", "61s"}, "--ack-wait"},
 		{"run short max pause", []string{"run", "--nats", n.URL, "--max-pause", "10ms"}, "--max-pause"},

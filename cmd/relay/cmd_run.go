@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/sourcegraph/conc"
 	"github.com/spf13/cobra"
 
@@ -106,6 +107,9 @@ type runFlags struct {
 	// --proxy was given, else HTTPS_PROXY, HTTP_PROXY and NO_PROXY say.
 	proxy, noProxy string
 	proxyGiven     bool
+	// service is the credentials of the connection relay sub test is
+	// answered from, on a cluster (--service-user and the like).
+	service *serviceFlags
 	// ready, when set (by tests), is called once the relay consumes, with
 	// the client URL of the NATS server and the metrics address.
 	ready func(natsURL string, metricsAddr net.Addr)
@@ -181,6 +185,7 @@ variables (docs/cli.md lists them).`,
 	fl.StringVar(&f.noProxy, "no-proxy", "", "with --proxy, targets reached directly, in NO_PROXY's syntax (hosts, .domains, IPs, CIDRs, each with an optional port)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	f.service = addServiceFlags(fl)
 	return cmd
 }
 
@@ -278,6 +283,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err != nil {
 		return err
 	}
+	if err := f.service.check(named); err != nil {
+		return err
+	}
 	opts, err := conn.options("relay run")
 	if err != nil {
 		return err
@@ -325,6 +333,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	)
 
 	var srv *server.Server
+	// The password of the embedded server's service user: only this
+	// process connects as it.
+	servicePassword := nuid.Next()
 	url := conn.url
 	if !named && f.replicas > 1 {
 		return usagef("--replicas: the embedded server is one node and holds 1 replica; give --nats for a cluster")
@@ -338,7 +349,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 			return fmt.Errorf("--data %s: %w", f.data, err)
 		}
 		defer func() { _ = lock.Unlock() }()
-		srv, err = streams.StartServer(streams.ServerConfig{Listen: f.listen, DataDir: f.data})
+		srv, err = streams.StartServer(streams.ServerConfig{Listen: f.listen, DataDir: f.data, ServicePassword: servicePassword})
 		if err != nil {
 			return fmt.Errorf("--data %s, --listen %s: %w", f.data, f.listen, err)
 		}
@@ -487,6 +498,19 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return err
 	}
 
+	svc, err := openServiceConn(srv, servicePassword, url, conn, f.service, nc, log)
+	if err != nil {
+		return err
+	}
+	if svc != nc {
+		// After the responder has answered its last request (the wait
+		// for the relay's goroutines is over), before the server stops.
+		defer func() {
+			_ = svc.FlushTimeout(time.Second)
+			svc.Close()
+		}()
+	}
+
 	var metricsAddr net.Addr
 	var wg conc.WaitGroup
 	errs := make(chan error, 5)
@@ -531,8 +555,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	// (nil: the real clock).
 	wg.Go(func() { store.RunJanitor(runCtx, live, nil, log) })
 	// relay sub test: a request made as a delivery is, from this relay,
-	// with its client. It failing to start stops no delivery.
-	if tests, err := testrequest.Start(testrequest.Config{Conn: nc, Subscribers: live, Client: client, Logger: log}); err != nil {
+	// with its client, answered from the service connection. It failing to
+	// start stops no delivery.
+	if tests, err := testrequest.Start(testrequest.Config{Conn: svc, Subscribers: live, Client: client, Logger: log}); err != nil {
 		log.Error("relay: relay sub test cannot ask this relay", "err", err)
 	} else {
 		wg.Go(func() { tests.Run(runCtx) })
@@ -570,6 +595,43 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	log.Info("relay stopped")
 	return nil
+}
+
+// openServiceConn opens the connection relay answers requests on core NATS
+// from (package service): on its embedded server srv, in-process, as the
+// server's service user, which may publish to inboxes alone; on a cluster,
+// as the user of the service flags, with conn's URL and TLS settings. Given
+// no service user on a cluster it returns nc, the relay's own connection,
+// and warns once that answers then rest on relay's check of the reply
+// subject alone.
+func openServiceConn(srv *server.Server, password, url string, conn *connFlags, service *serviceFlags, nc *nats.Conn, log *slog.Logger) (*nats.Conn, error) {
+	// A refusal is logged, and stops nothing: relay sub test is not what a
+	// relay runs for.
+	common := []nats.Option{nats.MaxReconnects(-1), newRefusals(nil, log).option()}
+	switch {
+	case srv != nil:
+		opts := append(common, nats.Name(serviceConnName), nats.InProcessServer(srv), nats.UserInfo(streams.ServiceUser, password))
+		svc, err := nats.Connect("", opts...)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to the embedded NATS server as %s: %w", streams.ServiceUser, err)
+		}
+		return svc, nil
+	case service.given():
+		opts, err := service.options(conn)
+		if err != nil {
+			return nil, err
+		}
+		svc, err := nats.Connect(url, append(opts, common...)...)
+		if err != nil {
+			return nil, fmt.Errorf("cannot connect to NATS at %s as the service user (--service-…): %w", maskNATS(url), err)
+		}
+		return svc, nil
+	default:
+		log.Warn("relay: relay sub test is answered from relay's own connection, which may publish wherever relay writes; "+
+			"only relay's check of each reply subject keeps answers out of its streams: give relay run --service-user or --service-creds (see docs/permissions.md)",
+			"subject", testrequest.Subject)
+		return nc, nil
+	}
 }
 
 // relayName names this relay in its operational events: its host and

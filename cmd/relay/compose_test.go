@@ -380,6 +380,8 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			eventsMaxAge: r.duration("events-max-age"), proxy: r.str("proxy"), noProxy: r.str("no-proxy"),
 			proxyGiven: cmd.Flags().Changed("proxy"), recordAttempts: r.bool("record-attempts"),
 			attemptsMaxAge: r.duration("attempts-max-age"),
+			service: &serviceFlags{creds: r.str("service-creds"), nkey: r.str("service-nkey"), user: r.str("service-user"),
+				password: r.str("service-password")},
 		}
 		if !cmd.Flags().Changed("attempts-max-age") {
 			f.attemptsMaxAge = 0 // as relay run's RunE: keep the stream's
@@ -395,7 +397,7 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			if natsURL == "" && f.replicas > 1 {
 				return fmt.Errorf("--replicas %d without --nats: the embedded server holds 1 replica", f.replicas)
 			}
-			return nil
+			return f.service.check(natsURL != "")
 		}
 	case "relay listen":
 		cfg := receiver.Config{

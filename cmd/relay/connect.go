@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // connFlags are the NATS connection options every command that talks to
@@ -207,3 +208,58 @@ func maskNATS(urls string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// serviceFlags are relay run's credentials of its service connection, the
+// one it answers requests on core NATS from (relay sub test): a user of the
+// cluster given by --nats that may subscribe to relay.api.> and publish to
+// _INBOX.> alone (docs/permissions.md), named as the NATS credential flags
+// with service- before them. The URL and the TLS settings are the relay's.
+type serviceFlags struct {
+	creds    string
+	nkey     string
+	user     string
+	password string
+}
+
+func addServiceFlags(fl *pflag.FlagSet) *serviceFlags {
+	s := &serviceFlags{}
+	fl.StringVar(&s.creds, "service-creds", "", "with --nats, credentials file of the user relay sub test is answered as (see docs/permissions.md)")
+	fl.StringVar(&s.nkey, "service-nkey", "", "with --nats, NKey seed file of the user relay sub test is answered as")
+	fl.StringVar(&s.user, "service-user", "", "with --nats, name of the user relay sub test is answered as")
+	fl.StringVar(&s.password, "service-password", "", "with --nats, password of --service-user")
+	return s
+}
+
+// given reports whether any service credential was given.
+func (s *serviceFlags) given() bool {
+	return s.creds != "" || s.nkey != "" || s.user != "" || s.password != ""
+}
+
+// check says why the service flags cannot be used with a cluster (named)
+// or the embedded server (not named).
+func (s *serviceFlags) check(named bool) error {
+	switch {
+	case !s.given():
+		return nil
+	case !named:
+		return usagef("--service-creds, --service-nkey, --service-user, --service-password: go with --nats; the embedded server has its own service user")
+	case s.password != "" && s.user == "":
+		return usagef("--service-password: needs --service-user")
+	}
+	return nil
+}
+
+// options are the nats.go options of the service connection to the
+// cluster conn names: its credentials, conn's TLS settings.
+func (s *serviceFlags) options(conn *connFlags) ([]nats.Option, error) {
+	svc := connFlags{creds: s.creds, nkey: s.nkey, user: s.user, password: s.password,
+		tlsCert: conn.tlsCert, tlsKey: conn.tlsKey, tlsCA: conn.tlsCA}
+	opts, err := svc.options(serviceConnName)
+	if err != nil {
+		return nil, usagef("--service-%s", strings.TrimPrefix(err.Error(), "--"))
+	}
+	return opts, nil
+}
+
+// serviceConnName names the service connection to the NATS server.
+const serviceConnName = "relay run service"

@@ -31,10 +31,11 @@ var permissionsDoc = filepath.Join("..", "..", "docs", "permissions.md")
 
 // docPasswords are the passwords of the users of docs/permissions.md.
 var docPasswords = map[string]string{
-	"relay":        "relay-run-password",
-	"relay-admin":  "relay-admin-password",
-	"relay-status": "relay-status-password",
-	"publisher":    "publisher-password",
+	"relay":         "relay-run-password",
+	"relay-admin":   "relay-admin-password",
+	"relay-status":  "relay-status-password",
+	"relay-service": "relay-service-password",
+	"publisher":     "publisher-password",
 }
 
 // refusedQuickly bounds how long a refused command may take: well under
@@ -77,6 +78,12 @@ func without(t testing.TB, account, subject string) string {
 // its URL.
 func startDocNATS(t testing.TB, account string) string {
 	t.Helper()
+	return startDocServer(t, account).ClientURL()
+}
+
+// startDocServer is startDocNATS returning the server.
+func startDocServer(t testing.TB, account string) *server.Server {
+	t.Helper()
 	dir := t.TempDir()
 	conf := fmt.Sprintf("host: 127.0.0.1\nport: -1\njetstream { store_dir: %q }\n%s", filepath.Join(dir, "jetstream"), account)
 	path := filepath.Join(dir, "nats-server.conf")
@@ -100,12 +107,17 @@ func startDocNATS(t testing.TB, account string) string {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	return srv.ClientURL()
+	return srv
 }
 
-// creds is the credential flags of a user of docs/permissions.md.
+// creds is the credential flags of a user of docs/permissions.md; relay
+// run as relay answers relay sub test as relay-service, as the page says.
 func creds(user string) []string {
-	return []string{"--user", user, "--password", docPasswords[user]}
+	c := []string{"--user", user, "--password", docPasswords[user]}
+	if user == "relay" {
+		c = append(c, "--service-user", "relay-service", "--service-password", docPasswords["relay-service"])
+	}
+	return c
 }
 
 // as is creds with the server's URL.

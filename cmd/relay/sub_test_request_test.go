@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -211,9 +214,10 @@ func TestSubTestPrintingHelpers(t *testing.T) {
 }
 
 // relay sub test as the users of docs/permissions.md: relay-admin asks,
-// relay answers, and neither is refused anything. Without the grant of
-// relay.api.sub.test, the command is refused at once, naming the subject,
-// and relay run logs its refused subscription and runs on.
+// relay answers as relay-service, and neither is refused anything. Without
+// the grants of relay.api.sub.test and relay.api.>, the command is refused
+// at once, naming the subject, and relay run logs its refused subscription
+// and runs on.
 func TestSubTestPermissionsOfTheDoc(t *testing.T) {
 	t.Parallel()
 	t.Run("granted", func(t *testing.T) {
@@ -231,8 +235,10 @@ func TestSubTestPermissionsOfTheDoc(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()
 		account := docAccount(t)
-		require.Equal(t, 2, strings.Count(account, "\"relay.api.sub.test\"\n"), "relay and relay-admin are granted the subject")
-		url := startDocNATS(t, strings.ReplaceAll(account, "\"relay.api.sub.test\"\n", "\n"))
+		require.Equal(t, 1, strings.Count(account, "\"relay.api.sub.test\"\n"), "relay-admin is granted the subject")
+		require.Equal(t, 1, strings.Count(account, "[\"relay.api.>\"]"), "relay-service is granted the API")
+		account = strings.ReplaceAll(account, "\"relay.api.sub.test\"\n", "\n")
+		url := startDocNATS(t, strings.ReplaceAll(account, "[\"relay.api.>\"]", "[\"relay.api.none\"]"))
 		r := startRelay(t, url, append(creds("relay"), "--allow-private-targets")...)
 		waitRunning(t, r)
 		mustRelayAs(t, url, "relay-admin", "sub", "add", "demo", "--url", "https://example.com/hook", "--secret", testSecret)
@@ -244,4 +250,115 @@ func TestSubTestPermissionsOfTheDoc(t *testing.T) {
 		want := `NATS refused permission to subscribe to \"relay.api.sub.test\" for this user`
 		testutil.Eventually(t, func() bool { return strings.Contains(r.stderr.String(), want) }, "no refusal logged: %s", r.stderr)
 	})
+}
+
+// hostileReplies are reply subjects of relay's own streams, buckets and
+// events that a request may name (nats pub relay.api.sub.test --reply …).
+var hostileReplies = []string{"retries.wait.victim.x", "bodies.1", "events.x", "events.relay.x", "$KV.relay_refill.victim"}
+
+// attackSubTest publishes a test request of victim with each of
+// hostileReplies as its reply subject, and returns once the server has
+// them: a request asked after it reaches the relay after them.
+func attackSubTest(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	data, err := json.Marshal(testrequest.Request{Subscriber: "victim"})
+	require.NoError(t, err)
+	for _, reply := range hostileReplies {
+		require.NoError(t, nc.PublishRequest(testrequest.Subject, reply, data))
+	}
+	require.NoError(t, nc.Flush())
+}
+
+// requireNoAnswerStored checks that no stream the hostile replies name
+// holds a message: no answer was stored, no event published.
+func requireNoAnswerStored(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	for _, name := range []string{streams.Events, streams.Deliveries, streams.Retries, streams.DLQ, streams.Bodies, streams.Attempts,
+		"KV_" + streams.RefillBucket} {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		require.Zero(t, info.State.Msgs, "%s holds an answer of relay sub test", name)
+	}
+}
+
+// A test request whose reply subject is one of relay's streams, buckets or
+// events (the confused deputy: relay answering there with its own
+// permissions) is neither made nor answered, on the embedded server and on
+// a cluster of the users of docs/permissions.md, where the subscription is
+// the service user's; relay sub test asked after it answers as always.
+func TestSubTestAnswersOnlyOnInboxes(t *testing.T) {
+	t.Parallel()
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		listen := testutil.FreeAddr(t)
+		url := "nats://" + listen
+		startEmbeddedRelay(t, t.TempDir(), listen)
+		rcv := newReceiver(t)
+		mustRelay(t, "sub", "add", "victim", "--nats", url, "--url", rcv.URL, "--secret", testSecret)
+		nc := testutil.Connect(t, url)
+		attackSubTest(t, nc)
+		out := mustRelay(t, "sub", "test", "victim", "--nats", url)
+		require.Contains(t, out, "status: 200\n")
+		require.Equal(t, 1, rcv.count(), "only the request asked from an inbox is made")
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		requireNoAnswerStored(t, js)
+	})
+	t.Run("doc users", func(t *testing.T) {
+		t.Parallel()
+		srv := startDocServer(t, docAccount(t))
+		url := srv.ClientURL()
+		r := startRelay(t, url, append(creds("relay"), "--allow-private-targets")...)
+		waitRunning(t, r)
+		rcv := newReceiver(t)
+		mustRelayAs(t, url, "relay-admin", "sub", "add", "victim", "--url", rcv.URL, "--secret", testSecret)
+		attackSubTest(t, connectAs(t, url, "relay-admin").Conn())
+		out := mustRelayAs(t, url, "relay-admin", "sub", "test", "victim")
+		require.Contains(t, out, "status: 200\n")
+		require.Equal(t, 1, rcv.count(), "only the request asked from an inbox is made")
+		requireNoAnswerStored(t, connectAs(t, url, "relay"))
+		require.NotContains(t, r.stderr.String(), "refused permission")
+		require.NotContains(t, r.stderr.String(), "answered from relay's own connection")
+
+		// Whatever relay's code does, the server holds the line: the
+		// subscription is the service user's, who may publish to inboxes
+		// alone.
+		conns, err := srv.Connz(&server.ConnzOptions{Username: true, Subscriptions: true})
+		require.NoError(t, err)
+		var servers []string
+		for _, c := range conns.Conns {
+			if slices.Contains(c.Subs, testrequest.Subject) {
+				servers = append(servers, c.AuthorizedUser)
+			}
+		}
+		require.Equal(t, []string{"relay-service"}, servers)
+	})
+	t.Run("no service user", func(t *testing.T) {
+		t.Parallel()
+		n := testutil.StartRelayNATS(t)
+		r := startRelay(t, n.URL, "--allow-private-targets")
+		waitRunning(t, r)
+		rcv := newReceiver(t)
+		mustRelay(t, "sub", "add", "victim", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret)
+		attackSubTest(t, n.Conn)
+		out := mustRelay(t, "sub", "test", "victim", "--nats", n.URL)
+		require.Contains(t, out, "status: 200\n")
+		require.Equal(t, 1, rcv.count(), "only the request asked from an inbox is made")
+		requireNoAnswerStored(t, n.JS)
+		require.Equal(t, 1, strings.Count(r.stderr.String(), "answered from relay's own connection"), "warned once: %s", r.stderr)
+	})
+}
+
+// Service credentials NATS refuses fail relay run's start, naming them.
+func TestRunRefusedServiceUserFailsTheStart(t *testing.T) {
+	t.Parallel()
+	url := startDocNATS(t, docAccount(t))
+	code, _, stderr := relayCmd(t, "run", "--nats", url, "--user", "relay", "--password", docPasswords["relay"], "--metrics", "",
+		"--service-user", "relay-service", "--service-password", "wrong")
+	require.Equal(t, exitFailure, code, stderr)
+	require.Contains(t, stderr, "as the service user")
+	require.NotContains(t, stderr, "wrong")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sourcegraph/conc"
 
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/service"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
@@ -30,7 +31,9 @@ const syncWait = 2 * time.Second
 // view of the subscribers and HTTP client, the very ones its lanes deliver
 // with.
 type Config struct {
-	// Conn is the connection [Subject] is subscribed on and answered from.
+	// Conn is the connection [Subject] is subscribed on and answered from:
+	// the relay's service connection, whose user may publish to inboxes
+	// only (see package service).
 	Conn *nats.Conn
 	// Subscribers is the relay's live view of relay_subscribers.
 	Subscribers *subscribers.Live
@@ -111,6 +114,12 @@ func (r *Responder) Run(ctx context.Context) {
 			inFlight.Wait()
 			return
 		case m := <-r.msgs:
+			if err := service.CheckReply(m.Reply); err != nil {
+				// Not asked from an inbox: nobody may get the answer, so
+				// the request is not made.
+				r.cfg.Logger.Warn("relay sub test: request ignored", "err", err)
+				continue
+			}
 			select {
 			case slots <- struct{}{}:
 				inFlight.Go(func() {
@@ -124,16 +133,13 @@ func (r *Responder) Run(ctx context.Context) {
 	}
 }
 
-// respond sends a on m's inbox. An asker that gave up is no longer there,
-// which is no error of the relay's.
+// respond sends a on m's inbox, and nowhere else ([service.Respond]). An
+// asker that gave up is no longer there, which is no error of the relay's.
 func (cfg Config) respond(m *nats.Msg, a Answer) {
-	if m.Reply == "" {
-		return // published, not asked: nobody waits for an answer
-	}
 	a.Relay = cfg.Relay
 	data, err := json.Marshal(a)
 	if err == nil {
-		err = m.Respond(data)
+		err = service.Respond(m, data)
 	}
 	if err != nil {
 		cfg.Logger.Warn("relay sub test: answering", "subscriber", a.Subscriber, "err", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: a
@@ -338,4 +339,48 @@ func TestBusyRelayAnswersAtOnce(t *testing.T) {
 	wg.Wait()
 	got, _ := rcv.requests()
 	require.Len(t, got, MaxConcurrent)
+}
+
+// hostileReplies are reply subjects of relay's own streams, buckets and
+// events, which a request may name (nats pub relay.api.sub.test --reply …).
+var hostileReplies = []string{"retries.wait.victim.x", "bodies.1", "events.x", "events.relay.x", "$KV.relay_refill.victim",
+	"deliveries.s00.victim", "dlq.victim.rejected", "attempts.x", "$JS.API.STREAM.PURGE.EVENTS"}
+
+// A request whose reply subject is one of relay's own is neither made nor
+// answered, even by a relay whose connection may publish anywhere (a
+// cluster given no service user): nothing lands in a stream or a bucket,
+// the receiver gets nothing, and a request asked from an inbox after them
+// is answered as always.
+func TestReplyOfRelaysOwnIsNeitherMadeNorAnswered(t *testing.T) {
+	t.Parallel()
+	rs := startRelaySide(t, true)
+	rcv := newSink(t, http.StatusOK, "")
+	rs.add(t, "victim", rcv.URL, nil)
+	data, err := json.Marshal(Request{Subscriber: "victim"})
+	require.NoError(t, err)
+	for _, reply := range hostileReplies {
+		require.NoError(t, rs.n.Conn.PublishRequest(Subject, reply, data))
+	}
+	require.NoError(t, rs.n.Conn.Publish(Subject, data)) // no reply at all
+
+	// One responder takes requests in order: answered, this one comes
+	// after those it dropped.
+	a, err := rs.ask(t, Request{Subscriber: "victim"})
+	require.NoError(t, err)
+	require.True(t, a.Accepted(), "%+v", a)
+	got, _ := rcv.requests()
+	require.Len(t, got, 1, "only the request asked from an inbox is made")
+
+	ctx := testutil.Context(t)
+	for name := range rs.n.JS.StreamNames(ctx).Name() {
+		s, err := rs.n.JS.Stream(ctx, name)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		want := uint64(0)
+		if name == "KV_"+streams.SubscribersBucket {
+			want = 1 // the subscriber
+		}
+		require.Equal(t, want, info.State.Msgs, "%s holds an answer", name)
+	}
 }
