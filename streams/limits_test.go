@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -114,4 +116,36 @@ func TestEnsureRefusesALimitThatWouldDeleteDeliveries(t *testing.T) {
 		edit(t, n.JS, c.stream, c.remove)
 	}
 	ensure(t, n.JS, streams.Options{})
+}
+
+// TestEnsureSizesAgainAnEventsLeftAtItsProbe: on a bounded store EVENTS is
+// created at the size that probes the server and then lowered, as
+// DELIVERIES is; one found still at that size is sized again, while the
+// same size set by an operator is kept.
+func TestEnsureSizesAgainAnEventsLeftAtItsProbe(t *testing.T) {
+	t.Parallel()
+	js := connect(t, startServer(t, &server.Options{JetStreamMaxStore: 64 << 20}))
+	ensure(t, js, streams.Options{})
+	sized := info(t, js, streams.Events).Config
+	if sized.MaxBytes != 8<<20 || sized.Discard != jetstream.DiscardNew {
+		t.Fatalf("EVENTS on a 64 MiB store: max_bytes %d, discard %v; want 8 MiB (half of the 16 MiB DELIVERIES and ATTEMPTS leave) and new", sized.MaxBytes, sized.Discard)
+	}
+	probe := 2 * sized.MaxBytes
+	edit(t, js, streams.Events, func(c *jetstream.StreamConfig) {
+		c.MaxBytes = probe
+		c.Metadata = map[string]string{"relay_probe_max_bytes": strconv.FormatInt(probe, 10)}
+	})
+	ensure(t, js, streams.Options{})
+	again := info(t, js, streams.Events).Config
+	if again.MaxBytes != sized.MaxBytes {
+		t.Errorf("left at its probe of %d, EVENTS has %d, want %d again", probe, again.MaxBytes, sized.MaxBytes)
+	}
+	if _, ok := again.Metadata["relay_probe_max_bytes"]; ok {
+		t.Errorf("the probe's mark stayed: %v", again.Metadata)
+	}
+	edit(t, js, streams.Events, func(c *jetstream.StreamConfig) { c.MaxBytes = probe })
+	ensure(t, js, streams.Options{})
+	if got := info(t, js, streams.Events).Config.MaxBytes; got != probe {
+		t.Errorf("an operator's %d became %d", probe, got)
+	}
 }

@@ -125,12 +125,17 @@ type Options struct {
 //
 // A stream relay creates gets its definition from streams/*.json, with
 // DELIVERIES sized within what the JetStream account (and the server) has
-// left (see [fit]). A stream that exists keeps its limits (max_bytes,
+// left (see [fit]), and, on a bounded store, EVENTS within what DELIVERIES
+// and ATTEMPTS leave, to half of it: EVENTS discards new, so a full store
+// refuses the publisher while it still has room for the copies of every
+// event EVENTS took. A stream that exists keeps its limits (max_bytes,
 // max_msgs, max_age), replicas and the rest as an operator set them; relay
 // puts back only the settings it relies on ([enforce]), and warns about a
 // limit tighter than it advises. EVENTS' max_age is the one exception: the
 // age of relay's old definition ([oldEventsMaxAge]) is set to none, since
-// relay purges EVENTS itself. It logs one line at Info with the sizes.
+// relay purges EVENTS itself. A limit that would make JetStream delete
+// deliveries not yet made is not kept: Ensure returns [ErrLossyLimit]. It
+// logs one line at Info with the sizes.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if r := opts.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, r)
@@ -351,7 +356,8 @@ func (e *ensurer) askedAge(name string) time.Duration {
 }
 
 // create creates the stream cfg; DELIVERIES sized by [fit] within what the
-// account and the server have left, ATTEMPTS by [fitRecords].
+// account and the server have left, ATTEMPTS by [fitRecords], and EVENTS,
+// on a bounded store, by [fit] within what those two left.
 func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.StreamConfig, error) {
 	createWith := func(ctx context.Context, maxBytes int64) error {
 		c := cfg
