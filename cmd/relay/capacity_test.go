@@ -76,4 +76,5 @@ func TestRunRefusesALimitOnRetries(t *testing.T) {
 		!strings.Contains(stderr, "RETRIES has max_bytes 8 MiB") {
 		t.Fatalf("relay run with a max_bytes on RETRIES: exit %d, %q; want 1 and one line naming the limit", code, stderr)
 	}
+	t.Log(stderr)
 }
