@@ -15,7 +15,7 @@ import (
 // cannot reserve even [minDeliveriesBytes] for DELIVERIES, or for an EVENTS
 // it must bound: relay cannot start without a bounded DELIVERIES (a full
 // one is what makes the fan-out wait instead of losing copies), nor let a
-// bounded store take events it has no room to copy (see [Options]), and the
+// bounded store take events it has no room to copy (see [Ensure]), and the
 // error says which stream and what the account allows, so that an operator
 // knows what to raise.
 var ErrNoStorage = errors.New("streams: no storage left in the JetStream account")
@@ -133,8 +133,9 @@ func roundDown(n int64) int64 {
 }
 
 // fit finds the max_bytes of DELIVERIES, or of an EVENTS relay bounds
-// (name), by asking the server: try creates (or updates) it with a size, and fit returns the size tried that the
-// server took (probe) and the size DELIVERIES must end with (size). An
+// (name), by asking the server: try creates (or updates) it with a size,
+// and fit returns the size tried that the server took (probe) and the size
+// the stream must end with (size). An
 // account without limits on a server with a small max_file_store says
 // nothing of it (its account info shows no limit), and the server refuses a
 // stream that would reserve more than it has left with error 10047; so fit
