@@ -12,11 +12,13 @@ import (
 )
 
 // ErrNoStorage is returned when the JetStream account, or the server under it,
-// cannot reserve even [minDeliveriesBytes] for DELIVERIES: relay cannot
-// start without a bounded DELIVERIES (a full one is what makes the fan-out
-// wait instead of losing copies), and the error says what the account
-// allows, so that an operator knows what to raise.
-var ErrNoStorage = errors.New("streams: no storage left in the JetStream account for DELIVERIES")
+// cannot reserve even [minDeliveriesBytes] for DELIVERIES, or for an EVENTS
+// it must bound: relay cannot start without a bounded DELIVERIES (a full
+// one is what makes the fan-out wait instead of losing copies), nor let a
+// bounded store take events it has no room to copy (see [Ensure]), and the
+// error says which stream and what the account allows, so that an operator
+// knows what to raise.
+var ErrNoStorage = errors.New("streams: no storage left in the JetStream account")
 
 // Sizing of DELIVERIES (docs/streams.md, "Capacity"). A stream's max_bytes
 // is reserved against the account's JetStream storage (and the server's
@@ -35,6 +37,11 @@ const (
 	// sizeUnit rounds the sizes relay chooses, so that they read well in
 	// `nats stream info` and in the log.
 	sizeUnit = 1 << 20
+	// eventsCeiling is the most relay gives an EVENTS it bounds (half of
+	// what DELIVERIES and ATTEMPTS leave): far above any store relay finds
+	// bounded, it only starts [fit]'s halving on a server whose
+	// max_file_store the account info does not show.
+	eventsCeiling = 1 << 40
 )
 
 // quota is what the JetStream account lets relay reserve, as its account
@@ -125,20 +132,22 @@ func roundDown(n int64) int64 {
 	return n - n%sizeUnit
 }
 
-// fit finds the max_bytes of DELIVERIES by asking the server: try creates
-// (or updates) it with a size, and fit returns the size tried that the
-// server took (probe) and the size DELIVERIES must end with (size). An
+// fit finds the max_bytes of DELIVERIES, or of an EVENTS relay bounds
+// (name), by asking the server: try creates (or updates) it with a size,
+// and fit returns the size tried that the server took (probe) and the size
+// the stream must end with (size). An
 // account without limits on a server with a small max_file_store says
 // nothing of it (its account info shows no limit), and the server refuses a
 // stream that would reserve more than it has left with error 10047; so fit
 // first tries twice the target, halving while the server refuses for lack
 // of storage, and keeps half of the first size that fits: DELIVERIES never
 // takes more than half of what the server had left. Below
-// [minDeliveriesBytes] it gives up with [ErrNoStorage].
-func fit(ctx context.Context, r quota, def int64, try func(ctx context.Context, maxBytes int64) error) (probe, size int64, err error) {
+// [minDeliveriesBytes] (EVENTS' largest event fits in it too) it gives up
+// with [ErrNoStorage].
+func fit(ctx context.Context, name string, r quota, def int64, try func(ctx context.Context, maxBytes int64) error) (probe, size int64, err error) {
 	target := r.target(def)
 	if target < minDeliveriesBytes {
-		return 0, 0, noStorage(r, nil)
+		return 0, 0, noStorage(name, r, nil)
 	}
 	probe = 2 * target
 	if avail, ok := r.available(); ok {
@@ -157,7 +166,7 @@ func fit(ctx context.Context, r quota, def int64, try func(ctx context.Context, 
 		}
 		probe /= 2
 		if probe < 2*minDeliveriesBytes {
-			return 0, 0, noStorage(r, err)
+			return 0, 0, noStorage(name, r, err)
 		}
 	}
 }
@@ -199,9 +208,9 @@ func fitRecords(ctx context.Context, r quota, def, deliveries int64, try func(ct
 	}
 }
 
-// noStorage is [ErrNoStorage] with what the account says, and the server's
-// refusal when there was one.
-func noStorage(r quota, refusal error) error {
+// noStorage is [ErrNoStorage] for stream name with what the account says,
+// and the server's refusal when there was one.
+func noStorage(name string, r quota, refusal error) error {
 	what := "the server's JetStream storage (max_file_store) is used up"
 	if avail, ok := r.available(); ok {
 		what = fmt.Sprintf("the account allows %s of JetStream file storage and its streams reserve %s",
@@ -211,9 +220,9 @@ func noStorage(r quota, refusal error) error {
 		}
 	}
 	if refusal != nil {
-		return fmt.Errorf("%w: relay gives it half of what is left, at least %s; %s: %w", ErrNoStorage, FormatBytes(minDeliveriesBytes), what, refusal)
+		return fmt.Errorf("%w for %s: relay gives it half of what is left, at least %s; %s: %w", ErrNoStorage, name, FormatBytes(minDeliveriesBytes), what, refusal)
 	}
-	return fmt.Errorf("%w: relay gives it half of what is left, at least %s; %s", ErrNoStorage, FormatBytes(minDeliveriesBytes), what)
+	return fmt.Errorf("%w for %s: relay gives it half of what is left, at least %s; %s", ErrNoStorage, name, FormatBytes(minDeliveriesBytes), what)
 }
 
 // storageExceeded reports whether the server refused a stream for lack of
@@ -275,9 +284,7 @@ func warnLimits(log *slog.Logger, def, cfg jetstream.StreamConfig, askedAge bool
 		return
 	}
 	why := map[string]string{
-		Events:     "events the fan-out has not copied yet go when they pass it",
 		Deliveries: "a backlog past it makes the fan-out wait",
-		Retries:    "parked retries and scheduled deliveries past it are dropped without a dead letter",
 		DLQ:        "dead letters go sooner",
 		Bodies:     "past it the fan-out waits for room, as for a full DELIVERIES",
 	}[cfg.Name]
@@ -286,17 +293,19 @@ func warnLimits(log *slog.Logger, def, cfg jetstream.StreamConfig, askedAge bool
 		advisedBytes = advisedDeliveriesBytes
 	}
 	ageWhy := why
-	switch cfg.Name {
-	case Deliveries:
-		ageWhy = "deliveries older than it are dropped without a dead letter"
-	case Events:
+	if cfg.Name == Events {
 		// relay run purges EVENTS itself, never of an event the fan-out
 		// has not copied; a max_age of EVENTS' own knows nothing of that.
 		ageWhy = "JetStream may delete events the fan-out has not copied yet, which relay run's own purge (--events-max-age) never does"
 	}
-	checks := []advice{
-		{"max_bytes", cfg.MaxBytes, advisedBytes, FormatBytes, why},
-		{"max_msgs", cfg.MaxMsgs, def.MaxMsgs, countText, why},
+	var checks []advice
+	if cfg.Name != Events {
+		// EVENTS discards new: past its max_bytes or max_msgs the
+		// publisher is refused, and nothing it holds is lost. relay
+		// bounds it itself on a bounded store.
+		checks = append(checks,
+			advice{"max_bytes", cfg.MaxBytes, advisedBytes, FormatBytes, why},
+			advice{"max_msgs", cfg.MaxMsgs, def.MaxMsgs, countText, why})
 	}
 	if !askedAge {
 		checks = append(checks, advice{"max_age", int64(cfg.MaxAge), int64(def.MaxAge), ageText, ageWhy})
@@ -326,4 +335,36 @@ func ageText(n int64) string {
 		return "unlimited"
 	}
 	return time.Duration(n).String()
+}
+
+// ErrLossyLimit is returned by [Ensure] for a limit on a stream that would
+// make JetStream delete deliveries not yet made: any max_bytes, max_msgs or
+// max_age on RETRIES, which must discard old (JetStream refuses message
+// schedules on a discard-new stream), and a max_age on DELIVERIES. relay
+// run refuses to start on one rather than lose what it holds without a dead
+// letter; the error names the stream and the limit.
+var ErrLossyLimit = errors.New("streams: a limit would delete deliveries not yet made")
+
+// lossyLimit returns [ErrLossyLimit] naming the first limit of cfg that
+// would delete a delivery not yet made, nil when it has none.
+func lossyLimit(cfg jetstream.StreamConfig) error {
+	var checks []advice
+	switch cfg.Name {
+	case Retries:
+		why := "JetStream would drop parked retries and scheduled deliveries past it, without a dead letter (" + Retries + " must discard old, for message schedules)"
+		checks = []advice{
+			{"max_bytes", cfg.MaxBytes, 0, FormatBytes, why},
+			{"max_msgs", cfg.MaxMsgs, 0, countText, why},
+			{"max_age", int64(cfg.MaxAge), 0, ageText, why},
+		}
+	case Deliveries:
+		checks = []advice{{"max_age", int64(cfg.MaxAge), 0, ageText, "JetStream would drop deliveries older than it, without a dead letter"}}
+	}
+	for _, a := range checks {
+		if a.have > 0 {
+			return fmt.Errorf("%w: %s has %s %s: %s (nats stream edit %s to remove it)",
+				ErrLossyLimit, cfg.Name, a.field, a.text(a.have), a.why, cfg.Name)
+		}
+	}
+	return nil
 }

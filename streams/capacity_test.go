@@ -102,15 +102,29 @@ func sizedLine(t *testing.T, log string) string {
 }
 
 // checkDeliveriesFits checks that DELIVERIES is bounded with discard-new,
-// at most half of store and at least 1 MiB, that every relay stream and
-// bucket exists, and that the log's line says so; it returns the size.
+// at most half of store and at least 1 MiB, that EVENTS is bounded with
+// discard-new too and leaves at least its own size unreserved (room for
+// the copies of what it holds), that every relay stream and bucket exists,
+// and that the log's line says so; it returns DELIVERIES' size.
 func checkDeliveriesFits(t *testing.T, js jetstream.JetStream, log string, store int64) int64 {
 	t.Helper()
 	d := info(t, js, streams.Deliveries).Config
 	if d.Discard != jetstream.DiscardNew || d.MaxBytes < 1<<20 || d.MaxBytes > store/2 {
 		t.Fatalf("DELIVERIES: discard %v, max_bytes %d; want discard new and 1 MiB to %d", d.Discard, d.MaxBytes, store/2)
 	}
-	for _, name := range []string{streams.Events, streams.DLQ, streams.Retries,
+	e := info(t, js, streams.Events).Config
+	a := info(t, js, streams.Attempts).Config
+	if e.Discard != jetstream.DiscardNew || e.MaxBytes < 1<<20 || d.MaxBytes+a.MaxBytes+2*e.MaxBytes > store {
+		t.Fatalf("EVENTS: discard %v, max_bytes %d beside DELIVERIES' %d and ATTEMPTS' %d; want discard new, at least 1 MiB, and as much again left of %d",
+			e.Discard, e.MaxBytes, d.MaxBytes, a.MaxBytes, store)
+	}
+	if _, ok := e.Metadata["relay_probe_max_bytes"]; ok {
+		t.Errorf("EVENTS keeps the probe's mark once sized: %v", e.Metadata)
+	}
+	if line := sizedLine(t, log); !strings.Contains(line, fmt.Sprintf("events_max_bytes=%d ", e.MaxBytes)) {
+		t.Fatalf("the sizes line does not give EVENTS' %d: %s", e.MaxBytes, line)
+	}
+	for _, name := range []string{streams.DLQ, streams.Retries,
 		"KV_" + streams.SubscribersBucket, "KV_" + streams.RateLimitBucket, "KV_" + streams.TimelinessBucket} {
 		if got := info(t, js, name).Config.MaxBytes; got != -1 {
 			t.Errorf("%s: max_bytes %d, want -1 (it reserves nothing)", name, got)
@@ -230,8 +244,8 @@ func TestEnsureKeepsAnOperatorsLimits(t *testing.T) {
 		t.Errorf("DELIVERIES: discard %v, max_msgs_per_subject %d; want discard new and no limit back", d.Discard, d.MaxMsgsPerSubject)
 	}
 	e := info(t, n.JS, streams.Events).Config
-	if e.MaxBytes != 1<<30 || e.MaxAge != 14*24*time.Hour {
-		t.Errorf("EVENTS: max_bytes %d, max_age %s; want the operator's 1 GiB and 14 days", e.MaxBytes, e.MaxAge)
+	if e.MaxBytes != 1<<30 || e.MaxAge != 14*24*time.Hour || e.Discard != jetstream.DiscardNew {
+		t.Errorf("EVENTS: max_bytes %d, max_age %s, discard %v; want the operator's 1 GiB and 14 days, and discard new back", e.MaxBytes, e.MaxAge, e.Discard)
 	}
 	if want, _ := streams.Config(streams.Events); e.Retention != jetstream.LimitsPolicy || e.MaxMsgSize != want.MaxMsgSize {
 		t.Errorf("EVENTS: retention %v, max_msg_size %d; want limits and %d back", e.Retention, e.MaxMsgSize, want.MaxMsgSize)
@@ -261,11 +275,11 @@ func TestEnsureWarnsOfLimitsUnderItsAdvice(t *testing.T) {
 		t.Fatalf("Ensure of the definitions warned:\n%s", log)
 	}
 	edit(t, n.JS, streams.Deliveries, func(c *jetstream.StreamConfig) { c.MaxBytes = 4 << 20 })
-	edit(t, n.JS, streams.Retries, func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+	edit(t, n.JS, streams.DLQ, func(c *jetstream.StreamConfig) { c.MaxMsgs = 1000 })
 	log := ensure(t, n.JS, streams.Options{})
 	for _, want := range []string{
 		"streams: DELIVERIES has max_bytes 4 MiB, under the 16 MiB relay advises",
-		"streams: RETRIES has max_age 1h0m0s, under the unlimited relay advises",
+		"streams: DLQ has max_msgs 1000, under the unlimited relay advises: dead letters go sooner",
 	} {
 		if !strings.Contains(log, "level=WARN msg=\""+want) {
 			t.Errorf("no warning %q:\n%s", want, log)
@@ -274,8 +288,8 @@ func TestEnsureWarnsOfLimitsUnderItsAdvice(t *testing.T) {
 	if got := info(t, n.JS, streams.Deliveries).Config.MaxBytes; got != 4<<20 {
 		t.Errorf("DELIVERIES' max_bytes is %d, want the operator's 4 MiB kept", got)
 	}
-	if got := info(t, n.JS, streams.Retries).Config.MaxAge; got != time.Hour {
-		t.Errorf("RETRIES' max_age is %s, want the operator's 1h kept", got)
+	if got := info(t, n.JS, streams.DLQ).Config.MaxMsgs; got != 1000 {
+		t.Errorf("the DLQ's max_msgs is %d, want the operator's 1000 kept", got)
 	}
 
 	edit(t, n.JS, streams.Deliveries, func(c *jetstream.StreamConfig) { c.MaxBytes = -1 })

@@ -125,12 +125,17 @@ type Options struct {
 //
 // A stream relay creates gets its definition from streams/*.json, with
 // DELIVERIES sized within what the JetStream account (and the server) has
-// left (see [fit]). A stream that exists keeps its limits (max_bytes,
+// left (see [fit]), and, on a bounded store, EVENTS within what DELIVERIES
+// and ATTEMPTS leave, to half of it: EVENTS discards new, so a full store
+// refuses the publisher while it still has room for the copies of every
+// event EVENTS took. A stream that exists keeps its limits (max_bytes,
 // max_msgs, max_age), replicas and the rest as an operator set them; relay
 // puts back only the settings it relies on ([enforce]), and warns about a
 // limit tighter than it advises. EVENTS' max_age is the one exception: the
 // age of relay's old definition ([oldEventsMaxAge]) is set to none, since
-// relay purges EVENTS itself. It logs one line at Info with the sizes.
+// relay purges EVENTS itself. A limit that would make JetStream delete
+// deliveries not yet made is not kept: Ensure returns [ErrLossyLimit]. It
+// logs one line at Info with the sizes.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if r := opts.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return fmt.Errorf("%w: got %d", ErrInvalidReplicas, r)
@@ -148,9 +153,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	// look at the end.
 	var ensured []string
 	sizes := map[string]int64{}
-	names := []string{Events, Deliveries, DLQ, Retries, Bodies, Attempts}
+	// DELIVERIES and ATTEMPTS first: an EVENTS relay creates on a bounded
+	// store is sized within what they leave (see [ensurer.create]).
+	names := []string{Deliveries, Attempts, Events, DLQ, Retries, Bodies}
 	if opts.NoAttempts {
-		names = names[:len(names)-1]
+		names = slices.DeleteFunc(names, func(n string) bool { return n == Attempts })
 	}
 	for _, name := range names {
 		def, err := Config(name)
@@ -342,12 +349,19 @@ func (e *ensurer) stream(ctx context.Context, def jetstream.StreamConfig, have *
 			def.Name, cfg.MaxAge, cfg.Duplicates))
 		cfg.MaxAge = cfg.Duplicates
 	}
-	if def.Name == Deliveries && probing(*have) {
+	if err := lossyLimit(cfg); err != nil {
+		return cfg, err
+	}
+	if (def.Name == Deliveries || def.Name == Events) && probing(*have) {
 		// Created at the size that probed the account, and not lowered
 		// since (a relay stopped in between, or the update failed): that
 		// size is relay's, not an operator's, and is chosen again.
 		e.log.Warn(fmt.Sprintf("streams: %s kept the %s it was created with to probe the account's storage: sized again",
 			def.Name, FormatBytes(have.MaxBytes)))
+		if def.Name == Events {
+			// Lowering it deletes nothing: EVENTS discards new.
+			return e.size(ctx, cfg, eventsCeiling, e.updateWith(cfg))
+		}
 		cfg.MaxBytes = 0
 	}
 	warnLimits(e.log, def, cfg, askedAge > 0)
@@ -375,12 +389,13 @@ func (e *ensurer) askedAge(name string) time.Duration {
 }
 
 // create creates the stream cfg; DELIVERIES sized by [fit] within what the
-// account and the server have left, ATTEMPTS by [fitRecords].
+// account and the server have left, ATTEMPTS by [fitRecords], and EVENTS,
+// on a bounded store, by [fit] within what those two left.
 func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.StreamConfig, error) {
 	createWith := func(ctx context.Context, maxBytes int64) error {
 		c := cfg
 		c.MaxBytes = maxBytes
-		if c.Name == Deliveries {
+		if c.Name == Deliveries || (c.Name == Events && maxBytes > 0) {
 			c.Metadata = withProbe(c.Metadata, maxBytes)
 		}
 		return AskAgain(ctx, func(ctx context.Context) error {
@@ -393,22 +408,41 @@ func (e *ensurer) create(ctx context.Context, cfg jetstream.StreamConfig) (jetst
 		cfg.MaxBytes = size
 		return cfg, err
 	}
+	if cfg.Name == Events && e.storeBounded(ctx, cfg.Replicas) {
+		return e.size(ctx, cfg, eventsCeiling, createWith)
+	}
 	if cfg.Name != Deliveries {
 		return cfg, createWith(ctx, cfg.MaxBytes)
 	}
-	return e.size(ctx, cfg, createWith)
+	return e.size(ctx, cfg, cfg.MaxBytes, createWith)
+}
+
+// storeBounded reports whether the storage the relay streams share is known
+// to be bounded: the account sets a limit of file storage, or the server
+// refused a size for DELIVERIES that the account allowed (its
+// max_file_store). Its quota is read again, after DELIVERIES and ATTEMPTS
+// reserved theirs.
+func (e *ensurer) storeBounded(ctx context.Context, replicas int) bool {
+	e.quotaRead = false
+	_, limited := e.accountQuota(ctx, replicas).available()
+	return limited || e.probed
+}
+
+// updateWith returns a try for [ensurer.size] that updates the stream cfg
+// with a size, marked as a probe until size lowers it.
+func (e *ensurer) updateWith(cfg jetstream.StreamConfig) func(context.Context, int64) error {
+	return func(ctx context.Context, maxBytes int64) error {
+		c := cfg
+		c.MaxBytes = maxBytes
+		c.Metadata = withProbe(c.Metadata, maxBytes)
+		return e.update(ctx, c)
+	}
 }
 
 // bound gives a DELIVERIES that exists unbounded a size, as [create] would
 // give a new one, at most def.
 func (e *ensurer) bound(ctx context.Context, cfg jetstream.StreamConfig, def int64) (jetstream.StreamConfig, error) {
-	cfg.MaxBytes = def
-	sized, err := e.size(ctx, cfg, func(ctx context.Context, maxBytes int64) error {
-		c := cfg
-		c.MaxBytes = maxBytes
-		c.Metadata = withProbe(c.Metadata, maxBytes)
-		return e.update(ctx, c)
-	})
+	sized, err := e.size(ctx, cfg, def, e.updateWith(cfg))
 	if err == nil {
 		e.log.Warn(fmt.Sprintf("streams: %s had no max_bytes: bounded to %s, since relay relies on a full %s refusing new copies",
 			Deliveries, FormatBytes(sized.MaxBytes), Deliveries))
@@ -416,11 +450,11 @@ func (e *ensurer) bound(ctx context.Context, cfg jetstream.StreamConfig, def int
 	return sized, err
 }
 
-// size gives cfg (DELIVERIES) its max_bytes by [fit], try creating or
-// updating it with a size, then lowers it to the size fit chose when the
-// size fit tried was larger.
-func (e *ensurer) size(ctx context.Context, cfg jetstream.StreamConfig, try func(context.Context, int64) error) (jetstream.StreamConfig, error) {
-	probe, size, err := fit(ctx, e.accountQuota(ctx, cfg.Replicas), cfg.MaxBytes, func(ctx context.Context, maxBytes int64) error {
+// size gives cfg (DELIVERIES, or an EVENTS relay bounds) its max_bytes by
+// [fit], at most def, try creating or updating it with a size, then lowers
+// it to the size fit chose when the size fit tried was larger.
+func (e *ensurer) size(ctx context.Context, cfg jetstream.StreamConfig, def int64, try func(context.Context, int64) error) (jetstream.StreamConfig, error) {
+	probe, size, err := fit(ctx, cfg.Name, e.accountQuota(ctx, cfg.Replicas), def, func(ctx context.Context, maxBytes int64) error {
 		err := try(ctx, maxBytes)
 		if storageExceeded(err) {
 			e.probed = true

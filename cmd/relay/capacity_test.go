@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 // startSmallStore starts a JetStream server whose max_file_store is store,
@@ -47,4 +48,33 @@ func TestRunOnASmallJetStreamStore(t *testing.T) {
 		return rcv.count() > 0
 	}, "no delivery on a 64 MiB store")
 	verify(t, rcv.deliveries()[0])
+}
+
+// TestRunRefusesALimitOnRetries: a max_bytes an operator set on RETRIES
+// would make JetStream drop parked retries (RETRIES must discard old, for
+// message schedules): relay run does not start, exits 1 and names the
+// limit in one line.
+func TestRunRefusesALimitOnRetries(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	r := startRelay(t, n.URL, "--allow-private-targets")
+	waitRunning(t, r)
+	if code := r.stop(); code != 0 {
+		t.Fatalf("relay run exited %d: %s", code, r.stderr)
+	}
+	s, err := n.JS.Stream(testutil.Context(t), streams.Retries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxBytes = 8 << 20 // nats stream edit RETRIES --max-bytes 8MiB
+	if _, err := n.JS.UpdateStream(testutil.Context(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := relayCmd(t, "run", "--nats", n.URL, "--metrics", "")
+	if code != exitFailure || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "relay: ") ||
+		!strings.Contains(stderr, "RETRIES has max_bytes 8 MiB") {
+		t.Fatalf("relay run with a max_bytes on RETRIES: exit %d, %q; want 1 and one line naming the limit", code, stderr)
+	}
+	t.Log(stderr)
 }

@@ -19,10 +19,12 @@ import (
 // TestFullStorageRefusesPublishersAndRecoversByItself fills a server's
 // JetStream storage (max_file_store 32 MiB) with events: the publisher gets
 // JetStream's error once there is no room (nothing is acknowledged that is
-// not stored), relay delivers every event it had copied, and the events it
-// could not copy yet wait in EVENTS; once relay's own purge of EVENTS makes
-// room (the events the fan-out copied having passed --events-max-age) relay
-// copies and delivers them by itself: no restart, no step on relay's side.
+// not stored; EVENTS, bounded within the store, refuses first), relay
+// delivers every event it had copied, and any it could not copy yet wait
+// in EVENTS; once relay's own purge of EVENTS makes room (the events the
+// fan-out copied having passed --events-max-age) relay copies and delivers
+// them, and the next events, by itself: no restart, no step on relay's
+// side.
 func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
 	t.Parallel()
 	url := startSmallStore(t, 32<<20)
@@ -95,4 +97,100 @@ func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
 		"after the purge: %d of %d delivered", distinctIDs(rcv), acked+10)
 	_, dup := uniqueIDs(rcv)
 	t.Logf("%d delivered twice", dup)
+}
+
+// publishUntilRefused publishes events of body to events.x, each with a
+// PubAck, until the server has refused refusals of them (or most were
+// tried), and returns how many it acknowledged and its first refusal.
+func publishUntilRefused(ctx context.Context, t *testing.T, js jetstream.JetStream, prefix string, body []byte, refusals, most int) (acked int, first error) {
+	t.Helper()
+	refused := 0
+	for i := 0; i < most && refused < refusals; i++ {
+		m := &nats.Msg{Subject: fanout.SubjectPrefix + "x", Data: body, Header: nats.Header{}}
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s-%05d", prefix, i))
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.PublishMsg(pctx, m)
+		cancel()
+		if err != nil {
+			refused++
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		acked++
+	}
+	require.Equal(t, refusals, refused, "%d events acknowledged and never refused", acked)
+	return acked, first
+}
+
+// TestFullStoreRefusesThePublisherAndDeliversEveryEventItAccepted: on a
+// server with a 96 MiB max_file_store, 4 KiB events published with PubAcks
+// until the server has refused 2,000 of them: a publisher that keeps asking
+// takes any room a delivery frees. relay created EVENTS bounded, discard
+// new, within what DELIVERIES and ATTEMPTS leave, so the refusal comes from
+// EVENTS while the store still has room for the copies of what EVENTS
+// holds: every acknowledged event is delivered to the receiver, and the
+// fan-out has nothing left pending. Before, EVENTS took the room the copies
+// needed: 23,099 of 23,156 acknowledged events were delivered, the rest
+// waited in EVENTS, "insufficient resources" every 10 s, for ever.
+func TestFullStoreRefusesThePublisherAndDeliversEveryEventItAccepted(t *testing.T) {
+	t.Parallel()
+	url := startSmallStore(t, 96<<20)
+	r := startRelay(t, url, "--allow-private-targets")
+	waitRunning(t, r)
+	rcv := newReceiver(t)
+	mustRelay(t, "sub", "add", "demo", "--nats", url, "--url", rcv.URL, "--secret", testSecret, "--events", "x")
+	js, err := jetstream.New(testutil.Connect(t, url))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	events, err := js.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	cfg := events.CachedInfo().Config
+	require.Equal(t, jetstream.DiscardNew, cfg.Discard, "EVENTS does not discard new")
+	require.Positive(t, cfg.MaxBytes, "EVENTS is unbounded on a 96 MiB store")
+
+	acked, refusal := publishUntilRefused(ctx, t, js, "fill", bytes.Repeat([]byte("x"), 4<<10), 2000, 60000)
+	t.Logf("96 MiB store, EVENTS max_bytes %s: %d events of 4 KiB acknowledged, then refused: %v", streams.FormatBytes(cfg.MaxBytes), acked, refusal)
+	require.True(t, streams.NoRoom(refusal), "a publisher to a full EVENTS gets JetStream's refusal, got %v", refusal)
+	testutil.Progress(t, func() int { return distinctIDs(rcv) }, acked, 30*time.Second,
+		"relay stopped delivering the events it acknowledged")
+	require.True(t, fannedOut(ctx, js), "the fan-out has events pending after every acknowledged one was delivered")
+	_, dup := uniqueIDs(rcv)
+	t.Logf("all %d delivered, %d twice", acked, dup)
+}
+
+// TestEventsLimitSetWhileTheFanOutIsStoppedDeletesNothing: an operator
+// bounds EVENTS (1 MiB) while no relay runs; events published past it are
+// refused, not made room for by deleting the oldest, which the fan-out has
+// not copied; the next relay run delivers every one acknowledged.
+func TestEventsLimitSetWhileTheFanOutIsStoppedDeletesNothing(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	first := startRelay(t, n.URL, "--allow-private-targets")
+	waitRunning(t, first)
+	rcv := newReceiver(t)
+	mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", rcv.URL, "--secret", testSecret, "--events", "x")
+	require.Equal(t, 0, first.stop(), "relay run did not stop cleanly")
+
+	ctx := testutil.Context(t)
+	events, err := n.JS.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	cfg := events.CachedInfo().Config
+	cfg.MaxBytes = 1 << 20 // nats stream edit EVENTS --max-bytes 1MiB
+	_, err = n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	acked, refusal := publishUntilRefused(ctx, t, n.JS, "held", bytes.Repeat([]byte("x"), 4<<10), 5, 1000)
+	require.True(t, streams.NoRoom(refusal), "a publisher past EVENTS' max_bytes gets JetStream's refusal, got %v", refusal)
+	info, err := events.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.FirstSeq, "events the fan-out had not copied were deleted")
+	require.Equal(t, uint64(acked), info.State.Msgs, "EVENTS holds fewer events than were acknowledged")
+	t.Logf("fan-out stopped, EVENTS max_bytes 1 MiB: %d events of 4 KiB acknowledged, then refused: %v", acked, refusal)
+
+	r := startRelay(t, n.URL, "--allow-private-targets")
+	waitRunning(t, r)
+	testutil.Progress(t, func() int { return distinctIDs(rcv) }, acked, 30*time.Second,
+		"the next relay run did not deliver the events EVENTS kept")
 }

@@ -33,7 +33,7 @@ func TestStatusShowsTheStreamsUse(t *testing.T) {
 	table := mustRelay(t, "status", "--nats", n.URL)
 	for _, row := range []string{
 		`STREAM\s+MESSAGES\s+MAX_MSGS\s+BYTES\s+MAX_BYTES\s+USED\s+MAX_AGE\s+WHEN_FULL`,
-		`EVENTS\s+0\s+unlimited\s+0 B\s+unlimited\s+-\s+-\s+drops oldest`,
+		`EVENTS\s+0\s+unlimited\s+0 B\s+unlimited\s+-\s+-\s+refuses new`,
 		`DELIVERIES\s+3\s+unlimited\s+\d+ B\s+4 GiB\s+0\.0%\s+-\s+refuses new`,
 		`DLQ\s+0\s+unlimited\s+0 B\s+64 MiB\s+0\.0%\s+720h0m0s\s+drops oldest`,
 		`ATTEMPTS\s+0\s+unlimited\s+0 B\s+1 GiB\s+0\.0%\s+72h0m0s\s+drops oldest`,

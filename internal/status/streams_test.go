@@ -51,8 +51,8 @@ func TestReportShowsEachStreamsUseAgainstItsLimits(t *testing.T) {
 		if q.Messages != 2 || q.MaxMessages != 1000 || q.MaxBytes != -1 || q.Used != nil || q.MaxAge != "720h0m0s" {
 			t.Errorf("DLQ: %+v; want 2 of the operator's 1000 messages, no byte limit, 30 days", q)
 		}
-		if e := byName[streams.Events]; e.Messages != 0 || e.MaxBytes != -1 || e.MaxMessages != -1 || e.Discard != "old" {
-			t.Errorf("EVENTS: %+v", e)
+		if e := byName[streams.Events]; e.Messages != 0 || e.MaxBytes != -1 || e.MaxMessages != -1 || e.Discard != "new" {
+			t.Errorf("EVENTS: %+v; want unbounded, refusing the publisher when an operator bounds it (discard new)", e)
 		}
 		if a := byName[streams.Attempts]; a.MaxBytes != 1<<30 || a.MaxAge != "72h0m0s" || a.Discard != "old" {
 			t.Errorf("ATTEMPTS: %+v; want a ring of 1 GiB, 72 hours, dropping its oldest", a)
