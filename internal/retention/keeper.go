@@ -12,10 +12,18 @@
 // so every event below that bound has been copied; one it has not
 // acknowledged stays, whatever its age, until it has.
 //
+// A bounded EVENTS (a max_bytes or max_msgs, which relay gives it on a
+// bounded store) refuses publishers once full rather than drop an event not
+// yet copied. So that a burst is not refused for the whole age while EVENTS
+// is full of events already copied, a keeper of a bounded EVENTS passes
+// every [RoomInterval] and, once EVENTS is past [RoomShare] of its bound,
+// purges every copied event whatever its age: the age is then kept only as
+// far as the room allows.
+//
 // A pass costs the same few requests whatever EVENTS holds: the fan-out
 // consumer's info (its ack floor), one message get by time (the first event
-// young enough to keep) and, when there is something new to remove, one
-// purge below a sequence.
+// young enough to keep), on a bounded EVENTS its info (how full it is) and,
+// when there is something new to remove, one purge below a sequence.
 package retention
 
 import (
@@ -39,6 +47,16 @@ import (
 // requests whatever EVENTS holds, so a minute keeps both the cost and the
 // overshoot negligible against an age of days.
 const Interval = time.Minute
+
+// RoomInterval is how often a keeper of a bounded EVENTS passes: a burst
+// that fills it waits at most about this long for the room copied events
+// take, at three requests a pass.
+const RoomInterval = 5 * time.Second
+
+// RoomShare is the share of a bounded EVENTS' max_bytes (or max_msgs) past
+// which a pass purges every copied event, not only those older than the age:
+// half leaves a burst as large again room before the publisher is refused.
+const RoomShare = 0.5
 
 // passTimeout bounds one pass. A pass that fails is logged and made again
 // at the next tick: what it did not purge stays one more interval.
@@ -71,8 +89,18 @@ type Keeper struct {
 	maxAge time.Duration
 	clock  clock.Clock
 	log    *slog.Logger
-	// stream is EVENTS, looked up by the first pass that purges.
+	// stream is EVENTS, looked up by the first pass that reads its bound
+	// or purges.
 	stream jetstream.Stream
+	// bounded is whether EVENTS had a max_bytes or max_msgs at the last
+	// pass: Run then passes every RoomInterval.
+	bounded bool
+	// tight is whether the last pass found a bounded EVENTS past
+	// RoomShare; its change is logged once.
+	tight bool
+	// warned is when the last "not copied yet" warning was logged: at most
+	// one an Interval, however often a pass is made.
+	warned time.Time
 	// purged is the sequence this keeper last purged below: a pass that
 	// would purge no further sends no purge.
 	purged uint64
@@ -102,13 +130,17 @@ func (k *Keeper) Run(ctx context.Context) {
 		passCtx, cancel := context.WithTimeout(ctx, passTimeout)
 		_, err := k.pass(passCtx)
 		cancel()
+		next := Interval
+		if k.bounded {
+			next = RoomInterval
+		}
 		if err != nil && ctx.Err() == nil {
-			k.log.Warn("retention: EVENTS not purged this time; trying again in a minute", "err", err)
+			k.log.Warn("retention: EVENTS not purged this time; trying again in "+next.String(), "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-k.clock.After(Interval):
+		case <-k.clock.After(next):
 		}
 	}
 }
@@ -146,27 +178,25 @@ func (k *Keeper) pass(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	tight, err := k.checkRoom(ctx)
+	if err != nil {
+		return 0, err
+	}
 	below := copied
-	if found && young < below {
+	if found && young < below && !tight {
 		below = young
 	}
-	if (found && young > copied) || (!found && info.NumPending+uint64(info.NumAckPending) > 0) {
+	lagging := (found && young > copied) || (!found && info.NumPending+uint64(info.NumAckPending) > 0)
+	if now := k.clock.Now(); lagging && now.Sub(k.warned) >= Interval {
+		k.warned = now
 		k.log.Warn(fmt.Sprintf("retention: %s keeps events older than %s that the fan-out has not copied yet, from sequence %d: they go once copied",
 			streams.Events, k.maxAge, copied))
 	}
 	if below <= 1 || below <= k.purged {
 		return 0, nil
 	}
-	if k.stream == nil {
-		s, err := k.js.Stream(ctx, streams.Events)
-		if err != nil {
-			return 0, fmt.Errorf("retention: looking up %s: %w", streams.Events, err)
-		}
-		if own := s.CachedInfo().Config.MaxAge; own > k.maxAge {
-			k.log.Warn(fmt.Sprintf("retention: %s has its own max_age %s, longer than the %s relay keeps events the fan-out has copied: those go at %s (relay run --events-max-age to keep them longer)",
-				streams.Events, own, k.maxAge, k.maxAge))
-		}
-		k.stream = s
+	if err := k.lookup(ctx); err != nil {
+		return 0, err
 	}
 	if err := k.stream.Purge(ctx, jetstream.WithPurgeSequence(below)); err != nil {
 		return 0, fmt.Errorf("retention: purging %s below sequence %d: %w", streams.Events, below, err)
@@ -174,6 +204,55 @@ func (k *Keeper) pass(ctx context.Context) (uint64, error) {
 	k.purged = below
 	k.log.Debug("retention: purged "+streams.Events, "below_seq", below, "older_than", cutoff.UTC().Format(time.RFC3339))
 	return below, nil
+}
+
+// lookup looks EVENTS up once, warning of a max_age of its own longer than
+// the keeper's.
+func (k *Keeper) lookup(ctx context.Context) error {
+	if k.stream != nil {
+		return nil
+	}
+	s, err := k.js.Stream(ctx, streams.Events)
+	if err != nil {
+		return fmt.Errorf("retention: looking up %s: %w", streams.Events, err)
+	}
+	cfg := s.CachedInfo().Config
+	if own := cfg.MaxAge; own > k.maxAge {
+		k.log.Warn(fmt.Sprintf("retention: %s has its own max_age %s, longer than the %s relay keeps events the fan-out has copied: those go at %s (relay run --events-max-age to keep them longer)",
+			streams.Events, own, k.maxAge, k.maxAge))
+	}
+	k.stream = s
+	k.bounded = cfg.MaxBytes > 0 || cfg.MaxMsgs > 0
+	return nil
+}
+
+// checkRoom tells whether EVENTS is bounded and past [RoomShare] of its bound,
+// reading its state (one request) only when it is bounded. An operator's
+// bound set after the keeper's first look is seen at the next start.
+func (k *Keeper) checkRoom(ctx context.Context) (bool, error) {
+	if err := k.lookup(ctx); err != nil {
+		return false, err
+	}
+	if !k.bounded {
+		return false, nil
+	}
+	info, err := k.stream.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("retention: reading how full %s is: %w", streams.Events, err)
+	}
+	cfg, state := info.Config, info.State
+	tight := (cfg.MaxBytes > 0 && float64(state.Bytes) >= RoomShare*float64(cfg.MaxBytes)) ||
+		(cfg.MaxMsgs > 0 && float64(state.Msgs) >= RoomShare*float64(cfg.MaxMsgs))
+	if tight != k.tight {
+		if tight {
+			k.log.Info(fmt.Sprintf("retention: %s is past half its bound (%d of %d bytes): copied events go now, not at %s",
+				streams.Events, state.Bytes, cfg.MaxBytes, k.maxAge))
+		} else {
+			k.log.Info(fmt.Sprintf("retention: %s is below half its bound again: copied events stay %s", streams.Events, k.maxAge))
+		}
+	}
+	k.tight = tight
+	return tight, nil
 }
 
 // msgGetRequest asks for the first message stored at or after StartTime.

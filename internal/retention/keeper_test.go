@@ -444,3 +444,68 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		}
 	}
 }
+
+// boundEvents gives EVENTS a max_msgs of limit, as an operator's `nats
+// stream edit EVENTS --max-msgs` or relay on a bounded store would.
+func (e *env) boundEvents(t *testing.T, limit int64) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	s, err := e.n.JS.Stream(ctx, streams.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs = limit
+	cfg.Discard = jetstream.DiscardNew
+	if _, err := e.n.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeeperMakesRoomInABoundedEvents: a bounded EVENTS past half its bound
+// loses every copied event, however young, so that a burst is not refused
+// for the whole age; an event not copied stays; below half, the age rules
+// again; and Run passes every RoomInterval, not every Interval.
+func TestKeeperMakesRoomInABoundedEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.boundEvents(t, 10)
+	e.publish(t, 6)
+	// The fan-out copied events 1–5 and holds 6; all are younger than the age.
+	e.fanOut(t, func(seq uint64) bool { return seq != 6 })
+	k, fake := e.keeper(t, 1)
+	if got := pass(t, k); got != 6 {
+		t.Fatalf("6 of 10 events held: purged below %d, want 6 (every copied event)", got)
+	}
+	e.wantKept(t, 6, 1, "past half its bound")
+	if want := "EVENTS is past half its bound"; !strings.Contains(e.log.String(), want) {
+		t.Errorf("no line %q:\n%s", want, e.log.String())
+	}
+
+	// 1 + 3 of 10: below half; copied young events stay for the age.
+	e.publish(t, 3)
+	e.fanOut(t, all)
+	if got := pass(t, k); got != 0 {
+		t.Fatalf("4 of 10 events held: purged below %d, want nothing", got)
+	}
+	e.wantKept(t, 6, 4, "below half its bound")
+
+	// Run passes again RoomInterval later: past half once more, it purges.
+	e.publish(t, 2)
+	e.fanOut(t, all)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.Run(ctx)
+	}()
+	testutil.Eventually(t, func() bool { return fake.Waiters() == 1 }, "Run made no first pass")
+	e.wantKept(t, 12, 0, "the pass at start")
+	last := e.publish(t, 6)
+	e.fanOut(t, all)
+	fake.Advance(retention.RoomInterval)
+	testutil.Eventually(t, func() bool { first, _ := e.kept(t); return first == last+1 },
+		"Run did not pass a RoomInterval later")
+	cancel()
+	<-done
+}
