@@ -74,7 +74,7 @@ func withJetStreamFor(ctx context.Context, conn *connFlags, name string, timeout
 // withStore is withJetStream with the subscriber bucket opened.
 func withStore(ctx context.Context, conn *connFlags, name string, fn func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error) error {
 	return withJetStream(ctx, conn, name, func(ctx context.Context, js jetstream.JetStream) error {
-		store, err := subscribers.Open(ctx, js)
+		store, err := conn.openStore(ctx, js)
 		if err != nil {
 			return err
 		}
@@ -241,6 +241,8 @@ func stateString(s subscribers.Subscriber, now time.Time) string {
 		return "disabled (" + s.DisabledReason + ")"
 	case s.Disabled:
 		return "disabled"
+	case s.SealedWith() != "":
+		return "held (secrets sealed with key " + s.SealedWith() + ", not given)"
 	case s.PausedAt(now) && !s.PausedUntil.IsZero():
 		return "paused until " + s.PausedUntil.UTC().Format(time.RFC3339)
 	case s.PausedAt(now):

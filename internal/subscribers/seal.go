@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -183,5 +184,38 @@ func (s *Store) reseal(ctx context.Context, id string) (bool, error) {
 			continue
 		}
 		return err == nil, err
+	}
+}
+
+// LogSealed logs one line, at error level, for each subscriber of the view
+// whose credentials are sealed with a key the view was not given, naming it
+// and the id of the key it needs: such a subscriber is held, and nothing
+// else says why. It logs again only when the subscriber comes back sealed
+// after it was readable or gone, or needs another key. It returns when ctx
+// is cancelled or the view stops.
+func (l *Live) LogSealed(ctx context.Context, log *slog.Logger) {
+	logged := map[string]string{}
+	for {
+		changed := l.Changed()
+		sealed := l.Sealed()
+		for id, key := range sealed {
+			if logged[id] != key {
+				log.Error("subscriber's secrets are sealed with a key this relay was not given: its deliveries are held, none sent or dead-lettered, until a relay with the key reads it",
+					"subscriber", id, "key_id", key)
+				logged[id] = key
+			}
+		}
+		for id := range logged {
+			if _, ok := sealed[id]; !ok {
+				delete(logged, id)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.Done():
+			return
+		case <-changed:
+		}
 	}
 }
