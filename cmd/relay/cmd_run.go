@@ -287,11 +287,6 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		return err
 	}
 	log := newLogger(stderr, level, f.logFormat)
-	if keys == nil {
-		log.Warn("subscriber secrets are stored in the clear: give --secrets-key-file (or " + secretsKeyFileEnv + ") to seal them; see docs/secrets.md")
-	} else {
-		log.Info("subscriber secrets are sealed", "key_id", keys.Current(), "keys", len(keys.IDs()))
-	}
 	tracer, err := tracing.FromEnv(ctx, log, version)
 	if errors.Is(err, tracing.ErrConfig) {
 		return usageError{err}
@@ -407,6 +402,11 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	store, err := subscribers.Open(setupCtx, js, subscribers.WithKeys(keys))
 	if err != nil {
 		return refused.explain(err)
+	}
+	if keys == nil {
+		log.Warn("subscriber secrets are stored in the clear: give --secrets-key-file (or " + secretsKeyFileEnv + ") to seal them; see docs/secrets.md")
+	} else {
+		log.Info("subscriber secrets are sealed", "key_id", keys.Current(), "keys", len(keys.IDs()))
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
