@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/secrets"
+	"github.com/relay-dev/relay/internal/status"
 	"github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
 )
@@ -170,6 +172,15 @@ func TestRelayWithAnotherKeyHoldsASealedSubscriber(t *testing.T) {
 	require.Contains(t, lines[0], "level=ERROR")
 	require.Contains(t, lines[0], "key_id="+idA)
 	require.Contains(t, wrong.stderr.String(), `msg="subscriber secrets are sealed" key_id=`)
+	var rows []status.Subscriber
+	require.NoError(t, json.Unmarshal([]byte(mustRelay(t, "status", "--nats", n.URL, "--json", "--lanes", "4", "--secrets-key-file", keysB)), &rows))
+	for _, r := range rows {
+		want := ""
+		if r.ID == "sealed" {
+			want = status.BySealedKey
+		}
+		require.Equal(t, want, r.PauseReason, r.ID)
+	}
 	require.Equal(t, 0, wrong.stop())
 
 	right := startRelay(t, n.URL, "--allow-private-targets", "--secrets-key-file", keysA)
