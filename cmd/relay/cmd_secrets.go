@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -71,11 +72,15 @@ as it is and named; the command then exits 1.`,
 				}
 				n, err := store.Reseal(ctx)
 				fmt.Fprintf(cmd.OutOrStdout(), "re-sealed %d subscribers under key %s\n", n, keys.Current())
-				var sealed *subscribers.SealedError
-				if errors.As(err, &sealed) {
-					return fmt.Errorf("%w; add that key to the file after the current one and run again", err)
+				if err == nil {
+					return nil
 				}
-				return err
+				// One line for every subscriber left as it was.
+				msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+				if errors.Is(err, subscribers.ErrSealed) {
+					msg += "; add the key each needs to the file after the current one and run again"
+				}
+				return errors.New(msg)
 			})
 		},
 	}

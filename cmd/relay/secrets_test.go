@@ -118,6 +118,9 @@ func TestSecretsKeyFileSealsEveryCredential(t *testing.T) {
 	code, _, errOut = relayCmd(t, "sub", "ls", "--nats", n.URL, "--secrets-key-file", filepath.Join(dir, "missing.key"))
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, errOut, "--secrets-key-file")
+	code, _, errOut = relayCmd(t, "secrets", "rotate-key", "--nats", n.URL)
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "no secrets key given")
 }
 
 // sealedLines are the lines of a relay's log that say it holds the
@@ -144,7 +147,7 @@ func TestRelayWithAnotherKeyHoldsASealedSubscriber(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	rcv := newReceiver(t)
 	keysA, idA := keyFile(t)
-	keysB, _ := keyFile(t)
+	keysB, idB := keyFile(t)
 	mustRelay(t, "sub", "add", "sealed", "--nats", n.URL, "--secrets-key-file", keysA, "--url", rcv.URL+"/sealed", "--secret", testSecret)
 	mustRelay(t, "sub", "add", "readable", "--nats", n.URL, "--secrets-key-file", keysB, "--url", rcv.URL+"/readable", "--secret", testSecret)
 	wrong := startRelay(t, n.URL, "--allow-private-targets", "--secrets-key-file", keysB)
@@ -181,6 +184,12 @@ func TestRelayWithAnotherKeyHoldsASealedSubscriber(t *testing.T) {
 		}
 		require.Equal(t, want, r.PauseReason, r.ID)
 	}
+	code, out, errOut := relayCmd(t, "secrets", "rotate-key", "--nats", n.URL, "--secrets-key-file", keysB)
+	require.Equal(t, exitFailure, code)
+	require.Equal(t, "re-sealed 0 subscribers under key "+idB+"\n", out)
+	require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	require.Contains(t, errOut, "subscriber sealed: its secrets are sealed with key "+idA)
+	require.Contains(t, errOut, "add the key each needs to the file")
 	require.Equal(t, 0, wrong.stop())
 
 	right := startRelay(t, n.URL, "--allow-private-targets", "--secrets-key-file", keysA)
