@@ -251,3 +251,16 @@ func TestRotateKeyWhileRelayDelivers(t *testing.T) {
 	publish(t, n.JS, "x", "new-key-only", []byte(`{}`))
 	testutil.Eventually(t, func() bool { return rcv.count() == 2*half*len(ids)+len(ids) }, "a relay with the new key alone does not deliver")
 }
+
+// TestSecretsKeyFileFromTheEnvironment: RELAY_SECRETS_KEY_FILE names the key
+// file when the flag is not given (not parallel: it sets the environment).
+func TestSecretsKeyFileFromTheEnvironment(t *testing.T) {
+	n := testutil.StartRelayNATS(t)
+	keys, keyID := keyFile(t)
+	t.Setenv(secretsKeyFileEnv, keys)
+	mustRelay(t, "sub", "add", "env", "--nats", n.URL, "--url", "https://example.com/", "--secret", testSecret)
+	raw := rawValue(t, n.JS, "env")
+	require.Contains(t, raw, "sealed:v1:"+keyID+":")
+	require.NotContains(t, raw, strings.TrimPrefix(testSecret, deliver.SecretPrefix)[:8])
+	require.Regexp(t, `state:\s+enabled`, mustRelay(t, "sub", "get", "env", "--nats", n.URL))
+}
