@@ -263,12 +263,15 @@ type shownSubscriber struct {
 	// PublicKeys are the public keys of every ed25519 key signing now,
 	// active then retired, newest first, when there is more than one.
 	PublicKeys []string `json:"public_keys,omitempty"`
+	// SealedWith is the id of the key the subscriber's secrets are sealed
+	// with, when the command was not given it (docs/secrets.md).
+	SealedWith string `json:"sealed_with,omitempty"`
 }
 
 // printable is what ls and get show of a subscriber: secrets and credential
 // headers masked, and the URL redacted unless showURL.
 func printable(s subscribers.Subscriber, showURL bool) shownSubscriber {
-	r := shownSubscriber{Subscriber: s.Redacted(), Signing: s.Signing()}
+	r := shownSubscriber{Subscriber: s.Redacted(), Signing: s.Signing(), SealedWith: s.SealedWith()}
 	if showURL {
 		r.URL = s.URL
 	}

@@ -108,6 +108,7 @@ func TestSecretsKeyFileSealsEveryCredential(t *testing.T) {
 	without := mustRelay(t, "sub", "get", "acme", "--nats", n.URL)
 	require.Regexp(t, `state:\s+held \(secrets sealed with key `+keyID+`, not given\)`, without)
 	require.Regexp(t, `secrets:\s+sealed:`+keyID+` sealed:`+keyID, without)
+	require.Contains(t, mustRelay(t, "sub", "ls", "--nats", n.URL, "--json"), `"sealed_with": "`+keyID+`"`)
 	other, _ := keyFile(t)
 	code, _, errOut := relayCmd(t, "sub", "pause", "acme", "--nats", n.URL, "--secrets-key-file", other)
 	require.Equal(t, exitFailure, code)
