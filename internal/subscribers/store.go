@@ -335,7 +335,9 @@ func (s *Store) checkDedicated(ctx context.Context, id string) error {
 // Get returns the subscriber with the given id. It returns an error wrapping
 // [ErrNotFound] when there is none, [ErrInvalid] when id cannot be a
 // subscriber id, and [ErrCorrupt] when the stored value is not a valid
-// subscriber.
+// subscriber. A subscriber whose credentials are sealed with a key the
+// store was not given is returned with them sealed: see
+// [Subscriber.SealedWith].
 func (s *Store) Get(ctx context.Context, id string) (Subscriber, error) {
 	sub, _, err := s.read(ctx, id)
 	if err != nil {
