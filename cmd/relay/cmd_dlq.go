@@ -531,7 +531,7 @@ consumers on DELIVERIES unless --lanes is given.`,
 				return usagef("--lanes: must be between 1 and %d, got %d", maxSharedLanes, sharedLanes)
 			}
 			return withDLQ(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream) error {
-				store, err := subscribers.Open(ctx, js)
+				store, err := conn.openStore(ctx, js)
 				if err != nil {
 					return err
 				}

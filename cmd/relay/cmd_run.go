@@ -290,6 +290,10 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if err != nil {
 		return err
 	}
+	keys, err := conn.keys()
+	if err != nil {
+		return err
+	}
 	log := newLogger(stderr, level, f.logFormat)
 	tracer, err := tracing.FromEnv(ctx, log, version)
 	if errors.Is(err, tracing.ErrConfig) {
@@ -406,9 +410,14 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	if f.ackWait, err = clusterAckWait(setupCtx, js, f.ackWait, f.ackWaitGiven, log); err != nil {
 		return refused.explain(err)
 	}
-	store, err := subscribers.Open(setupCtx, js)
+	store, err := subscribers.Open(setupCtx, js, subscribers.WithKeys(keys))
 	if err != nil {
 		return refused.explain(err)
+	}
+	if keys == nil {
+		log.Warn("subscriber secrets are stored in the clear: give --secrets-key-file (or " + secretsKeyFileEnv + ") to seal them; see docs/secrets.md")
+	} else {
+		log.Info("subscriber secrets are sealed", "key_id", keys.Current(), "keys", len(keys.IDs()))
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -554,6 +563,9 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	// Rewrites subscribers whose retired secrets or timed pause have ended
 	// (nil: the real clock).
 	wg.Go(func() { store.RunJanitor(runCtx, live, nil, log) })
+	// Says once of each subscriber it cannot deliver to for want of the
+	// key its secrets are sealed with.
+	wg.Go(func() { live.LogSealed(runCtx, log) })
 	// relay sub test: a request made as a delivery is, from this relay,
 	// with its client, answered from the service connection. It failing to
 	// start stops no delivery.

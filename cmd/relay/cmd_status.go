@@ -475,6 +475,8 @@ func statusState(r status.Subscriber) string {
 	switch {
 	case r.DisabledReason != "":
 		return r.State + " (" + r.DisabledReason + ")"
+	case r.PauseReason == status.BySealedKey:
+		return r.State + " (secrets sealed with a key not given)"
 	case r.PauseReason == status.ByRetryAfter:
 		return r.State + " by Retry-After until " + statusTime(r.PausedUntil)
 	case !r.ResumesAt.IsZero():

@@ -74,7 +74,7 @@ func withJetStreamFor(ctx context.Context, conn *connFlags, name string, timeout
 // withStore is withJetStream with the subscriber bucket opened.
 func withStore(ctx context.Context, conn *connFlags, name string, fn func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error) error {
 	return withJetStream(ctx, conn, name, func(ctx context.Context, js jetstream.JetStream) error {
-		store, err := subscribers.Open(ctx, js)
+		store, err := conn.openStore(ctx, js)
 		if err != nil {
 			return err
 		}
@@ -241,6 +241,8 @@ func stateString(s subscribers.Subscriber, now time.Time) string {
 		return "disabled (" + s.DisabledReason + ")"
 	case s.Disabled:
 		return "disabled"
+	case s.SealedWith() != "":
+		return "held (secrets sealed with key " + s.SealedWith() + ", not given)"
 	case s.PausedAt(now) && !s.PausedUntil.IsZero():
 		return "paused until " + s.PausedUntil.UTC().Format(time.RFC3339)
 	case s.PausedAt(now):
@@ -261,12 +263,15 @@ type shownSubscriber struct {
 	// PublicKeys are the public keys of every ed25519 key signing now,
 	// active then retired, newest first, when there is more than one.
 	PublicKeys []string `json:"public_keys,omitempty"`
+	// SealedWith is the id of the key the subscriber's secrets are sealed
+	// with, when the command was not given it (docs/secrets.md).
+	SealedWith string `json:"sealed_with,omitempty"`
 }
 
 // printable is what ls and get show of a subscriber: secrets and credential
 // headers masked, and the URL redacted unless showURL.
 func printable(s subscribers.Subscriber, showURL bool) shownSubscriber {
-	r := shownSubscriber{Subscriber: s.Redacted(), Signing: s.Signing()}
+	r := shownSubscriber{Subscriber: s.Redacted(), Signing: s.Signing(), SealedWith: s.SealedWith()}
 	if showURL {
 		r.URL = s.URL
 	}

@@ -130,7 +130,7 @@ func askSubTest(ctx context.Context, conn *connFlags, req testrequest.Request, w
 	}
 	readCtx, cancel := context.WithTimeout(ctx, cmdTimeout)
 	defer cancel()
-	store, err := subscribers.Open(readCtx, js)
+	store, err := conn.openStore(readCtx, js)
 	if err != nil {
 		return testrequest.Answer{}, err
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -11,8 +13,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/relay-dev/relay/internal/secrets"
+	"github.com/relay-dev/relay/internal/subscribers"
 )
 
 // connFlags are the NATS connection options every command that talks to
@@ -28,6 +34,9 @@ type connFlags struct {
 	tlsKey   string
 	tlsCA    string
 	context  string
+	// secretsKeyFile names the file of the keys that seal subscribers'
+	// credentials (see keys).
+	secretsKeyFile string
 	// refused, when set, records what NATS refuses the connections of
 	// connect, so that the command reports the refusal instead of the
 	// timeout it causes.
@@ -47,7 +56,37 @@ func addConnFlags(cmd *cobra.Command) *connFlags {
 	f.StringVar(&c.tlsKey, "tlskey", "", "TLS client private key file")
 	f.StringVar(&c.tlsCA, "tlsca", "", "TLS certificate authority file")
 	f.StringVar(&c.context, "context", "", "nats CLI context to take the URL and credentials from")
+	f.StringVar(&c.secretsKeyFile, "secrets-key-file", "", "file of the keys that seal subscribers' secrets, one base64 key a line, the current first (env "+secretsKeyFileEnv+"); without it they are stored in the clear")
 	return c
+}
+
+// secretsKeyFileEnv names the key file when --secrets-key-file is not given.
+const secretsKeyFileEnv = "RELAY_SECRETS_KEY_FILE"
+
+// keys is the keyring that seals and opens subscribers' credentials: the
+// keys of --secrets-key-file, else of the file RELAY_SECRETS_KEY_FILE
+// names; nil when neither names one. A file that cannot be read or holds
+// something other than keys is a usage error.
+func (c *connFlags) keys() (*secrets.Keyring, error) {
+	path := cmp.Or(c.secretsKeyFile, os.Getenv(secretsKeyFileEnv))
+	if path == "" {
+		return nil, nil
+	}
+	k, err := secrets.LoadFile(path)
+	if err != nil {
+		return nil, usagef("--secrets-key-file: %v", err)
+	}
+	return k, nil
+}
+
+// openStore opens the subscribers bucket with the keyring of keys, so that
+// every command reads and writes credentials by the same rule.
+func (c *connFlags) openStore(ctx context.Context, js jetstream.JetStream) (*subscribers.Store, error) {
+	keys, err := c.keys()
+	if err != nil {
+		return nil, err
+	}
+	return subscribers.Open(ctx, js, subscribers.WithKeys(keys))
 }
 
 // natsContext is the part of a nats CLI context file relay understands.

@@ -128,6 +128,7 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 		newDLQCmd(conn),
 		newStatusCmd(conn),
 		newTraceCmd(conn),
+		newSecretsCmd(conn),
 		newListenCmd(),
 		newVersionCmd(),
 	)

@@ -1,7 +1,10 @@
 package deliver
 
 import (
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -99,28 +102,41 @@ var secretKeys = struct {
 }{keys: make(map[string][]byte)}
 
 // MaskSecret returns a form of a secret or a signing key that is safe to
-// print: the prefix ("whsec_" or "whsk_") and the first four base64
-// characters followed by an ellipsis, enough to tell two apart in `relay sub
-// ls` without revealing either. A string too short to spare four
-// characters, or without a known prefix, shows none of its own.
+// print, enough to tell two apart in `relay sub ls`. A "whsec_" secret shows
+// its prefix and first four base64 characters followed by an ellipsis (a
+// string too short to spare four characters, or without a known prefix,
+// shows none of its own). A "whsk_" private key shows no byte of itself: it
+// is named by its public key's fingerprint ([PublicKeyFingerprint]), as
+// "whsk_…pk:1a2b3c4d"; one that does not parse shows its prefix alone.
 func MaskSecret(s string) string {
 	if s == "" {
 		return ""
 	}
-	prefix := SecretPrefix
 	if IsSigningKey(s) {
-		prefix = SigningKeyPrefix
+		key, err := SigningKey(s)
+		if err != nil {
+			return SigningKeyPrefix + "…"
+		}
+		return SigningKeyPrefix + "…pk:" + PublicKeyFingerprint(key.Public().(ed25519.PublicKey))
 	}
-	encoded, ok := strings.CutPrefix(s, prefix)
+	encoded, ok := strings.CutPrefix(s, SecretPrefix)
 	if !ok {
 		return "…"
 	}
-	// The shortest valid secret has 32 base64 characters, the shortest
-	// signing key 43; anything much shorter is not a real one and four
-	// characters would be too much of it.
+	// The shortest valid secret has 32 base64 characters; anything much
+	// shorter is not a real one and four characters would be too much of
+	// it.
 	const shown = 4
 	if len(encoded) < 4*shown {
-		return prefix + "…"
+		return SecretPrefix + "…"
 	}
-	return prefix + encoded[:shown] + "…"
+	return SecretPrefix + encoded[:shown] + "…"
+}
+
+// PublicKeyFingerprint names an ed25519 public key, and so its private
+// key, in a few characters: the hex of the first 4 bytes of the SHA-256 of
+// its 32 bytes.
+func PublicKeyFingerprint(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:4])
 }

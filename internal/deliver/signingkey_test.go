@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/hex"
 	"net/http"
 	"os"
 	"strconv"
@@ -127,7 +128,38 @@ func TestNewSigningKey(t *testing.T) {
 	parsed, err := ParsePublicKey(pub)
 	require.NoError(t, err)
 	require.Equal(t, key.Public(), parsed)
-	require.Equal(t, "whsk_"+a[5:9]+"…", MaskSecret(a))
+	require.Equal(t, "whsk_…pk:"+PublicKeyFingerprint(key.Public().(ed25519.PublicKey)), MaskSecret(a))
+}
+
+// TestMaskSigningKeyShowsNoPrivateByte: the mask of a "whsk_" key, in
+// either of its forms, holds no character of its base64 and no byte of its
+// seed; it names the key by its public key's fingerprint, the same for both
+// forms, different for another key.
+func TestMaskSigningKeyShowsNoPrivateByte(t *testing.T) {
+	t.Parallel()
+	full, err := NewSigningKey()
+	require.NoError(t, err)
+	key, err := ParseSigningKey(full)
+	require.NoError(t, err)
+	seedForm := SigningKeyPrefix + base64.StdEncoding.EncodeToString(key.Seed())
+	other, err := NewSigningKey()
+	require.NoError(t, err)
+	for _, k := range []string{full, seedForm} {
+		masked := MaskSecret(k)
+		require.True(t, strings.HasPrefix(masked, SigningKeyPrefix+"…pk:"), masked)
+		body := strings.TrimPrefix(masked, SigningKeyPrefix+"…pk:")
+		encoded := strings.TrimPrefix(k, SigningKeyPrefix)
+		require.NotContains(t, masked, encoded[:4], "the mask shows the key's first characters")
+		for i := 0; i+4 <= len(encoded); i++ {
+			require.NotContains(t, body, encoded[i:i+4], "the mask holds characters of the key")
+		}
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+			require.NotContains(t, masked, enc.EncodeToString(key.Seed()[:3]))
+		}
+		require.NotContains(t, masked, hex.EncodeToString(key.Seed()[:2]))
+		require.Equal(t, MaskSecret(full), masked)
+	}
+	require.NotEqual(t, MaskSecret(full), MaskSecret(other))
 }
 
 // A request signed with HMAC keys and ed25519 keys carries the v1

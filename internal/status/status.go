@@ -47,7 +47,8 @@ const (
 	Disabled = "disabled"
 )
 
-// ByOperator and ByRetryAfter are the values of [Subscriber.PauseReason].
+// ByOperator, ByRetryAfter and BySealedKey are the values of
+// [Subscriber.PauseReason].
 const (
 	// ByOperator: `relay sub pause`, until `relay sub resume` or
 	// [Subscriber.ResumesAt].
@@ -56,6 +57,10 @@ const (
 	// Retry-After, or a rate-limit reset), until [Subscriber.PausedUntil].
 	// An operator's pause wins when both hold.
 	ByRetryAfter = "retry_after"
+	// BySealedKey: the subscriber's secrets are sealed with a key that
+	// the reader of the status was not given (see docs/secrets.md); a
+	// relay without it holds the subscriber as it holds a pause.
+	BySealedKey = "sealed_key"
 )
 
 // Subscriber is the status of one subscriber, one row of `relay status` and
@@ -67,8 +72,8 @@ type Subscriber struct {
 	// State is [Enabled], [Paused] or [Disabled], so that a queue that
 	// does not move is explained at once.
 	State string `json:"state"`
-	// PauseReason says what pauses a paused subscriber: [ByOperator] or
-	// [ByRetryAfter]; empty unless State is [Paused].
+	// PauseReason says what pauses a paused subscriber: [ByOperator],
+	// [ByRetryAfter] or [BySealedKey]; empty unless State is [Paused].
 	PauseReason string `json:"pause_reason,omitempty"`
 	// ResumesAt is when an operator's pause ends by itself (`relay sub
 	// pause --until`); zero when the subscriber is not paused, or paused
@@ -386,6 +391,8 @@ func settle(row *Subscriber, sub subscribers.Subscriber, now time.Time) {
 	switch {
 	case sub.Disabled:
 		row.State, row.DisabledReason = Disabled, sub.DisabledReason
+	case sub.SealedWith() != "":
+		row.State, row.PauseReason = Paused, BySealedKey
 	case sub.PausedAt(now):
 		row.State, row.PauseReason, row.ResumesAt = Paused, ByOperator, utcOrZero(sub.PausedUntil)
 	case !row.PausedUntil.IsZero():

@@ -16,8 +16,10 @@
 // Values in the bucket are JSON documents, one per subscriber, keyed by the
 // subscriber id. Durations are Go duration strings ("10s") so that an
 // operator reading the bucket with `nats kv get` understands them. Secrets are
-// stored in full, because the relay must sign with them; [Subscriber.Redacted]
-// is the form to print, and [RedactURL] the form of a URL to print.
+// stored whole, because the relay must sign with them: sealed with the
+// store's keyring when it has one ([WithKeys], package secrets; see seal.go),
+// in the clear otherwise. [Subscriber.Redacted] is the form to print, with
+// every key masked by [MaskKey], and [RedactURL] the form of a URL to print.
 //
 // # Rotation and pause
 //

@@ -91,3 +91,26 @@ func (e *ValidationError) Unwrap() []error {
 func invalid(flag, msg string) error {
 	return &ValidationError{Flag: flag, Msg: msg}
 }
+
+// ErrSealed means a subscriber's credentials are sealed under a key that
+// was not given (see [SealedError]).
+var ErrSealed = errors.New("subscriber's secrets are sealed with a key not given")
+
+// SealedError is the error for a subscriber whose credentials are sealed
+// under a key the keyring lacks: it cannot be delivered to, tested or
+// changed until relay is given that key. It wraps [ErrSealed].
+type SealedError struct {
+	// ID is the subscriber's id, KeyID the id of the key it needs.
+	ID, KeyID string
+}
+
+// Error names the subscriber and the key id it needs, in one line.
+func (e *SealedError) Error() string {
+	return fmt.Sprintf("subscriber %s: its secrets are sealed with key %s, which is not among the secrets keys given (--secrets-key-file or RELAY_SECRETS_KEY_FILE)", e.ID, e.KeyID)
+}
+
+// Unwrap returns [ErrSealed].
+func (e *SealedError) Unwrap() error { return ErrSealed }
+
+// ErrNoKeys means a Store was asked to seal with no keyring given.
+var ErrNoKeys = errors.New("no secrets key given (--secrets-key-file or RELAY_SECRETS_KEY_FILE)")

@@ -31,7 +31,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add("demo", []byte(v))
 	}
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
-		sub, err := decode(key, value)
+		sub, _, err := decode(key, value, nil)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("decode(%q) = %v, which does not wrap ErrCorrupt", key, err)
@@ -48,7 +48,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("a decoded subscriber does not encode: %v", err)
 		}
-		again, err := decode(key, encoded)
+		again, _, err := decode(key, encoded, nil)
 		if err != nil {
 			t.Fatalf("relay's own encoding %s of %s does not decode: %v", encoded, value, err)
 		}

@@ -186,7 +186,7 @@ func BenchmarkMatch(b *testing.B) {
 //
 //	go test -run '^$' -bench Snapshot ./internal/subscribers/
 func BenchmarkSnapshot(b *testing.B) {
-	st := newLiveState()
+	st := newLiveState(nil)
 	for i := range 10_000 {
 		id := "sub" + strconv.Itoa(i)
 		st.put(id, Subscriber{ID: id, URL: "https://example.com/" + id, Events: []string{"tenant" + strconv.Itoa(i) + ".*"}})

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/secrets"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -53,6 +54,9 @@ type snapshot struct {
 	enabled []Subscriber
 	index   map[string]int // id -> position in all
 	invalid map[string]error
+	// sealed maps the subscribers whose credentials are sealed with a key
+	// not given to the id of that key.
+	sealed map[string]string
 	// expiring lists the subscribers holding something that ends by
 	// itself (a previous secret's grace, a pause), soonest first, so that
 	// the janitor finds them without looking at every subscriber.
@@ -79,7 +83,7 @@ func (s *Store) Watch(ctx context.Context) (*Live, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, err)
 	}
-	st := newLiveState()
+	st := newLiveState(s.keys)
 	for loaded := false; !loaded; {
 		select {
 		case e, ok := <-w.Updates():
@@ -232,6 +236,15 @@ func (l *Live) Invalid() map[string]error {
 	return l.snap.Load().invalid
 }
 
+// Sealed returns, by subscriber id, the id of the key that the credentials
+// of a subscriber are sealed with when this view was not given it: the
+// subscribers held as [Subscriber.PausedAt] says. It is empty, not nil,
+// when there is none. The map is shared with the view and must not be
+// modified.
+func (l *Live) Sealed() map[string]string {
+	return l.snap.Load().sealed
+}
+
 // expiring returns the subscribers that hold a previous secret or a timed
 // pause, soonest end first. The slice is shared with the view and must not
 // be modified.
@@ -346,10 +359,12 @@ type liveState struct {
 	ids     []string
 	invalid map[string]error
 	rev     uint64
+	// keys opens the sealed credentials of the values read.
+	keys *secrets.Keyring
 }
 
-func newLiveState() *liveState {
-	return &liveState{subs: map[string]Subscriber{}, invalid: map[string]error{}}
+func newLiveState(keys *secrets.Keyring) *liveState {
+	return &liveState{subs: map[string]Subscriber{}, invalid: map[string]error{}, keys: keys}
 }
 
 // put stores sub under id.
@@ -381,7 +396,7 @@ func (st *liveState) apply(e jetstream.KeyValueEntry) {
 	key := e.Key()
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
-		sub, err := decode(key, e.Value())
+		sub, _, err := decode(key, e.Value(), st.keys)
 		if err != nil {
 			st.invalid[key] = err
 			return
@@ -405,6 +420,7 @@ func (st *liveState) snapshot() *snapshot {
 		enabled: make([]Subscriber, 0, len(all)),
 		index:   make(map[string]int, len(all)),
 		invalid: maps.Clone(st.invalid),
+		sealed:  map[string]string{},
 		rev:     st.rev,
 		changed: make(chan struct{}),
 	}
@@ -413,6 +429,11 @@ func (st *liveState) snapshot() *snapshot {
 		if !sub.Disabled {
 			snap.filters.add(len(snap.enabled), sub.Events)
 			snap.enabled = append(snap.enabled, sub)
+		}
+		if sub.sealedWith != "" {
+			// Nothing of it can be rewritten here: the janitor leaves it.
+			snap.sealed[sub.ID] = sub.sealedWith
+			continue
 		}
 		if at, ok := sub.expiry(); ok {
 			snap.expiring = append(snap.expiring, expiring{id: sub.ID, at: at})

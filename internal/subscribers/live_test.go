@@ -243,7 +243,7 @@ func frozenView(t *testing.T, st *Store) (*Live, *liveState) {
 	t.Helper()
 	l := &Live{kv: st.kv, nc: st.nc, done: make(chan struct{})}
 	require.NoError(t, l.chooseGet(testutil.Context(t)))
-	ls := newLiveState()
+	ls := newLiveState(nil)
 	l.snap.Store(ls.snapshot())
 	return l, ls
 }

@@ -18,7 +18,13 @@ import (
 // test is signed and authenticated exactly as a delivery is. The caller adds
 // what belongs to its own request (a delivery's trace context). The headers
 // are a copy, which the caller may change; nil when s has none.
+//
+// A subscriber whose credentials are sealed with a key not given gets no
+// request: the error is its [*SealedError].
 func (s *Subscriber) Request(id string, body []byte, contentType string, now time.Time) (deliver.Request, error) {
+	if s.sealedWith != "" {
+		return deliver.Request{}, s.sealedError()
+	}
 	keys, err := s.Keys(now)
 	if err != nil {
 		return deliver.Request{}, err

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/secrets"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -28,6 +29,9 @@ const maxReasonLen = 1024
 type Store struct {
 	kv jetstream.KeyValue
 	nc *nats.Conn
+	// keys seals the credentials written and opens those read; nil writes
+	// them in the clear (see seal.go).
+	keys *secrets.Keyring
 
 	// now is the clock for CreatedAt and UpdatedAt.
 	now func() time.Time
@@ -37,11 +41,22 @@ type Store struct {
 	beforeWrite func()
 }
 
+// Option changes how [Open] sets up a Store.
+type Option func(*Store)
+
+// WithKeys has the Store seal every credential it writes with keys, and
+// open with them every one it reads (see [Subscriber.SealedWith] for one
+// sealed with a key keys lacks). nil, the default, writes them in the
+// clear.
+func WithKeys(keys *secrets.Keyring) Option {
+	return func(s *Store) { s.keys = keys }
+}
+
 // Open returns a Store on the relay_subscribers bucket. The bucket must
 // exist: `relay run` creates it with the streams, and the CLI should not
 // create a bucket with settings of its own. When it is missing the error
 // says so and wraps [jetstream.ErrBucketNotFound].
-func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
 	if js == nil {
 		return nil, errors.New("subscribers: Open needs a JetStream context, got nil")
 	}
@@ -52,7 +67,11 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribers: opening KV bucket %s: %w", streams.SubscribersBucket, err)
 	}
-	return &Store{kv: kv, nc: js.Conn(), now: time.Now}, nil
+	s := &Store{kv: kv, nc: js.Conn(), now: time.Now}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s, nil
 }
 
 // PutOption changes how [Store.Put] treats a subscriber that exists already.
@@ -112,6 +131,11 @@ func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) erro
 		exists := err == nil
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
 			return err
+		}
+		if exists && cur.sealedWith != "" {
+			// Replacing it would drop the retired secrets it keeps signing
+			// with, which this store cannot read.
+			return cur.sealedError()
 		}
 		if exists && o.sameURL && cur.URL != sub.URL {
 			return &URLChangedError{ID: sub.ID, Stored: cur.URL, Given: sub.URL}
@@ -259,6 +283,9 @@ func (s *Store) modify(ctx context.Context, id string, change func(sub *Subscrib
 		if err != nil || !write {
 			return cur, false, err
 		}
+		if cur.sealedWith != "" {
+			return Subscriber{}, false, cur.sealedError()
+		}
 		next.ID, next.CreatedAt = cur.ID, cur.CreatedAt
 		next.SetDefaults()
 		next.settle(now)
@@ -308,7 +335,9 @@ func (s *Store) checkDedicated(ctx context.Context, id string) error {
 // Get returns the subscriber with the given id. It returns an error wrapping
 // [ErrNotFound] when there is none, [ErrInvalid] when id cannot be a
 // subscriber id, and [ErrCorrupt] when the stored value is not a valid
-// subscriber.
+// subscriber. A subscriber whose credentials are sealed with a key the
+// store was not given is returned with them sealed: see
+// [Subscriber.SealedWith].
 func (s *Store) Get(ctx context.Context, id string) (Subscriber, error) {
 	sub, _, err := s.read(ctx, id)
 	if err != nil {
@@ -330,7 +359,7 @@ func (s *Store) List(ctx context.Context) ([]Subscriber, error) {
 	subs := make([]Subscriber, 0, len(entries))
 	var bad []error
 	for _, e := range entries {
-		sub, err := decode(e.Key(), e.Value())
+		sub, _, err := decode(e.Key(), e.Value(), s.keys)
 		if err != nil {
 			bad = append(bad, err)
 			continue
@@ -448,6 +477,9 @@ func (s *Store) setDisabled(ctx context.Context, id string, disabled bool, reaso
 		if keep && cur.Disabled {
 			return time.Time{}, nil
 		}
+		if cur.sealedWith != "" {
+			return time.Time{}, cur.sealedError()
+		}
 		cur.Disabled = disabled
 		cur.DisabledReason = reason
 		cur.UpdatedAt = s.now().UTC()
@@ -476,7 +508,7 @@ func (s *Store) read(ctx context.Context, id string) (Subscriber, uint64, error)
 	if err != nil {
 		return Subscriber{}, 0, fmt.Errorf("subscribers: reading %s: %w", id, err)
 	}
-	sub, err := decode(id, entry.Value())
+	sub, _, err := decode(id, entry.Value(), s.keys)
 	if err != nil {
 		return Subscriber{}, entry.Revision(), err
 	}
@@ -486,9 +518,9 @@ func (s *Store) read(ctx context.Context, id string) (Subscriber, uint64, error)
 // write stores sub if its key is still at revision rev (0: if it does not
 // exist). It reports retry when another write got there first.
 func (s *Store) write(ctx context.Context, sub Subscriber, rev uint64) (retry bool, err error) {
-	data, err := json.Marshal(sub)
+	data, err := encode(sub, s.keys)
 	if err != nil {
-		return false, fmt.Errorf("subscribers: encoding %s: %w", sub.ID, err)
+		return false, err
 	}
 	if s.beforeWrite != nil {
 		s.beforeWrite()
@@ -513,30 +545,34 @@ func isConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
-// decode reads a value of the bucket. A value without an id takes its key's;
+// decode reads a value of the bucket, opening its sealed credentials with
+// keys (see seal.go); stale reports a credential not sealed under the
+// current key. A value without an id takes its key's;
 // one whose id differs from its key is refused, because relay would route
 // its deliveries under the wrong name. Missing settings get their defaults,
 // and the result must pass Validate: a value written around relay gets no
 // more latitude than `relay sub add` gives.
-func decode(key string, value []byte) (Subscriber, error) {
-	var sub Subscriber
+func decode(key string, value []byte, keys *secrets.Keyring) (sub Subscriber, stale bool, err error) {
 	if err := json.Unmarshal(value, &sub); err != nil {
-		return Subscriber{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+		return Subscriber{}, false, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}
 	if sub.ID == "" {
 		sub.ID = key
 	}
 	if sub.ID != key {
-		return Subscriber{}, fmt.Errorf("%w: key %q holds subscriber id %s", ErrCorrupt, key, quote(sub.ID))
+		return Subscriber{}, false, fmt.Errorf("%w: key %q holds subscriber id %s", ErrCorrupt, key, quote(sub.ID))
+	}
+	if stale, err = sub.open(keys); err != nil {
+		return Subscriber{}, false, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}
 	sub.SetDefaults()
 	if err := sub.compileFilter(); err != nil {
-		return Subscriber{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+		return Subscriber{}, false, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}
 	if err := sub.Validate(); err != nil {
-		return Subscriber{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+		return Subscriber{}, false, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}
-	return sub, nil
+	return sub, stale, nil
 }
 
 // truncate shortens s to at most n bytes without splitting a character.

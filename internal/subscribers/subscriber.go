@@ -12,6 +12,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/filter"
+	"github.com/relay-dev/relay/internal/secrets"
 )
 
 // Defaults that [Subscriber.SetDefaults] fills in, the defaults of the
@@ -93,6 +94,10 @@ type Subscriber struct {
 	// content is Filter compiled, once, when the subscriber is read from
 	// the bucket (see [Subscriber.Content]).
 	content *filter.Filter
+	// sealedWith is the id of the key a credential of the subscriber is
+	// sealed with, when it was read with a keyring that lacks that key
+	// (see [Subscriber.SealedWith]).
+	sealedWith string
 	// Rate is the most requests per second relay sends to the subscriber,
 	// summed over all relay instances; 0 means unlimited.
 	Rate float64 `json:"rate"`
@@ -213,11 +218,14 @@ type PreviousSecret struct {
 // drops the oldest.
 const MaxPreviousSecrets = 8
 
-// PausedAt reports whether an operator's pause holds the subscriber at now:
-// it is paused, and either until `relay sub resume` or until a time after
-// now.
+// PausedAt reports whether the subscriber's deliveries are held at now: an
+// operator's pause holds it, either until `relay sub resume` or until a
+// time after now; or its credentials are sealed with a key this process
+// was not given ([Subscriber.SealedWith]), which holds it as a pause
+// without an end does, until a relay with the key reads it, so that
+// nothing of it is sent unsigned or dead-lettered for want of a key.
 func (s Subscriber) PausedAt(now time.Time) bool {
-	return s.Paused && (s.PausedUntil.IsZero() || now.Before(s.PausedUntil))
+	return s.sealedWith != "" || s.Paused && (s.PausedUntil.IsZero() || now.Before(s.PausedUntil))
 }
 
 // SetDefaults fills the zero fields of s with the defaults of `relay sub
@@ -295,10 +303,13 @@ func (s Subscriber) Validate() error {
 	if err := validateURL(s.URL); err != nil {
 		return err
 	}
-	if err := validateSecrets(s.Secrets); err != nil {
+	// Credentials sealed with a key not given cannot be judged; they were
+	// judged when they were sealed.
+	sealed := s.sealedWith != ""
+	if err := validateSecrets(s.Secrets); err != nil && !sealed {
 		return err
 	}
-	if err := validatePrevious(s.PreviousSecrets); err != nil {
+	if err := validatePrevious(s.PreviousSecrets); err != nil && !sealed {
 		return err
 	}
 	for _, f := range s.Events {
@@ -354,7 +365,7 @@ func (s Subscriber) Validate() error {
 		}
 		seen[lower] = name
 	}
-	if err := validateTLS(s.TLS); err != nil {
+	if err := validateTLS(s.TLS); err != nil && !sealed {
 		return err
 	}
 	return validateOAuth2(s.OAuth2, s.Headers)
@@ -468,8 +479,8 @@ var sensitiveHeaderWords = []string{"auth", "token", "secret", "key", "password"
 const maskedValue = "…"
 
 // Redacted returns a copy of s that is safe to print or log: every secret,
-// active or previous, is masked as [deliver.MaskSecret] masks it (enough to
-// tell two apart, not enough to sign), and so is the value of every header
+// active or previous, is masked as [MaskKey] masks it (enough to tell two
+// apart, no byte of a private key), and so is the value of every header
 // whose name suggests a credential (Authorization, X-Api-Key, Cookie and the
 // like); the URL loses its query string and fragment, as [RedactURL] says.
 // The copy shares no slice or map with s.
@@ -478,11 +489,11 @@ func (s Subscriber) Redacted() Subscriber {
 	r.URL = RedactURL(s.URL)
 	r.Secrets = make([]string, len(s.Secrets))
 	for i, sec := range s.Secrets {
-		r.Secrets[i] = deliver.MaskSecret(sec)
+		r.Secrets[i] = MaskKey(sec)
 	}
 	r.PreviousSecrets = nil
 	for _, p := range s.PreviousSecrets {
-		r.PreviousSecrets = append(r.PreviousSecrets, PreviousSecret{Secret: deliver.MaskSecret(p.Secret), Until: p.Until})
+		r.PreviousSecrets = append(r.PreviousSecrets, PreviousSecret{Secret: MaskKey(p.Secret), Until: p.Until})
 	}
 	r.Events = slices.Clone(s.Events)
 	r.OAuth2 = redactedOAuth2(s.OAuth2)
@@ -497,6 +508,17 @@ func (s Subscriber) Redacted() Subscriber {
 		}
 	}
 	return r
+}
+
+// MaskKey is the one form in which a subscriber's signing secret or key is
+// printed, by every command (and every other surface): a key sealed with
+// a key not given as [secrets.Mask] shows it ("sealed:<key id>"), any
+// other as [deliver.MaskSecret] does.
+func MaskKey(k string) string {
+	if secrets.IsSealed(k) {
+		return secrets.Mask(k)
+	}
+	return deliver.MaskSecret(k)
 }
 
 // RedactURL returns a URL in a form safe to print: without its user
