@@ -381,7 +381,7 @@ func TestPermissionRefusedIsNamedAtOnce(t *testing.T) {
 		{"sub add as relay-status", "relay-status", []string{"sub", "add", "demo", "--url", "https://example.com/hook", "--secret", testSecret}, `publish to "$KV.relay_subscribers.demo"`},
 		{"dlq ls as relay-status", "relay-status", []string{"dlq", "ls"}, `publish to "$JS.API.CONSUMER.CREATE.DLQ.`},
 		{"dlq purge as relay-status", "relay-status", []string{"dlq", "purge", "--yes"}, `publish to "$JS.API.STREAM.PURGE.DLQ"`},
-		{"run as relay-admin", "relay-admin", []string{"run", "--metrics", ""}, `publish to "$JS.API.STREAM.INFO.EVENTS"`},
+		{"run as relay-admin", "relay-admin", []string{"run", "--metrics", ""}, `publish to "$JS.API.STREAM.INFO.ATTEMPTS"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
