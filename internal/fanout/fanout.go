@@ -67,6 +67,9 @@ type Config struct {
 	Backlog *backlog.Gauge
 	// shed remembers the verdicts of events not yet acked; Run makes it.
 	shed *shedMemory
+	// held are the events received and not yet acked or handed back,
+	// renewed until then; Run makes it.
+	held *consumer.Held
 	// Horizon is how far past its publication an event may be due
 	// (Relay-Deliver-At): the age past which relay purges EVENTS of the
 	// events it has copied (relay run --events-max-age; zero: none). Run
@@ -197,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("fanout: on a cluster (or without the signal's subscription), the subscriber view is confirmed before each batch")
 	}
 	cfg.shed = &shedMemory{}
-	acks := make(chan pending, 2048)
+	cfg.held = &consumer.Held{}
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
 	if cfg.Backlog == nil {
@@ -213,11 +216,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer gaugeWG.Wait()
 		defer stopGauge()
 	}
-	wg.Go(func() { ackInOrder(acks, log, cfg) })
-	wg.Go(func() {
-		defer close(acks)
-		copyEvents(ctx, js, cfg, view, in, acks)
-	})
+	// The events held are renewed until the last is answered for, after
+	// the copier and every event's settling have ended.
+	keepCtx, stopKeep := context.WithCancel(context.Background())
+	var keepWG conc.WaitGroup
+	keepWG.Go(func() { cfg.held.KeepAlive(keepCtx, cfg.AckWait/renewalsPerAckWait) })
+	defer keepWG.Wait()
+	defer stopKeep()
+	wg.Go(func() { copyEvents(ctx, js, cfg, view, in, log) })
 	defer wg.Wait()
 	defer close(in)
 	return consumer.Run(ctx, js, streams.Events, jetstream.ConsumerConfig{
@@ -228,7 +234,10 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxDeliver:    -1,
 		MaxAckPending: eventsPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}, eventPull, log, func(msg jetstream.Msg) { in <- msg })
+	}, eventPull, log, func(msg jetstream.Msg) {
+		cfg.held.Add(msg)
+		in <- msg
+	})
 }
 
 // horizon is the shorter of the two ages that bound how long EVENTS keeps an
@@ -252,19 +261,34 @@ const (
 	// eventPull is how many events one pull request asks for.
 	eventPull = copyBatch
 	// eventsPending is the fan-out consumer's MaxAckPending: how many
-	// events may be pulled and not yet acked. Events are acked in order
-	// once all their copies are stored, so this is the fan-out's window: a
-	// batch being copied, the one pulled behind it, and the copies of
-	// earlier ones still waiting for their PubAcks.
+	// events may be pulled and not yet acked. An event is acked once all
+	// its copies are stored, whatever became of the events before it, so
+	// this is the fan-out's window: a batch being copied, the one pulled
+	// behind it, and the copies of earlier ones still waiting for their
+	// PubAcks.
 	eventsPending = 16 * copyBatch
+	// renewalsPerAckWait is how many times an ack wait the fan-out renews
+	// every event it holds (pulled, waiting to be copied, or waiting for
+	// its copies' PubAcks): an event may wait longer than its ack wait on
+	// this relay (thousands ahead of it, PubAcks up to 10 s late), and one
+	// redelivered to another relay meanwhile would be fanned out there with
+	// none of this relay's verdicts (see shedMemory). One round lost or
+	// late still leaves time for the next.
+	renewalsPerAckWait = 4
 )
 
-// copyEvents copies the events of in, in order, until in is closed. It
-// takes them in batches of what has arrived meanwhile, so that one view
+// copyEvents copies the events of in, in order, until in is closed, and
+// then waits for every event's settling (see settle). It takes them in batches of what has arrived meanwhile, so that one view
 // sync covers every event received while the previous one was on its way:
 // a steady stream of events costs at most one sync per round trip, not one
 // per event, and an event waits for at most two of them.
-func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *viewSync, in <-chan jetstream.Msg, acks chan<- pending) {
+func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *viewSync, in <-chan jetstream.Msg, log *slog.Logger) {
+	// Each event is settled on its own as its PubAcks come back: a late
+	// PubAck holds back its own event's ack, never the events after it.
+	// At most eventsPending are on their way at once (the consumer's
+	// MaxAckPending).
+	var settling conc.WaitGroup
+	defer settling.Wait()
 	batch := make([]jetstream.Msg, 0, copyBatch)
 	for msg := range in {
 		batch = append(batch[:0], msg)
@@ -288,13 +312,18 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 			// it can confirm; delayed, so that this one's last pull request
 			// does not bring it back.
 			for _, m := range batch {
-				_ = m.NakWithDelay(retryDelay)
+				_ = cfg.held.NakWithDelay(m, retryDelay)
 			}
 			clear(batch)
 			continue
 		}
 		for _, m := range batch {
-			acks <- publishCopies(ctx, js, cfg, m)
+			p := publishCopies(ctx, js, cfg, m)
+			if p.body == nil && len(p.futures) == 0 {
+				settle(p, log, cfg) // nothing to wait for
+				continue
+			}
+			settling.Go(func() { settle(p, log, cfg) })
 		}
 		clear(batch)
 	}
@@ -607,90 +636,89 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 	}
 }
 
-// ackInOrder waits for each event's PubAcks and then acknowledges the event,
+// settle waits for one event's PubAcks and then acknowledges the event,
 // or hands it back to be fanned out again; duplicates of copies already
 // stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
-// copies again).
+// copies again). Until then the event is held, and renewed (see
+// renewalsPerAckWait).
 //
 // Each queued copy's answer is told to the gauge, which counts the copy as
 // waiting until then (a read of the streams shows only what is stored).
-func ackInOrder(acks <-chan pending, log *slog.Logger, cfg Config) {
+func settle(p pending, log *slog.Logger, cfg Config) {
 	m, ops, shed, gauge, clk := cfg.Metrics, cfg.Ops, cfg.shed, cfg.Backlog, cfg.Clock
-	for p := range acks {
-		err := p.err
-		if p.body != nil {
-			select {
-			case <-p.body.Ok():
-			case e := <-p.body.Err():
-				err = cmp.Or(err, fmt.Errorf("storing its body in %s: %w", streams.Bodies, e))
-			}
+	err := p.err
+	if p.body != nil {
+		select {
+		case <-p.body.Ok():
+		case e := <-p.body.Err():
+			err = cmp.Or(err, fmt.Errorf("storing its body in %s: %w", streams.Bodies, e))
 		}
-		var stored []int // copies stored, remembered if the event is handed back
-		for i, f := range p.futures {
-			if f == nil {
-				continue // dead-lettered, counted already; or stored before
+	}
+	var stored []int // copies stored, remembered if the event is handed back
+	for i, f := range p.futures {
+		if f == nil {
+			continue // dead-lettered, counted already; or stored before
+		}
+		queued := p.shed == nil || !p.shed[i]
+		select {
+		case ack := <-f.Ok():
+			switch {
+			case !queued:
+				if p.placed != nil {
+					p.placed[i].DLQSeq = ack.Sequence
+				}
+				if !ack.Duplicate {
+					m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
+					ops.Dead(p.subs[i].ID, string(deadletter.Backlog), EventType(p.msg.Subject()))
+				}
+			default:
+				stored = append(stored, i)
+				if !ack.Duplicate {
+					m.Copied(p.subs[i].ID)
+				}
 			}
-			queued := p.shed == nil || !p.shed[i]
-			select {
-			case ack := <-f.Ok():
-				switch {
-				case !queued:
-					if p.placed != nil {
-						p.placed[i].DLQSeq = ack.Sequence
-					}
-					if !ack.Duplicate {
-						m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
-						ops.Dead(p.subs[i].ID, string(deadletter.Backlog), EventType(p.msg.Subject()))
-					}
-				default:
-					stored = append(stored, i)
-					if !ack.Duplicate {
-						m.Copied(p.subs[i].ID)
-					}
-				}
-			case e := <-f.Err():
-				if err == nil {
-					err = e
-				}
-				if queued {
-					// Refused by JetStream (a full stream, say): not
-					// stored. Any other error (no PubAck in time, the
-					// connection lost) may hide a copy that is.
-					var refused *jetstream.APIError
-					gauge.Settled(p.subs[i].ID, !errors.As(e, &refused))
-				}
-				continue
+		case e := <-f.Err():
+			if err == nil {
+				err = e
 			}
 			if queued {
-				gauge.Settled(p.subs[i].ID, true)
+				// Refused by JetStream (a full stream, say): not
+				// stored. Any other error (no PubAck in time, the
+				// connection lost) may hide a copy that is.
+				var refused *jetstream.APIError
+				gauge.Settled(p.subs[i].ID, !errors.As(e, &refused))
 			}
-		}
-		p.span.EndFanout(len(p.subs), err)
-		md, mdErr := p.msg.Metadata()
-		if err != nil {
-			if mdErr == nil {
-				for _, i := range stored {
-					if !shed.recordStored(md.Sequence.Stream, p.subs[i].ID, clk.Now()) {
-						break
-					}
-				}
-			}
-			log.Warn("fanout: event not fanned out, will retry", "subject", p.msg.Subject(), "err", err)
-			_ = p.msg.NakWithDelay(retryDelay)
 			continue
 		}
-		if err := p.msg.Ack(); err != nil {
-			log.Warn("fanout: ack", "err", err)
+		if queued {
+			gauge.Settled(p.subs[i].ID, true)
 		}
-		if p.placed != nil {
-			cfg.Records.Fanout(attempts.Fanout{Event: p.id, Type: EventType(p.msg.Subject()), At: clk.Now(),
-				Copies: p.placed, Filtered: p.filtered})
-		}
-		if mdErr == nil {
-			shed.forget(md.Sequence.Stream)
-		}
-		m.EventIngested()
 	}
+	p.span.EndFanout(len(p.subs), err)
+	md, mdErr := p.msg.Metadata()
+	if err != nil {
+		if mdErr == nil {
+			for _, i := range stored {
+				if !shed.recordStored(md.Sequence.Stream, p.subs[i].ID, clk.Now()) {
+					break
+				}
+			}
+		}
+		log.Warn("fanout: event not fanned out, will retry", "subject", p.msg.Subject(), "err", err)
+		_ = cfg.held.NakWithDelay(p.msg, retryDelay)
+		return
+	}
+	if err := cfg.held.Ack(p.msg); err != nil {
+		log.Warn("fanout: ack", "err", err)
+	}
+	if p.placed != nil {
+		cfg.Records.Fanout(attempts.Fanout{Event: p.id, Type: EventType(p.msg.Subject()), At: clk.Now(),
+			Copies: p.placed, Filtered: p.filtered})
+	}
+	if mdErr == nil {
+		shed.forget(md.Sequence.Stream)
+	}
+	m.EventIngested()
 }
 
 // place notes where the copy of the futures about to be appended goes, when
