@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,6 +71,9 @@ type Config struct {
 	// held are the events received and not yet acked or handed back,
 	// renewed until then; Run makes it.
 	held *consumer.Held
+	// queued tells Backlog of each queued copy's PubAck as it comes; Run
+	// makes it.
+	queued *queuedCopies
 	// Horizon is how far past its publication an event may be due
 	// (Relay-Deliver-At): the age past which relay purges EVENTS of the
 	// events it has copied (relay run --events-max-age; zero: none). Run
@@ -185,10 +189,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The copies are published with their own JetStream context so that its
 	// async-publish window is the fan-out's alone; the timeout makes a lost
-	// PubAck an error instead of a wait without end.
+	// PubAck an error instead of a wait without end. Its handlers tell the
+	// gauge of each queued copy's answer as it comes.
+	queued := &queuedCopies{subs: map[*nats.Msg]string{}}
 	js, err := jetstream.New(cfg.JS.Conn(),
 		jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncTimeout(10*time.Second))
+		jetstream.WithPublishAsyncTimeout(10*time.Second),
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) { queued.answered(m, nil) }),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { queued.answered(m, err) }))
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
@@ -223,6 +231,7 @@ func Run(ctx context.Context, cfg Config) error {
 	keepWG.Go(func() { cfg.held.KeepAlive(keepCtx, cfg.AckWait/renewalsPerAckWait) })
 	defer keepWG.Wait()
 	defer stopKeep()
+	queued.gauge, cfg.queued = cfg.Backlog, queued
 	wg.Go(func() { copyEvents(ctx, js, cfg, view, in, log) })
 	defer wg.Wait()
 	defer close(in)
@@ -525,8 +534,10 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			}
 			p.place(attempts.Copy{Subscriber: sub.ID, Placed: placed})
 		}
+		cfg.queued.expect(m, sub.ID)
 		f, err := PublishCopy(ctx, js, m, streams.CopyID(id, sub.ID))
 		if err != nil {
+			cfg.queued.forget(m)
 			cfg.Backlog.Settled(sub.ID, false) // counted, and not on its way
 			p.err = err
 			return p
@@ -641,11 +652,8 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 // stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
 // copies again). Until then the event is held, and renewed (see
 // renewalsPerAckWait).
-//
-// Each queued copy's answer is told to the gauge, which counts the copy as
-// waiting until then (a read of the streams shows only what is stored).
 func settle(p pending, log *slog.Logger, cfg Config) {
-	m, ops, shed, gauge, clk := cfg.Metrics, cfg.Ops, cfg.shed, cfg.Backlog, cfg.Clock
+	m, ops, shed, clk := cfg.Metrics, cfg.Ops, cfg.shed, cfg.Clock
 	err := p.err
 	if p.body != nil {
 		select {
@@ -660,6 +668,8 @@ func settle(p pending, log *slog.Logger, cfg Config) {
 			continue // dead-lettered, counted already; or stored before
 		}
 		queued := p.shed == nil || !p.shed[i]
+		// A queued copy's answer was told to the gauge as it came (see
+		// queuedCopies).
 		select {
 		case ack := <-f.Ok():
 			switch {
@@ -681,17 +691,6 @@ func settle(p pending, log *slog.Logger, cfg Config) {
 			if err == nil {
 				err = e
 			}
-			if queued {
-				// Refused by JetStream (a full stream, say): not
-				// stored. Any other error (no PubAck in time, the
-				// connection lost) may hide a copy that is.
-				var refused *jetstream.APIError
-				gauge.Settled(p.subs[i].ID, !errors.As(e, &refused))
-			}
-			continue
-		}
-		if queued {
-			gauge.Settled(p.subs[i].ID, true)
 		}
 	}
 	p.span.EndFanout(len(p.subs), err)
@@ -727,4 +726,47 @@ func (p *pending) place(c attempts.Copy) {
 	if p.placed != nil {
 		p.placed = append(p.placed, c)
 	}
+}
+
+// queuedCopies tells the backlog gauge of each queued copy's answer as it
+// comes, from the publisher's own handlers: the gauge counts the copy as
+// waiting until then (a read of the streams shows only what is stored), and
+// a copy answered is waiting no more on account of a late PubAck of another
+// copy, of its event or of an event before it.
+type queuedCopies struct {
+	gauge *backlog.Gauge
+	mu    sync.Mutex
+	// subs holds the subscriber of each copy on its way.
+	subs map[*nats.Msg]string
+}
+
+// expect notes m, about to be published, as sub's copy.
+func (q *queuedCopies) expect(m *nats.Msg, sub string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.subs[m] = sub
+}
+
+// forget drops m, whose publish failed before it went.
+func (q *queuedCopies) forget(m *nats.Msg) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.subs, m)
+}
+
+// answered tells the gauge of m's answer: stored when err is nil; when
+// refused by JetStream (a full stream, say), not stored. Any other error (no
+// PubAck in time, the connection lost) may hide a copy that is. A message
+// not expected (a body, a dead letter) is let be. It runs on the
+// publisher's goroutine, or under its lock: it only counts.
+func (q *queuedCopies) answered(m *nats.Msg, err error) {
+	q.mu.Lock()
+	sub, ok := q.subs[m]
+	delete(q.subs, m)
+	q.mu.Unlock()
+	if !ok {
+		return
+	}
+	var refused *jetstream.APIError
+	q.gauge.Settled(sub, err == nil || !errors.As(err, &refused))
 }
