@@ -286,11 +286,13 @@ const (
 	renewalsPerAckWait = 4
 )
 
-// copyEvents copies the events of in, in order, until in is closed, and
-// then waits for every event's settling (see settle). It takes them in batches of what has arrived meanwhile, so that one view
-// sync covers every event received while the previous one was on its way:
-// a steady stream of events costs at most one sync per round trip, not one
-// per event, and an event waits for at most two of them.
+// copyEvents copies the events of in, and those of its own to be tried
+// again, until in is closed, and then waits for every event's settling
+// (see settle). It takes them in batches of what has arrived meanwhile, so
+// that one view sync covers every event received while the previous one
+// was on its way: a steady stream of events costs at most one sync per
+// round trip, not one per event, and an event waits for at most two of
+// them.
 func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *viewSync, in <-chan jetstream.Msg, log *slog.Logger) {
 	// Each event is settled on its own as its PubAcks come back: a late
 	// PubAck holds back its own event's ack, never the events after it.
@@ -298,9 +300,22 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 	// MaxAckPending).
 	var settling conc.WaitGroup
 	defer settling.Wait()
+	// again brings back the events whose copies could not all be stored,
+	// to be fanned out again here (see settle).
+	again := make(chan jetstream.Msg)
 	batch := make([]jetstream.Msg, 0, copyBatch)
-	for msg := range in {
-		batch = append(batch[:0], msg)
+	retried := map[jetstream.Msg]bool{}
+	for {
+		select {
+		case msg, ok := <-in:
+			if !ok {
+				return
+			}
+			batch = append(batch[:0], msg)
+		case msg := <-again:
+			batch = append(batch[:0], msg)
+			retried[msg] = true
+		}
 	more:
 		for len(batch) < copyBatch {
 			select {
@@ -309,6 +324,9 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 					break more
 				}
 				batch = append(batch, m)
+			case m := <-again:
+				batch = append(batch, m)
+				retried[m] = true
 			default:
 				break more
 			}
@@ -324,17 +342,19 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 				_ = cfg.held.NakWithDelay(m, retryDelay)
 			}
 			clear(batch)
+			clear(retried)
 			continue
 		}
 		for _, m := range batch {
-			p := publishCopies(ctx, js, cfg, m)
+			p := publishCopies(ctx, js, cfg, m, retried[m])
 			if p.body == nil && len(p.futures) == 0 {
-				settle(p, log, cfg) // nothing to wait for
+				settle(ctx, p, log, cfg, again) // nothing to wait for
 				continue
 			}
-			settling.Go(func() { settle(p, log, cfg) })
+			settling.Go(func() { settle(ctx, p, log, cfg, again) })
 		}
 		clear(batch)
+		clear(retried)
 	}
 }
 
@@ -415,14 +435,18 @@ func (v *viewSync) sync(ctx context.Context) bool {
 // publishCopies starts the async publish of one copy per matching enabled
 // subscriber: on its lane, or, for an event not due yet, held in RETRIES
 // until its Relay-Deliver-At. A copy that could only be sent after its
-// deadline is dead-lettered as expired here, never held.
-func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg jetstream.Msg) pending {
+// deadline is dead-lettered as expired here, never held. again says that
+// this relay fanned the event out before, and was left to try again.
+func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg jetstream.Msg, again bool) pending {
 	p := pending{msg: msg}
 	md, err := msg.Metadata()
 	if err != nil {
 		p.err = err
 		return p
 	}
+	// Fanned out before, here or elsewhere: some of its copies may be
+	// stored already.
+	again = again || md.NumDelivered > 1
 	orig := msg.Headers()
 	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
@@ -477,7 +501,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			p.futures = append(p.futures, nil)
 			continue
 		}
-		if md.NumDelivered > 1 && cfg.shed.stored(md.Sequence.Stream, sub.ID) {
+		if again && cfg.shed.stored(md.Sequence.Stream, sub.ID) {
 			// Stored when first fanned out: not published again (see
 			// shedMemory).
 			p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.StoredBefore})
@@ -492,7 +516,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		}
 		v, why := backlog.Queue, ""
 		switch {
-		case md.NumDelivered == 1:
+		case !again:
 			v, why = cfg.Backlog.Admit(sub, size)
 		case cfg.shed.shed(md.Sequence.Stream, sub.ID):
 			v, why = backlog.Shed, "shed when first fanned out"
@@ -647,12 +671,14 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 	}
 }
 
-// settle waits for one event's PubAcks and then acknowledges the event,
-// or hands it back to be fanned out again; duplicates of copies already
-// stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
-// copies again). Until then the event is held, and renewed (see
-// renewalsPerAckWait).
-func settle(p pending, log *slog.Logger, cfg Config) {
+// settle waits for one event's PubAcks and then acknowledges the event, or,
+// when a copy could not be stored, sends it back on again after retryDelay
+// to be fanned out again by this relay, with the verdicts it was given
+// (see shedMemory); duplicates of copies already stored are dropped by
+// JetStream's Nats-Msg-Id dedupe (and not counted as copies again). Until
+// then the event is held, and renewed (see renewalsPerAckWait). It is
+// handed back to JetStream, for any relay, only as this one stops.
+func settle(ctx context.Context, p pending, log *slog.Logger, cfg Config, again chan<- jetstream.Msg) {
 	m, ops, shed, clk := cfg.Metrics, cfg.Ops, cfg.shed, cfg.Clock
 	err := p.err
 	if p.body != nil {
@@ -704,7 +730,9 @@ func settle(p pending, log *slog.Logger, cfg Config) {
 			}
 		}
 		log.Warn("fanout: event not fanned out, will retry", "subject", p.msg.Subject(), "err", err)
-		_ = cfg.held.NakWithDelay(p.msg, retryDelay)
+		if mdErr != nil || !tryAgain(ctx, p.msg, again) {
+			_ = cfg.held.NakWithDelay(p.msg, retryDelay)
+		}
 		return
 	}
 	if err := cfg.held.Ack(p.msg); err != nil {
@@ -718,6 +746,24 @@ func settle(p pending, log *slog.Logger, cfg Config) {
 		shed.forget(md.Sequence.Stream)
 	}
 	m.EventIngested()
+}
+
+// tryAgain sends msg back on again after retryDelay; false when ctx ended
+// first.
+func tryAgain(ctx context.Context, msg jetstream.Msg, again chan<- jetstream.Msg) bool {
+	t := time.NewTimer(retryDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case again <- msg:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // place notes where the copy of the futures about to be appended goes, when
