@@ -347,8 +347,10 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 		}
 		for _, m := range batch {
 			p := publishCopies(ctx, js, cfg, m, retried[m])
-			if p.body == nil && len(p.futures) == 0 {
-				settle(ctx, p, log, cfg, again) // nothing to wait for
+			if p.err == nil && p.body == nil && len(p.futures) == 0 {
+				// Nothing to wait for, nor to try again (which would
+				// wait here for this loop).
+				settle(ctx, p, log, cfg, again)
 				continue
 			}
 			settling.Go(func() { settle(ctx, p, log, cfg, again) })

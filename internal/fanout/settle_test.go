@@ -88,3 +88,37 @@ func TestRunRenewsTheEventsItHolds(t *testing.T) {
 	waitFannedOut(t, e.n.JS, last)
 	require.Zero(t, consumerInfo(t, e.n.JS).NumRedelivered)
 }
+
+// TestRunCopiesOnWhileAnEventIsTriedAgain: an event none of whose copies
+// could be made (its dead letter refused: the DLQ takes nothing) is tried
+// again while the events after it are fanned out and acked; it is acked
+// once the DLQ takes its dead letter.
+func TestRunCopiesOnWhileAnEventIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sub("a"))
+	ctx := testutil.Context(t)
+	dlq, err := e.n.JS.Stream(ctx, streams.DLQ)
+	require.NoError(t, err)
+	cfg := dlq.CachedInfo().Config
+	refusing := cfg
+	refusing.MaxMsgSize = 1
+	_, err = e.n.JS.UpdateStream(ctx, refusing)
+	require.NoError(t, err)
+	// Due beyond the horizon: its only copy is dead-lettered at once.
+	far := msgID("far")
+	far.Set(streams.HeaderDeliverAt, time.Now().Add(30*24*time.Hour).UTC().Format(time.RFC3339Nano))
+	publish(t, e.n.JS, "x.y", []byte(`{}`), far)
+	r := e.start(t, func(c *fanout.Config) { c.Horizon = 7 * 24 * time.Hour })
+	testutil.Eventually(t, r.triedAgain, "the event whose dead letter was refused was not tried again")
+	last := publish(t, e.n.JS, "x.y", []byte(`{}`), msgID("next"))
+	testutil.Eventually(t, func() bool {
+		info := maybeConsumerInfo(t, e.n.JS)
+		return info != nil && info.NumPending == 0 && info.NumAckPending == 1
+	}, "the event after it was not acked")
+	require.Contains(t, byMsgID(t, copies(t, e.n.JS)), "next.a")
+
+	_, err = e.n.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	waitFannedOut(t, e.n.JS, last)
+	require.Contains(t, stored(t, e.n.JS, streams.DLQ), "dlq.fanout.far.a")
+}
