@@ -54,8 +54,11 @@ type Config struct {
 	Subscribers *subscribers.Live
 	// SharedLanes is the number of shared lanes (--lanes); required.
 	SharedLanes int
-	// AckWait bounds how long an event may wait for its copies' PubAcks
-	// before JetStream redelivers it. Defaults to 30s.
+	// AckWait is the fan-out consumer's ack wait: how long an event whose
+	// relay stopped renewing it (a crash, a connection lost) waits before
+	// JetStream redelivers it; the events a running fan-out holds are
+	// renewed every quarter of it (see renewalsPerAckWait). Defaults to
+	// 30s.
 	AckWait time.Duration
 	// Backlogs holds the subscribers whose lanes have a backlog in
 	// overflow on this relay: their copies go to their overflow at once,
@@ -690,7 +693,7 @@ func settle(ctx context.Context, p pending, log *slog.Logger, cfg Config, again 
 			err = cmp.Or(err, fmt.Errorf("storing its body in %s: %w", streams.Bodies, e))
 		}
 	}
-	var stored []int // copies stored, remembered if the event is handed back
+	var stored []int // copies stored, remembered if the event is tried again
 	for i, f := range p.futures {
 		if f == nil {
 			continue // dead-lettered, counted already; or stored before
