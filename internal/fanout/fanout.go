@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,8 +54,11 @@ type Config struct {
 	Subscribers *subscribers.Live
 	// SharedLanes is the number of shared lanes (--lanes); required.
 	SharedLanes int
-	// AckWait bounds how long an event may wait for its copies' PubAcks
-	// before JetStream redelivers it. Defaults to 30s.
+	// AckWait is the fan-out consumer's ack wait: how long an event whose
+	// relay stopped renewing it (a crash, a connection lost) waits before
+	// JetStream redelivers it; the events a running fan-out holds are
+	// renewed every quarter of it (see renewalsPerAckWait). Defaults to
+	// 30s.
 	AckWait time.Duration
 	// Backlogs holds the subscribers whose lanes have a backlog in
 	// overflow on this relay: their copies go to their overflow at once,
@@ -67,6 +71,12 @@ type Config struct {
 	Backlog *backlog.Gauge
 	// shed remembers the verdicts of events not yet acked; Run makes it.
 	shed *shedMemory
+	// held are the events received and not yet acked or handed back,
+	// renewed until then; Run makes it.
+	held *consumer.Held
+	// queued tells Backlog of each queued copy's PubAck as it comes; Run
+	// makes it.
+	queued *queuedCopies
 	// Horizon is how far past its publication an event may be due
 	// (Relay-Deliver-At): the age past which relay purges EVENTS of the
 	// events it has copied (relay run --events-max-age; zero: none). Run
@@ -182,10 +192,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The copies are published with their own JetStream context so that its
 	// async-publish window is the fan-out's alone; the timeout makes a lost
-	// PubAck an error instead of a wait without end.
+	// PubAck an error instead of a wait without end. Its handlers tell the
+	// gauge of each queued copy's answer as it comes.
+	queued := &queuedCopies{subs: map[*nats.Msg]string{}}
 	js, err := jetstream.New(cfg.JS.Conn(),
 		jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncTimeout(10*time.Second))
+		jetstream.WithPublishAsyncTimeout(10*time.Second),
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) { queued.answered(m, nil) }),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { queued.answered(m, err) }))
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
@@ -197,7 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("fanout: on a cluster (or without the signal's subscription), the subscriber view is confirmed before each batch")
 	}
 	cfg.shed = &shedMemory{}
-	acks := make(chan pending, 2048)
+	cfg.held = &consumer.Held{}
 	in := make(chan jetstream.Msg, inBuffer)
 	var wg conc.WaitGroup
 	if cfg.Backlog == nil {
@@ -213,11 +227,15 @@ func Run(ctx context.Context, cfg Config) error {
 		defer gaugeWG.Wait()
 		defer stopGauge()
 	}
-	wg.Go(func() { ackInOrder(acks, log, cfg) })
-	wg.Go(func() {
-		defer close(acks)
-		copyEvents(ctx, js, cfg, view, in, acks)
-	})
+	// The events held are renewed until the last is answered for, after
+	// the copier and every event's settling have ended.
+	keepCtx, stopKeep := context.WithCancel(context.Background())
+	var keepWG conc.WaitGroup
+	keepWG.Go(func() { cfg.held.KeepAlive(keepCtx, cfg.AckWait/renewalsPerAckWait) })
+	defer keepWG.Wait()
+	defer stopKeep()
+	queued.gauge, cfg.queued = cfg.Backlog, queued
+	wg.Go(func() { copyEvents(ctx, js, cfg, view, in, log) })
 	defer wg.Wait()
 	defer close(in)
 	return consumer.Run(ctx, js, streams.Events, jetstream.ConsumerConfig{
@@ -228,7 +246,10 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxDeliver:    -1,
 		MaxAckPending: eventsPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}, eventPull, log, func(msg jetstream.Msg) { in <- msg })
+	}, eventPull, log, func(msg jetstream.Msg) {
+		cfg.held.Add(msg)
+		in <- msg
+	})
 }
 
 // horizon is the shorter of the two ages that bound how long EVENTS keeps an
@@ -252,22 +273,52 @@ const (
 	// eventPull is how many events one pull request asks for.
 	eventPull = copyBatch
 	// eventsPending is the fan-out consumer's MaxAckPending: how many
-	// events may be pulled and not yet acked. Events are acked in order
-	// once all their copies are stored, so this is the fan-out's window: a
-	// batch being copied, the one pulled behind it, and the copies of
-	// earlier ones still waiting for their PubAcks.
+	// events may be pulled and not yet acked. An event is acked once all
+	// its copies are stored, whatever became of the events before it, so
+	// this is the fan-out's window: a batch being copied, the one pulled
+	// behind it, and the copies of earlier ones still waiting for their
+	// PubAcks.
 	eventsPending = 16 * copyBatch
+	// renewalsPerAckWait is how many times an ack wait the fan-out renews
+	// every event it holds (pulled, waiting to be copied, or waiting for
+	// its copies' PubAcks): an event may wait longer than its ack wait on
+	// this relay (thousands ahead of it, PubAcks up to 10 s late), and one
+	// redelivered to another relay meanwhile would be fanned out there with
+	// none of this relay's verdicts (see shedMemory). One round lost or
+	// late still leaves time for the next.
+	renewalsPerAckWait = 4
 )
 
-// copyEvents copies the events of in, in order, until in is closed. It
-// takes them in batches of what has arrived meanwhile, so that one view
-// sync covers every event received while the previous one was on its way:
-// a steady stream of events costs at most one sync per round trip, not one
-// per event, and an event waits for at most two of them.
-func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *viewSync, in <-chan jetstream.Msg, acks chan<- pending) {
+// copyEvents copies the events of in, and those of its own to be tried
+// again, until in is closed, and then waits for every event's settling
+// (see settle). It takes them in batches of what has arrived meanwhile, so
+// that one view sync covers every event received while the previous one
+// was on its way: a steady stream of events costs at most one sync per
+// round trip, not one per event, and an event waits for at most two of
+// them.
+func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *viewSync, in <-chan jetstream.Msg, log *slog.Logger) {
+	// Each event is settled on its own as its PubAcks come back: a late
+	// PubAck holds back its own event's ack, never the events after it.
+	// At most eventsPending are on their way at once (the consumer's
+	// MaxAckPending).
+	var settling conc.WaitGroup
+	defer settling.Wait()
+	// again brings back the events whose copies could not all be stored,
+	// to be fanned out again here (see settle).
+	again := make(chan jetstream.Msg)
 	batch := make([]jetstream.Msg, 0, copyBatch)
-	for msg := range in {
-		batch = append(batch[:0], msg)
+	retried := map[jetstream.Msg]bool{}
+	for {
+		select {
+		case msg, ok := <-in:
+			if !ok {
+				return
+			}
+			batch = append(batch[:0], msg)
+		case msg := <-again:
+			batch = append(batch[:0], msg)
+			retried[msg] = true
+		}
 	more:
 		for len(batch) < copyBatch {
 			select {
@@ -276,6 +327,9 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 					break more
 				}
 				batch = append(batch, m)
+			case m := <-again:
+				batch = append(batch, m)
+				retried[m] = true
 			default:
 				break more
 			}
@@ -288,15 +342,24 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 			// it can confirm; delayed, so that this one's last pull request
 			// does not bring it back.
 			for _, m := range batch {
-				_ = m.NakWithDelay(retryDelay)
+				_ = cfg.held.NakWithDelay(m, retryDelay)
 			}
 			clear(batch)
+			clear(retried)
 			continue
 		}
 		for _, m := range batch {
-			acks <- publishCopies(ctx, js, cfg, m)
+			p := publishCopies(ctx, js, cfg, m, retried[m])
+			if p.err == nil && p.body == nil && len(p.futures) == 0 {
+				// Nothing to wait for, nor to try again (which would
+				// wait here for this loop).
+				settle(ctx, p, log, cfg, again)
+				continue
+			}
+			settling.Go(func() { settle(ctx, p, log, cfg, again) })
 		}
 		clear(batch)
+		clear(retried)
 	}
 }
 
@@ -377,14 +440,18 @@ func (v *viewSync) sync(ctx context.Context) bool {
 // publishCopies starts the async publish of one copy per matching enabled
 // subscriber: on its lane, or, for an event not due yet, held in RETRIES
 // until its Relay-Deliver-At. A copy that could only be sent after its
-// deadline is dead-lettered as expired here, never held.
-func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg jetstream.Msg) pending {
+// deadline is dead-lettered as expired here, never held. again says that
+// this relay fanned the event out before, and was left to try again.
+func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg jetstream.Msg, again bool) pending {
 	p := pending{msg: msg}
 	md, err := msg.Metadata()
 	if err != nil {
 		p.err = err
 		return p
 	}
+	// Fanned out before, here or elsewhere: some of its copies may be
+	// stored already.
+	again = again || md.NumDelivered > 1
 	orig := msg.Headers()
 	id := EventID(orig, md.Sequence.Stream)
 	eventType := EventType(msg.Subject())
@@ -439,7 +506,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			p.futures = append(p.futures, nil)
 			continue
 		}
-		if md.NumDelivered > 1 && cfg.shed.stored(md.Sequence.Stream, sub.ID) {
+		if again && cfg.shed.stored(md.Sequence.Stream, sub.ID) {
 			// Stored when first fanned out: not published again (see
 			// shedMemory).
 			p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.StoredBefore})
@@ -454,7 +521,7 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 		}
 		v, why := backlog.Queue, ""
 		switch {
-		case md.NumDelivered == 1:
+		case !again:
 			v, why = cfg.Backlog.Admit(sub, size)
 		case cfg.shed.shed(md.Sequence.Stream, sub.ID):
 			v, why = backlog.Shed, "shed when first fanned out"
@@ -496,8 +563,10 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			}
 			p.place(attempts.Copy{Subscriber: sub.ID, Placed: placed})
 		}
+		cfg.queued.expect(m, sub.ID)
 		f, err := PublishCopy(ctx, js, m, streams.CopyID(id, sub.ID))
 		if err != nil {
+			cfg.queued.forget(m)
 			cfg.Backlog.Settled(sub.ID, false) // counted, and not on its way
 			p.err = err
 			return p
@@ -607,89 +676,98 @@ func waitingForRoom(ctx context.Context, js jetstream.JetStream, publish func() 
 	}
 }
 
-// ackInOrder waits for each event's PubAcks and then acknowledges the event,
-// or hands it back to be fanned out again; duplicates of copies already
-// stored are dropped by JetStream's Nats-Msg-Id dedupe (and not counted as
-// copies again).
-//
-// Each queued copy's answer is told to the gauge, which counts the copy as
-// waiting until then (a read of the streams shows only what is stored).
-func ackInOrder(acks <-chan pending, log *slog.Logger, cfg Config) {
-	m, ops, shed, gauge, clk := cfg.Metrics, cfg.Ops, cfg.shed, cfg.Backlog, cfg.Clock
-	for p := range acks {
-		err := p.err
-		if p.body != nil {
-			select {
-			case <-p.body.Ok():
-			case e := <-p.body.Err():
-				err = cmp.Or(err, fmt.Errorf("storing its body in %s: %w", streams.Bodies, e))
-			}
+// settle waits for one event's PubAcks and then acknowledges the event, or,
+// when a copy could not be stored, sends it back on again after retryDelay
+// to be fanned out again by this relay, with the verdicts it was given
+// (see shedMemory); duplicates of copies already stored are dropped by
+// JetStream's Nats-Msg-Id dedupe (and not counted as copies again). Until
+// then the event is held, and renewed (see renewalsPerAckWait). It is
+// handed back to JetStream, for any relay, only as this one stops.
+func settle(ctx context.Context, p pending, log *slog.Logger, cfg Config, again chan<- jetstream.Msg) {
+	m, ops, shed, clk := cfg.Metrics, cfg.Ops, cfg.shed, cfg.Clock
+	err := p.err
+	if p.body != nil {
+		select {
+		case <-p.body.Ok():
+		case e := <-p.body.Err():
+			err = cmp.Or(err, fmt.Errorf("storing its body in %s: %w", streams.Bodies, e))
 		}
-		var stored []int // copies stored, remembered if the event is handed back
-		for i, f := range p.futures {
-			if f == nil {
-				continue // dead-lettered, counted already; or stored before
-			}
-			queued := p.shed == nil || !p.shed[i]
-			select {
-			case ack := <-f.Ok():
-				switch {
-				case !queued:
-					if p.placed != nil {
-						p.placed[i].DLQSeq = ack.Sequence
-					}
-					if !ack.Duplicate {
-						m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
-						ops.Dead(p.subs[i].ID, string(deadletter.Backlog), EventType(p.msg.Subject()))
-					}
-				default:
-					stored = append(stored, i)
-					if !ack.Duplicate {
-						m.Copied(p.subs[i].ID)
-					}
-				}
-			case e := <-f.Err():
-				if err == nil {
-					err = e
-				}
-				if queued {
-					// Refused by JetStream (a full stream, say): not
-					// stored. Any other error (no PubAck in time, the
-					// connection lost) may hide a copy that is.
-					var refused *jetstream.APIError
-					gauge.Settled(p.subs[i].ID, !errors.As(e, &refused))
-				}
-				continue
-			}
-			if queued {
-				gauge.Settled(p.subs[i].ID, true)
-			}
+	}
+	var stored []int // copies stored, remembered if the event is tried again
+	for i, f := range p.futures {
+		if f == nil {
+			continue // dead-lettered, counted already; or stored before
 		}
-		p.span.EndFanout(len(p.subs), err)
-		md, mdErr := p.msg.Metadata()
-		if err != nil {
-			if mdErr == nil {
-				for _, i := range stored {
-					if !shed.recordStored(md.Sequence.Stream, p.subs[i].ID, clk.Now()) {
-						break
-					}
+		queued := p.shed == nil || !p.shed[i]
+		// A queued copy's answer was told to the gauge as it came (see
+		// queuedCopies).
+		select {
+		case ack := <-f.Ok():
+			switch {
+			case !queued:
+				if p.placed != nil {
+					p.placed[i].DLQSeq = ack.Sequence
+				}
+				if !ack.Duplicate {
+					m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
+					ops.Dead(p.subs[i].ID, string(deadletter.Backlog), EventType(p.msg.Subject()))
+				}
+			default:
+				stored = append(stored, i)
+				if !ack.Duplicate {
+					m.Copied(p.subs[i].ID)
 				}
 			}
-			log.Warn("fanout: event not fanned out, will retry", "subject", p.msg.Subject(), "err", err)
-			_ = p.msg.NakWithDelay(retryDelay)
-			continue
+		case e := <-f.Err():
+			if err == nil {
+				err = e
+			}
 		}
-		if err := p.msg.Ack(); err != nil {
-			log.Warn("fanout: ack", "err", err)
-		}
-		if p.placed != nil {
-			cfg.Records.Fanout(attempts.Fanout{Event: p.id, Type: EventType(p.msg.Subject()), At: clk.Now(),
-				Copies: p.placed, Filtered: p.filtered})
-		}
+	}
+	p.span.EndFanout(len(p.subs), err)
+	md, mdErr := p.msg.Metadata()
+	if err != nil {
 		if mdErr == nil {
-			shed.forget(md.Sequence.Stream)
+			for _, i := range stored {
+				if !shed.recordStored(md.Sequence.Stream, p.subs[i].ID, clk.Now()) {
+					break
+				}
+			}
 		}
-		m.EventIngested()
+		log.Warn("fanout: event not fanned out, will retry", "subject", p.msg.Subject(), "err", err)
+		if mdErr != nil || !tryAgain(ctx, p.msg, again) {
+			_ = cfg.held.NakWithDelay(p.msg, retryDelay)
+		}
+		return
+	}
+	if err := cfg.held.Ack(p.msg); err != nil {
+		log.Warn("fanout: ack", "err", err)
+	}
+	if p.placed != nil {
+		cfg.Records.Fanout(attempts.Fanout{Event: p.id, Type: EventType(p.msg.Subject()), At: clk.Now(),
+			Copies: p.placed, Filtered: p.filtered})
+	}
+	if mdErr == nil {
+		shed.forget(md.Sequence.Stream)
+	}
+	m.EventIngested()
+}
+
+// tryAgain sends msg back on again after retryDelay; false when ctx ended
+// first.
+func tryAgain(ctx context.Context, msg jetstream.Msg, again chan<- jetstream.Msg) bool {
+	t := time.NewTimer(retryDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case again <- msg:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -699,4 +777,47 @@ func (p *pending) place(c attempts.Copy) {
 	if p.placed != nil {
 		p.placed = append(p.placed, c)
 	}
+}
+
+// queuedCopies tells the backlog gauge of each queued copy's answer as it
+// comes, from the publisher's own handlers: the gauge counts the copy as
+// waiting until then (a read of the streams shows only what is stored), and
+// a copy answered is waiting no more on account of a late PubAck of another
+// copy, of its event or of an event before it.
+type queuedCopies struct {
+	gauge *backlog.Gauge
+	mu    sync.Mutex
+	// subs holds the subscriber of each copy on its way.
+	subs map[*nats.Msg]string
+}
+
+// expect notes m, about to be published, as sub's copy.
+func (q *queuedCopies) expect(m *nats.Msg, sub string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.subs[m] = sub
+}
+
+// forget drops m, whose publish failed before it went.
+func (q *queuedCopies) forget(m *nats.Msg) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.subs, m)
+}
+
+// answered tells the gauge of m's answer: stored when err is nil; when
+// refused by JetStream (a full stream, say), not stored. Any other error (no
+// PubAck in time, the connection lost) may hide a copy that is. A message
+// not expected (a body, a dead letter) is let be. It runs on the
+// publisher's goroutine, or under its lock: it only counts.
+func (q *queuedCopies) answered(m *nats.Msg, err error) {
+	q.mu.Lock()
+	sub, ok := q.subs[m]
+	delete(q.subs, m)
+	q.mu.Unlock()
+	if !ok {
+		return
+	}
+	var refused *jetstream.APIError
+	q.gauge.Settled(sub, err == nil || !errors.As(err, &refused))
 }

@@ -6,20 +6,26 @@ import (
 )
 
 // shedMemory remembers, by EVENTS sequence, what became of each copy of an
-// event this relay fanned out and then handed back (a copy refused for want
-// of room, a PubAck lost), until the event is acked: which subscribers'
-// copies it dead-lettered as backlog, and which it stored. Fanned out
-// again, the event gets the same verdicts: a copy shed the first time is
-// shed again (its dead letter's id makes the second a duplicate), never
-// queued, which would make a delivery both sent and in the DLQ; and a copy
-// stored the first time is not published again. DELIVERIES drops a copy
-// published again as a duplicate only within its duplicate window (2
-// minutes): an event handed back every 2 s for longer, while DELIVERIES is
+// event this relay fanned out and must fan out again (a copy refused for
+// want of room, a PubAck lost), until the event is acked: which
+// subscribers' copies it dead-lettered as backlog, and which it stored.
+// Fanned out again, the event gets the same verdicts: a copy shed the first
+// time is shed again (its dead letter's id makes the second a duplicate),
+// never queued, which would make a delivery both sent and in the DLQ; and a
+// copy stored the first time is not published again. DELIVERIES drops a
+// copy published again as a duplicate only within its duplicate window (2
+// minutes): an event tried again every 2 s for longer, while DELIVERIES is
 // full, would store again, and deliver twice, the copies of it that had
 // been stored and sent meanwhile. Any other copy is queued (its copy id
-// makes the second a duplicate within the window). An event handed to
-// another relay is fanned out there as new: the memory is this relay's
-// alone.
+// makes the second a duplicate within the window).
+//
+// The memory is this relay's alone, so the event stays here until it is
+// acked: held and renewed, and tried again by this relay (see settle), not
+// handed back to JetStream, which would give it to any relay. It goes to
+// another relay only when this one stops (the events it hands back then
+// have no copy on its way) or stops renewing it (a crash, a connection lost
+// for longer than the ack wait); there it is fanned out as new, and a copy
+// this relay shed may be queued too.
 type shedMemory struct {
 	mu sync.Mutex
 	m  map[uint64]shedRecord

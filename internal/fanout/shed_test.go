@@ -76,12 +76,14 @@ func TestRunShedsPastTheBacklogBound(t *testing.T) {
 	require.EqualValues(t, events-3, info.State.Msgs)
 }
 
-// TestRunGivesAHandedBackEventTheSameVerdicts: an event whose copy for one
-// subscriber was shed and whose copy for another was refused (DELIVERIES
-// full) is handed back; fanned out again, the shed copy is shed again (one
-// dead letter) and never queued, while the refused one is queued: no
-// delivery is both queued and dead-lettered.
-func TestRunGivesAHandedBackEventTheSameVerdicts(t *testing.T) {
+// TestRunGivesAnEventTriedAgainTheSameVerdicts: an event whose copy for
+// one subscriber was shed and whose copy for another was refused
+// (DELIVERIES full) is tried again; fanned out again, the shed copy is shed
+// again (one dead letter) and never queued, while the refused one is
+// queued: no delivery is both queued and dead-lettered. It is tried again
+// by the fan-out that shed the copy, never handed back to JetStream, which
+// could give it to another relay that has not seen the verdict.
+func TestRunGivesAnEventTriedAgainTheSameVerdicts(t *testing.T) {
 	t.Parallel()
 	small := sub("small")
 	small.MaxBacklog = 1
@@ -96,12 +98,11 @@ func TestRunGivesAHandedBackEventTheSameVerdicts(t *testing.T) {
 	require.NoError(t, gauge.Refresh(t.Context()))
 	// Room for nothing more: the other's copy is refused.
 	setDeliveriesMaxBytes(t, js, 1)
-	e.start(t, func(c *fanout.Config) { c.Backlog = gauge })
+	r := e.start(t, func(c *fanout.Config) { c.Backlog = gauge })
 	last := publish(t, js, "x.y", []byte(`{"n":1}`), msgID("ev-1"))
-	testutil.Eventually(t, func() bool {
-		info := maybeConsumerInfo(t, js)
-		return info != nil && info.NumRedelivered > 0
-	}, "the event was never handed back")
+	testutil.Eventually(t, func() bool { return strings.Count(r.log.String(), "will retry") >= 2 },
+		"the event was never tried again twice")
+	require.Zero(t, consumerInfo(t, js).NumRedelivered, "the event was handed back to JetStream")
 	setDeliveriesMaxBytes(t, js, 0)
 	waitFannedOut(t, js, last)
 
@@ -117,12 +118,12 @@ func TestRunGivesAHandedBackEventTheSameVerdicts(t *testing.T) {
 	require.Equal(t, "dlq.backlog.ev-1.small", dead[0].Header.Get(jetstream.MsgIDHeader))
 }
 
-// TestRunNeverStoresACopyTwiceWhenHandedBackPastTheDuplicateWindow: an
-// event one of whose copies DELIVERIES refuses is handed back and fanned out
-// again every 2 s; a copy stored the first time is not published again,
+// TestRunNeverStoresACopyTwiceWhenTriedAgainPastTheDuplicateWindow: an
+// event one of whose copies DELIVERIES refuses is fanned out again every
+// 2 s; a copy stored the first time is not published again,
 // so that once DELIVERIES' duplicate window has passed (2 minutes; a
 // second here) it is not stored, and delivered, a second time.
-func TestRunNeverStoresACopyTwiceWhenHandedBackPastTheDuplicateWindow(t *testing.T) {
+func TestRunNeverStoresACopyTwiceWhenTriedAgainPastTheDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sub("a"), sub("b"))
 	js := e.n.JS
@@ -138,7 +139,7 @@ func TestRunNeverStoresACopyTwiceWhenHandedBackPastTheDuplicateWindow(t *testing
 	deliveries(-1)
 	idle, err := backlog.New(backlog.Config{JS: js, Subscribers: e.live})
 	require.NoError(t, err)
-	e.start(t, func(c *fanout.Config) { c.Backlog = idle })
+	r := e.start(t, func(c *fanout.Config) { c.Backlog = idle })
 	body := []byte(`{"pad":"` + strings.Repeat("x", 2000) + `"}`)
 	first := publish(t, js, "x.y", body, msgID("ev-1"))
 	waitFannedOut(t, js, first)
@@ -151,9 +152,8 @@ func TestRunNeverStoresACopyTwiceWhenHandedBackPastTheDuplicateWindow(t *testing
 	deliveries(perCopy * 3 / 2)
 	last := publish(t, js, "x.y", body, msgID("ev-2"))
 	testutil.Eventually(t, func() bool {
-		info := maybeConsumerInfo(t, js)
-		return info != nil && info.NumRedelivered > 0 && streamState(t, js, streams.Deliveries).Msgs == 1
-	}, "the event was never handed back with one copy stored")
+		return r.triedAgain() && streamState(t, js, streams.Deliveries).Msgs == 1
+	}, "the event was never tried again with one copy stored")
 	// The server's duplicate window is a time of its own: the copy of a
 	// is remembered for a second; past it, and a fan-out again (every 2 s),
 	// there is room.

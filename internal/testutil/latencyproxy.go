@@ -26,6 +26,10 @@ type LatencyProxy struct {
 	// drop, when set, is asked about every message the server sends (its
 	// payload, headers included); true drops it (see [StartDropProxy]).
 	drop func(payload []byte) bool
+	// late, when set, is asked about every message the server sends; true
+	// writes it lateBy after it was read (see [StartLateProxy]).
+	late   func(payload []byte) bool
+	lateBy time.Duration
 	// gates, when not nil, holds back the server's messages of the classes
 	// a test holds (see [StartGateProxy]); gateMu orders its writes with
 	// the pumps'.
@@ -122,7 +126,7 @@ func (p *LatencyProxy) accept() {
 			continue
 		}
 		p.work.Go(func() { p.pipe(client, server) })
-		if p.drop != nil || p.gates != nil {
+		if p.drop != nil || p.gates != nil || p.late != nil {
 			p.work.Go(func() { p.filter(server, client) })
 			continue
 		}
@@ -182,9 +186,28 @@ func StartDropProxy(t testing.TB, target string, drop func(payload []byte) bool)
 	return startProxy(t, &LatencyProxy{target: target, drop: drop})
 }
 
+// StartLateProxy is [StartLatencyProxy] without the delay, that delays by
+// delay the messages (MSG and HMSG frames) from the server for which late
+// returns true, keeping their order, and passes the rest at once: a PubAck
+// that comes late from a busy server or across a slow link, while the rest
+// of the traffic goes on. late is called from the proxy's goroutines, one
+// per connection.
+func StartLateProxy(t testing.TB, target string, delay time.Duration, late func(payload []byte) bool) *LatencyProxy {
+	t.Helper()
+	return startProxy(t, &LatencyProxy{target: target, late: late, lateBy: delay})
+}
+
 // filter copies the server's protocol from src to dst frame by frame,
-// leaving out the messages p.drop refuses, until either side closes.
+// leaving out the messages p.drop refuses and delaying those p.late
+// accepts, until either side closes.
 func (p *LatencyProxy) filter(src, dst net.Conn) {
+	var later *lateWriter
+	if p.late != nil {
+		later = &lateWriter{dst: dst, frames: make(chan proxyChunk, proxyQueue)}
+		p.work.Go(later.run)
+		defer close(later.frames)
+		dst = later
+	}
 	defer func() {
 		_ = dst.Close()
 		_ = src.Close()
@@ -196,6 +219,10 @@ func (p *LatencyProxy) filter(src, dst net.Conn) {
 			return
 		}
 		if payload != nil && p.drop != nil && p.drop(payload) {
+			continue
+		}
+		if payload != nil && later != nil && p.late(payload) {
+			later.frames <- proxyChunk{data: frame, due: time.Now().Add(p.lateBy)}
 			continue
 		}
 		if p.gates != nil && payload != nil {
@@ -297,4 +324,36 @@ func readFrame(r *bufio.Reader) (frame, payload []byte, err error) {
 		return nil, nil, err
 	}
 	return frame, frame[len(line) : len(line)+size], nil
+}
+
+// lateWriter is a connection's way to the client for a [StartLateProxy]:
+// the frames delayed are written by run at their time, the others at once,
+// one write at a time.
+type lateWriter struct {
+	net.Conn
+	dst    net.Conn
+	mu     sync.Mutex
+	frames chan proxyChunk
+}
+
+func (w *lateWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dst.Write(b)
+}
+
+func (w *lateWriter) Close() error { return w.dst.Close() }
+
+// run writes the delayed frames, each at its time, until frames is closed.
+func (w *lateWriter) run() {
+	for c := range w.frames {
+		if wait := time.Until(c.due); wait > 0 {
+			time.Sleep(wait)
+		}
+		if _, err := w.Write(c.data); err != nil {
+			for range w.frames {
+			}
+			return
+		}
+	}
 }
