@@ -24,7 +24,9 @@ import (
 // before its deliveries. What it does not cover (deliveries the fan-out
 // could store only more than BodySlack after their body, while DELIVERIES
 // was full) reads its body from EVENTS, which keeps every event the
-// fan-out has not finished, and for --events-max-age after.
+// fan-out has not finished, and for --events-max-age after (a bounded
+// EVENTS past half full: until BodySlack before the oldest delivery on a
+// lane, see [Keeper]).
 //
 // A BodyKeeper also makes BODIES again when it finds it deleted (an
 // operator's `nats stream rm`, a store lost): the fan-out cannot share a
@@ -116,7 +118,7 @@ func (k *BodyKeeper) pass(ctx context.Context) (uint64, error) {
 	if !state.LastTime.IsZero() {
 		oldest = minTime(oldest, state.LastTime.Add(BodySlack))
 	}
-	onLanes, err := k.oldestOnLanes(ctx)
+	onLanes, err := oldestOnLanes(ctx, k.js)
 	if err != nil {
 		return 0, err
 	}
@@ -164,9 +166,9 @@ func minTime(a, b time.Time) time.Time {
 // first message on its subjects. A work-queue stream holds only what is not
 // acknowledged, so that is the oldest one its lane has not finished. The
 // subscribers' overflows are not lanes: what they hold carries its body.
-func (k *BodyKeeper) oldestOnLanes(ctx context.Context) (time.Time, error) {
+func oldestOnLanes(ctx context.Context, js jetstream.JetStream) (time.Time, error) {
 	var oldest time.Time
-	deliveries, err := k.js.Stream(ctx, streams.Deliveries)
+	deliveries, err := js.Stream(ctx, streams.Deliveries)
 	if err != nil {
 		return oldest, fmt.Errorf("retention: looking up %s: %w", streams.Deliveries, err)
 	}
@@ -185,7 +187,7 @@ func (k *BodyKeeper) oldestOnLanes(ctx context.Context) (time.Time, error) {
 		if !streams.IsDelivery(filter) {
 			continue
 		}
-		got, _, err := streams.GetBatch(ctx, k.js.Conn(), streams.Deliveries, streams.DirectGet{NextBySubj: filter, Batch: 1})
+		got, _, err := streams.GetBatch(ctx, js.Conn(), streams.Deliveries, streams.DirectGet{NextBySubj: filter, Batch: 1})
 		if err != nil {
 			return oldest, fmt.Errorf("retention: reading the oldest delivery on %s: %w", filter, err)
 		}

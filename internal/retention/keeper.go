@@ -17,8 +17,10 @@
 // yet copied. So that a burst is not refused for the whole age while EVENTS
 // is full of events already copied, a keeper of a bounded EVENTS passes
 // every [RoomInterval] and, once EVENTS is past [RoomShare] of its bound,
-// purges every copied event whatever its age: the age is then kept only as
-// far as the room allows.
+// purges every copied event whatever its age, but for those stored less
+// than [BodySlack] before the oldest delivery on a lane, whose body a
+// delivery may still read from EVENTS should BODIES be lost: the age is
+// then kept only as far as the room allows.
 //
 // A pass costs the same few requests whatever EVENTS holds: the fan-out
 // consumer's info (its ack floor), one message get by time (the first event
@@ -33,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -158,6 +161,12 @@ func (k *Keeper) Run(ctx context.Context) {
 // after another, leave EVENTS as one would
 // (TestConcurrentKeepersPurgeAsOne).
 func (k *Keeper) pass(ctx context.Context) (uint64, error) {
+	// EVENTS' bound is looked up first, so that Run passes every
+	// RoomInterval on a bounded EVENTS from its start, the fan-out's
+	// consumer made or not.
+	if err := k.lookup(ctx); err != nil {
+		return 0, err
+	}
 	cutoff := k.clock.Now().Add(-k.maxAge)
 	cons, err := k.js.Consumer(ctx, streams.Events, fanout.ConsumerName)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -183,7 +192,13 @@ func (k *Keeper) pass(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	below := copied
-	if found && young < below && !tight {
+	if tight {
+		needed, err := k.neededByLanes(ctx)
+		if err != nil {
+			return 0, err
+		}
+		below = min(below, needed)
+	} else if found && young < below {
 		below = young
 	}
 	lagging := (found && young > copied) || (!found && info.NumPending+uint64(info.NumAckPending) > 0)
@@ -194,9 +209,6 @@ func (k *Keeper) pass(ctx context.Context) (uint64, error) {
 	}
 	if below <= 1 || below <= k.purged {
 		return 0, nil
-	}
-	if err := k.lookup(ctx); err != nil {
-		return 0, err
 	}
 	if err := k.stream.Purge(ctx, jetstream.WithPurgeSequence(below)); err != nil {
 		return 0, fmt.Errorf("retention: purging %s below sequence %d: %w", streams.Events, below, err)
@@ -230,9 +242,6 @@ func (k *Keeper) lookup(ctx context.Context) error {
 // reading its state (one request) only when it is bounded. An operator's
 // bound set after the keeper's first look is seen at the next start.
 func (k *Keeper) checkRoom(ctx context.Context) (bool, error) {
-	if err := k.lookup(ctx); err != nil {
-		return false, err
-	}
 	if !k.bounded {
 		return false, nil
 	}
@@ -241,18 +250,43 @@ func (k *Keeper) checkRoom(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("retention: reading how full %s is: %w", streams.Events, err)
 	}
 	cfg, state := info.Config, info.State
-	tight := (cfg.MaxBytes > 0 && float64(state.Bytes) >= RoomShare*float64(cfg.MaxBytes)) ||
-		(cfg.MaxMsgs > 0 && float64(state.Msgs) >= RoomShare*float64(cfg.MaxMsgs))
+	byBytes := cfg.MaxBytes > 0 && float64(state.Bytes) >= RoomShare*float64(cfg.MaxBytes)
+	byMsgs := cfg.MaxMsgs > 0 && float64(state.Msgs) >= RoomShare*float64(cfg.MaxMsgs)
+	tight := byBytes || byMsgs
 	if tight != k.tight {
 		if tight {
-			k.log.Info(fmt.Sprintf("retention: %s is past half its bound (%d of %d bytes): copied events go now, not at %s",
-				streams.Events, state.Bytes, cfg.MaxBytes, k.maxAge))
+			held := fmt.Sprintf("%d of %d bytes", state.Bytes, cfg.MaxBytes)
+			if !byBytes {
+				held = fmt.Sprintf("%d of %d events", state.Msgs, cfg.MaxMsgs)
+			}
+			k.log.Info(fmt.Sprintf("retention: %s is past half its bound (%s): copied events go now, not at %s",
+				streams.Events, held, k.maxAge))
 		} else {
 			k.log.Info(fmt.Sprintf("retention: %s is below half its bound again: copied events stay %s", streams.Events, k.maxAge))
 		}
 	}
 	k.tight = tight
 	return tight, nil
+}
+
+// neededByLanes returns the first event a delivery on a lane may still need
+// from EVENTS, should BODIES lose its body: the first stored less than
+// [BodySlack] before the oldest delivery on a lane (as a [BodyKeeper] keeps
+// bodies), or one past the last event when no delivery waits. One direct
+// get per lane and one message get, on a tight EVENTS only.
+func (k *Keeper) neededByLanes(ctx context.Context) (uint64, error) {
+	onLanes, err := oldestOnLanes(ctx, k.js)
+	if err != nil {
+		return 0, err
+	}
+	if onLanes.IsZero() {
+		return math.MaxUint64, nil
+	}
+	seq, found, err := firstSince(ctx, k.js, streams.Events, onLanes.Add(-BodySlack))
+	if err != nil || !found {
+		return math.MaxUint64, err
+	}
+	return seq, nil
 }
 
 // msgGetRequest asks for the first message stored at or after StartTime.

@@ -509,3 +509,42 @@ func TestKeeperMakesRoomInABoundedEvents(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestKeeperMakingRoomKeepsWhatLanesMayNeed: past half its bound, EVENTS
+// still keeps the events stored less than BodySlack before the oldest
+// delivery on a lane, whose body that delivery reads from EVENTS should
+// BODIES lose it; once the lane is empty, they go.
+func TestKeeperMakingRoomKeepsWhatLanesMayNeed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testutil.Context(t)
+	if _, err := e.n.JS.CreateConsumer(ctx, streams.Deliveries, jetstream.ConsumerConfig{
+		Durable: "lane_s00", FilterSubject: "deliveries.s00.>", AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.boundEvents(t, 10)
+	e.publish(t, 6)
+	e.fanOut(t, all)
+	ack, err := e.n.JS.Publish(ctx, "deliveries.s00.partner", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := e.keeper(t, 1)
+	if got := pass(t, k); got != 0 {
+		t.Fatalf("a delivery waits on a lane: purged below %d, want nothing", got)
+	}
+	e.wantKept(t, 1, 6, "a delivery on a lane")
+
+	deliveries, err := e.n.JS.Stream(ctx, streams.Deliveries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deliveries.DeleteMsg(ctx, ack.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if got := pass(t, k); got != 7 {
+		t.Fatalf("the lanes empty: purged below %d, want 7", got)
+	}
+	e.wantKept(t, 7, 0, "the lanes empty")
+}
