@@ -633,7 +633,7 @@ func openServiceConn(srv *server.Server, password, url string, conn *connFlags, 
 		if err != nil {
 			return nil, err
 		}
-		svc, err := nats.Connect(url, append(opts, common...)...)
+		svc, err := nats.Connect(withoutUserinfo(url), append(opts, common...)...)
 		if err != nil {
 			return nil, fmt.Errorf("cannot connect to NATS at %s as the service user (--service-…): %w", maskNATS(url), err)
 		}

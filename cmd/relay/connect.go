@@ -221,6 +221,32 @@ func (c *connFlags) connect(name string) (*nats.Conn, error) {
 // or the token, of each URL replaced by ***. A list that does not parse is
 // printed as *** whole: it may hold a secret where a URL holds none.
 func maskNATS(urls string) string {
+	return eachNATSURL(urls, "***", func(u *url.URL) string {
+		masked := u.User != nil
+		u.User = nil
+		out := u.String()
+		if masked {
+			scheme, rest, _ := strings.Cut(out, "://")
+			out = scheme + "://***@" + rest
+		}
+		return out
+	})
+}
+
+// withoutUserinfo is urls without the user and password any of them
+// carries: nats.go prefers a URL's credentials to the options given with
+// it, so the service user's connection must not be handed relay's own.
+func withoutUserinfo(urls string) string {
+	return eachNATSURL(urls, "", func(u *url.URL) string {
+		u.User = nil
+		return u.String()
+	})
+}
+
+// eachNATSURL rewrites each URL of a --nats list (host:port forms taken as
+// nats://) with f, keeping the form it was given in; one that does not
+// parse becomes bad, or stays as it is when bad is "".
+func eachNATSURL(urls, bad string, f func(u *url.URL) string) string {
 	parts := strings.Split(urls, ",")
 	for i, part := range parts {
 		part = strings.TrimSpace(part)
@@ -230,16 +256,10 @@ func maskNATS(urls string) string {
 		}
 		u, err := url.Parse(raw)
 		if err != nil {
-			parts[i] = "***"
+			parts[i] = cmp.Or(bad, part)
 			continue
 		}
-		masked := u.User != nil
-		u.User = nil
-		out := u.String()
-		if masked {
-			scheme, rest, _ := strings.Cut(out, "://")
-			out = scheme + "://***@" + rest
-		}
+		out := f(u)
 		if !strings.Contains(part, "://") {
 			out = strings.TrimPrefix(out, "nats://")
 		}

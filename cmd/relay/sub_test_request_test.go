@@ -336,6 +336,24 @@ func TestSubTestAnswersOnlyOnInboxes(t *testing.T) {
 		}
 		require.Equal(t, []string{"relay-service"}, servers)
 	})
+	t.Run("relay's user in the URL", func(t *testing.T) {
+		// nats.go prefers a URL's user to the options given with it: the
+		// service connection must not run as relay's user for it.
+		t.Parallel()
+		srv := startDocServer(t, docAccount(t))
+		url := strings.Replace(srv.ClientURL(), "nats://", "nats://relay:"+docPasswords["relay"]+"@", 1)
+		r := startRelay(t, url, "--service-user", "relay-service", "--service-password", docPasswords["relay-service"])
+		waitRunning(t, r)
+		conns, err := srv.Connz(&server.ConnzOptions{Username: true, Subscriptions: true})
+		require.NoError(t, err)
+		var servers []string
+		for _, c := range conns.Conns {
+			if slices.Contains(c.Subs, testrequest.Subject) {
+				servers = append(servers, c.AuthorizedUser)
+			}
+		}
+		require.Equal(t, []string{"relay-service"}, servers)
+	})
 	t.Run("no service user", func(t *testing.T) {
 		t.Parallel()
 		n := testutil.StartRelayNATS(t)
