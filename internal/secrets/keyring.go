@@ -22,6 +22,10 @@ const KeySize = 32
 // nonce, keyed as the key id says.
 const prefix = "sealed:v1:"
 
+// SealedPrefix starts every sealed value: a credential given in the clear
+// must not begin with it.
+const SealedPrefix = prefix
+
 // idLen is how many bytes of the key's SHA-256 its id shows, in hex: 48
 // bits, enough that two keys of one deployment never share an id.
 const idLen = 6
@@ -152,10 +156,11 @@ func (k *Keyring) IDs() []string {
 
 // Seal returns plain sealed under the current key, bound to context: only
 // [Keyring.Open] with the same context opens it. A nil keyring returns plain
-// as it is, and so does every keyring for the empty string and for a value
-// sealed already.
+// as it is, and so does every keyring for the empty string. A clear value
+// that looks sealed is sealed as any other: callers refuse such values
+// where a user gives them (a clear one would be read as sealed).
 func (k *Keyring) Seal(plain, context string) (string, error) {
-	if k == nil || plain == "" || IsSealed(plain) {
+	if k == nil || plain == "" {
 		return plain, nil
 	}
 	cur := k.keys[0]

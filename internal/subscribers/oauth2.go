@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/secrets"
 )
 
 // Bounds of an OAuth2 grant's fields: far above any real client's, low
@@ -19,7 +20,12 @@ const (
 // `relay sub add` flag at fault and never quoting the client secret. A
 // subscriber with a grant must not configure an Authorization header of its
 // own: the token is that header.
-func validateOAuth2(g *deliver.OAuth2, headers map[string]string) error {
+//
+// A client secret sealed with a key not given (sealed) cannot be judged:
+// it was judged when it was sealed, and sealing makes it longer than the
+// bound. A clear one that looks sealed is refused: it would be read as
+// sealed with a key no relay has, and its subscriber held for good.
+func validateOAuth2(g *deliver.OAuth2, headers map[string]string, sealed bool) error {
 	if g == nil {
 		return nil
 	}
@@ -35,8 +41,13 @@ func validateOAuth2(g *deliver.OAuth2, headers map[string]string) error {
 	if g.ClientSecret == "" {
 		return invalid("--oauth2-client-secret", "is required with --oauth2-token-url (or --oauth2-client-secret-file, --oauth2-client-secret-env)")
 	}
-	if err := printableField("--oauth2-client-secret", g.ClientSecret, false); err != nil {
-		return err
+	if !sealed {
+		if err := printableField("--oauth2-client-secret", g.ClientSecret, false); err != nil {
+			return err
+		}
+		if secrets.IsSealed(g.ClientSecret) {
+			return invalid("--oauth2-client-secret", "must not begin with "+secrets.SealedPrefix+", which marks a sealed value")
+		}
 	}
 	if len(g.Scopes) > maxOAuth2Scopes {
 		return invalid("--oauth2-scopes", fmt.Sprintf("at most %d scopes, got %d", maxOAuth2Scopes, len(g.Scopes)))

@@ -28,32 +28,47 @@ import (
 // it, neither unsigned nor dead-lettered, until a relay with the key reads
 // it. It can be neither signed for ([Subscriber.Request]) nor written back.
 
-// secretFields calls f with each credential of s that is set, so that
-// sealing and opening visit the same fields. s must share no slice or
-// pointer with a value still in use (see clone).
-func (s *Subscriber) secretFields(f func(v *string) error) error {
+// secretFields calls f with each credential of s that is set, and the
+// field it is sealed for, so that sealing and opening visit the same
+// fields. s must share no slice or pointer with a value still in use (see
+// clone).
+func (s *Subscriber) secretFields(f func(field string, v *string) error) error {
 	for i := range s.Secrets {
-		if err := f(&s.Secrets[i]); err != nil {
+		if err := f(fieldSecret, &s.Secrets[i]); err != nil {
 			return err
 		}
 	}
 	for i := range s.PreviousSecrets {
-		if err := f(&s.PreviousSecrets[i].Secret); err != nil {
+		if err := f(fieldSecret, &s.PreviousSecrets[i].Secret); err != nil {
 			return err
 		}
 	}
 	if s.OAuth2 != nil && s.OAuth2.ClientSecret != "" {
-		if err := f(&s.OAuth2.ClientSecret); err != nil {
+		if err := f(fieldClientSecret, &s.OAuth2.ClientSecret); err != nil {
 			return err
 		}
 	}
 	if s.TLS != nil && s.TLS.ClientKey != "" {
-		if err := f(&s.TLS.ClientKey); err != nil {
+		if err := f(fieldClientKey, &s.TLS.ClientKey); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// The fields a credential is sealed for. A sealed value opens only for
+// its subscriber and its field: one moved by a writer of the bucket from a
+// signing secret into an OAuth2 client secret, which relay sends to a token
+// URL the writer may have set, does not open. A signing secret may move
+// between active and previous (a rotation) and keeps its field.
+const (
+	fieldSecret       = "secret"
+	fieldClientSecret = "oauth2.client_secret"
+	fieldClientKey    = "tls.client_key"
+)
+
+// sealContext is what a credential of the subscriber id is bound to.
+func sealContext(id, field string) string { return id + "\x00" + field }
 
 // SealedWith is the id of the key that sealed a credential of s, when the
 // keyring it was read with lacks that key; empty when every credential of
@@ -75,8 +90,8 @@ func encode(sub Subscriber, keys *secrets.Keyring) ([]byte, error) {
 		return nil, sub.sealedError()
 	}
 	c := sub.clone()
-	if err := c.secretFields(func(v *string) error {
-		sealed, err := keys.Seal(*v, c.ID)
+	if err := c.secretFields(func(field string, v *string) error {
+		sealed, err := keys.Seal(*v, sealContext(c.ID, field))
 		*v = sealed
 		return err
 	}); err != nil {
@@ -97,7 +112,7 @@ func encode(sub Subscriber, keys *secrets.Keyring) ([]byte, error) {
 // is an error wrapping [secrets.ErrTampered].
 func (s *Subscriber) open(keys *secrets.Keyring) (stale bool, err error) {
 	current := keys.Current()
-	err = s.secretFields(func(v *string) error {
+	err = s.secretFields(func(field string, v *string) error {
 		id, sealed := secrets.SealedWith(*v)
 		if id != current {
 			stale = true
@@ -105,7 +120,7 @@ func (s *Subscriber) open(keys *secrets.Keyring) (stale bool, err error) {
 		if !sealed {
 			return nil
 		}
-		plain, err := keys.Open(*v, s.ID)
+		plain, err := keys.Open(*v, sealContext(s.ID, field))
 		var missing *secrets.MissingKeyError
 		if errors.As(err, &missing) {
 			if s.sealedWith == "" {

@@ -3,6 +3,7 @@ package subscribers
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -200,4 +201,74 @@ func TestResealRotates(t *testing.T) {
 	}
 	_, err = clear.Reseal(ctx)
 	require.ErrorIs(t, err, ErrNoKeys)
+}
+
+// TestSealedValueOpensOnlyInItsField: a writer of the bucket without the
+// key who moves a sealed signing secret into the OAuth2 client secret (which
+// relay would send to a token URL that writer may set) gets a value that
+// does not open; the store refuses the subscriber rather than send it.
+func TestSealedValueOpensOnlyInItsField(t *testing.T) {
+	t.Parallel()
+	ctx := testutil.Context(t)
+	n := testutil.StartRelayNATS(t)
+	keys := newKeyring(t, newKeyLine(t))
+	st, err := Open(ctx, n.JS, WithKeys(keys))
+	require.NoError(t, err)
+	sub, _ := credentialed(t, "moved")
+	require.NoError(t, st.Put(ctx, sub))
+
+	kv := rawKV(t, n)
+	entry, err := kv.Get(ctx, "moved")
+	require.NoError(t, err)
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(entry.Value(), &raw))
+	sealedSecret := raw["secrets"].([]any)[0].(string)
+	require.True(t, secrets.IsSealed(sealedSecret))
+	raw["oauth2"].(map[string]any)["client_secret"] = sealedSecret
+	forged, err := json.Marshal(raw)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "moved", forged)
+	require.NoError(t, err)
+
+	_, err = st.Get(ctx, "moved")
+	require.ErrorIs(t, err, secrets.ErrTampered)
+}
+
+// TestLongSealedClientSecretIsHeldWithoutTheKey: a client secret near the
+// bound grows past it once sealed; a store without the key still reads the
+// subscriber, held for want of the key, not refused as invalid (which would
+// have the fan-out make no copies for it).
+func TestLongSealedClientSecretIsHeldWithoutTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := testutil.Context(t)
+	n := testutil.StartRelayNATS(t)
+	keys := newKeyring(t, newKeyLine(t))
+	st, err := Open(ctx, n.JS, WithKeys(keys))
+	require.NoError(t, err)
+	sub, _ := credentialed(t, "long")
+	sub.OAuth2.ClientSecret = strings.Repeat("s", maxOAuth2Field)
+	require.NoError(t, st.Put(ctx, sub))
+
+	keyless, err := Open(ctx, n.JS)
+	require.NoError(t, err)
+	got, err := keyless.Get(ctx, "long")
+	require.NoError(t, err)
+	require.Equal(t, keys.Current(), got.SealedWith())
+	require.True(t, got.PausedAt(time.Now()))
+}
+
+// TestClearClientSecretThatLooksSealedIsRefused: a client secret given in
+// the clear that begins as a sealed value does would be read as sealed with
+// a key no relay has: refused, naming its flag.
+func TestClearClientSecretThatLooksSealedIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testutil.Context(t)
+	n := testutil.StartRelayNATS(t)
+	st, err := Open(ctx, n.JS)
+	require.NoError(t, err)
+	sub, _ := credentialed(t, "looks")
+	sub.OAuth2.ClientSecret = secrets.SealedPrefix + "abc:def"
+	err = st.Put(ctx, sub)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Contains(t, err.Error(), "--oauth2-client-secret")
 }

@@ -368,7 +368,7 @@ func (s Subscriber) Validate() error {
 	if err := validateTLS(s.TLS); err != nil && !sealed {
 		return err
 	}
-	return validateOAuth2(s.OAuth2, s.Headers)
+	return validateOAuth2(s.OAuth2, s.Headers, sealed)
 }
 
 // validateURL checks the subscriber URL. Whether its address is private is
