@@ -506,12 +506,20 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 			p.futures = append(p.futures, nil)
 			continue
 		}
-		if again && cfg.shed.stored(md.Sequence.Stream, sub.ID) {
-			// Stored when first fanned out: not published again (see
-			// shedMemory).
-			p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.StoredBefore})
-			p.futures = append(p.futures, nil)
-			continue
+		if again {
+			switch cfg.shed.done(md.Sequence.Stream, sub.ID) {
+			case storedVerdict:
+				// Stored when first fanned out: not published again (see
+				// shedMemory).
+				p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.StoredBefore})
+				p.futures = append(p.futures, nil)
+				continue
+			case deadVerdict:
+				// Shed, its dead letter stored: neither again.
+				p.place(attempts.Copy{Subscriber: sub.ID, Placed: attempts.DeadAtFanout, Reason: string(deadletter.Backlog)})
+				p.futures = append(p.futures, nil)
+				continue
+			}
 		}
 		// What the copy weighs in DELIVERIES: a few hundred bytes of
 		// headers when its body is shared, else the body.
@@ -693,7 +701,9 @@ func settle(ctx context.Context, p pending, log *slog.Logger, cfg Config, again 
 			err = cmp.Or(err, fmt.Errorf("storing its body in %s: %w", streams.Bodies, e))
 		}
 	}
-	var stored []int // copies stored, remembered if the event is tried again
+	// Copies stored, and shed copies whose dead letters were stored,
+	// remembered if the event is tried again.
+	var stored, dead []int
 	for i, f := range p.futures {
 		if f == nil {
 			continue // dead-lettered, counted already; or stored before
@@ -708,6 +718,7 @@ func settle(ctx context.Context, p pending, log *slog.Logger, cfg Config, again 
 				if p.placed != nil {
 					p.placed[i].DLQSeq = ack.Sequence
 				}
+				dead = append(dead, i)
 				if !ack.Duplicate {
 					m.DeadLettered(p.subs[i].ID, deadletter.Backlog)
 					ops.Dead(p.subs[i].ID, string(deadletter.Backlog), EventType(p.msg.Subject()))
@@ -730,6 +741,11 @@ func settle(ctx context.Context, p pending, log *slog.Logger, cfg Config, again 
 		if mdErr == nil {
 			for _, i := range stored {
 				if !shed.recordStored(md.Sequence.Stream, p.subs[i].ID, clk.Now()) {
+					break
+				}
+			}
+			for _, i := range dead {
+				if !shed.recordDead(md.Sequence.Stream, p.subs[i].ID, clk.Now()) {
 					break
 				}
 			}

@@ -22,10 +22,11 @@ import (
 // The memory is this relay's alone, so the event stays here until it is
 // acked: held and renewed, and tried again by this relay (see settle), not
 // handed back to JetStream, which would give it to any relay. It goes to
-// another relay only when this one stops (the events it hands back then
-// have no copy on its way) or stops renewing it (a crash, a connection lost
-// for longer than the ack wait); there it is fanned out as new, and a copy
-// this relay shed may be queued too.
+// another relay only when this one stops (an event it was trying again is
+// handed back then) or stops renewing it (a crash, a connection lost for
+// longer than the ack wait); there it is fanned out as new, and a copy
+// this relay shed may be queued too: a known limit, since no JetStream
+// request finds a dead letter by its Nats-Msg-Id.
 type shedMemory struct {
 	mu sync.Mutex
 	m  map[uint64]shedRecord
@@ -42,8 +43,15 @@ type shedRecord struct {
 type verdict uint8
 
 const (
+	// shedVerdict: the copy was shed; its dead letter is not known stored.
 	shedVerdict verdict = iota + 1
+	// storedVerdict: the copy was stored in DELIVERIES (or RETRIES).
 	storedVerdict
+	// deadVerdict: the copy was shed and its dead letter stored: fanned
+	// out again, neither is published again (past the DLQ's duplicate
+	// window a second dead letter would be a second entry, and a second
+	// delivery on replay).
+	deadVerdict
 )
 
 // storedMost bounds the stored copies remembered over all events (an event
@@ -68,13 +76,25 @@ func (s *shedMemory) record(seq uint64, subscriber string, now time.Time) {
 // recordStored notes that seq's copy for subscriber was stored, for an
 // event handed back; false when the memory is full and it was not.
 func (s *shedMemory) recordStored(seq uint64, subscriber string, now time.Time) bool {
+	return s.recordDone(seq, subscriber, storedVerdict, now)
+}
+
+// recordDead notes that seq's copy for subscriber was shed and its dead
+// letter stored, for an event handed back; false when the memory is full
+// and it was not (the dead letter, published again, then relies on the
+// DLQ's duplicate window).
+func (s *shedMemory) recordDead(seq uint64, subscriber string, now time.Time) bool {
+	return s.recordDone(seq, subscriber, deadVerdict, now)
+}
+
+func (s *shedMemory) recordDone(seq uint64, subscriber string, v verdict, now time.Time) bool {
 	s.mu.Lock()
 	full := s.entries >= storedMost
 	s.mu.Unlock()
 	if full {
 		return false
 	}
-	s.note(seq, subscriber, storedVerdict, now)
+	s.note(seq, subscriber, v, now)
 	return true
 }
 
@@ -105,11 +125,13 @@ func (s *shedMemory) shed(seq uint64, subscriber string) bool {
 	return s.m[seq].subs[subscriber] == shedVerdict
 }
 
-// stored reports whether seq's copy for subscriber was stored before.
-func (s *shedMemory) stored(seq uint64, subscriber string) bool {
+// done tells what of seq's copy for subscriber was stored before: the copy
+// (storedVerdict), its dead letter (deadVerdict), or neither (0, or
+// shedVerdict: shed, its dead letter not known stored).
+func (s *shedMemory) done(seq uint64, subscriber string) verdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m[seq].subs[subscriber] == storedVerdict
+	return s.m[seq].subs[subscriber]
 }
 
 // forget drops an event once it is acked.

@@ -82,13 +82,20 @@ func TestRunShedsPastTheBacklogBound(t *testing.T) {
 // again (one dead letter) and never queued, while the refused one is
 // queued: no delivery is both queued and dead-lettered. It is tried again
 // by the fan-out that shed the copy, never handed back to JetStream, which
-// could give it to another relay that has not seen the verdict.
+// could give it to another relay that has not seen the verdict. The shed
+// copy's dead letter, once stored, is not published again: with the DLQ's
+// duplicate window (here a second) past, it would be a second entry.
 func TestRunGivesAnEventTriedAgainTheSameVerdicts(t *testing.T) {
 	t.Parallel()
 	small := sub("small")
 	small.MaxBacklog = 1
 	e := newEnv(t, small, sub("other"))
 	js := e.n.JS
+	dlqCfg, err := streams.Config(streams.DLQ)
+	require.NoError(t, err)
+	dlqCfg.Duplicates = time.Second
+	_, err = js.UpdateStream(t.Context(), dlqCfg)
+	require.NoError(t, err)
 	gauge, err := backlog.New(backlog.Config{JS: js, Subscribers: e.live})
 	require.NoError(t, err)
 	require.NoError(t, gauge.Refresh(t.Context()))
