@@ -23,8 +23,10 @@ import (
 //
 // The zero Held is empty and ready for use.
 type Held struct {
-	mu   sync.Mutex
-	msgs map[jetstream.Msg]struct{}
+	mu sync.Mutex
+	// msgs are the held messages, each with when it was received or last
+	// renewed.
+	msgs map[jetstream.Msg]time.Time
 }
 
 // Add holds msg: it is renewed from the next round on.
@@ -32,9 +34,9 @@ func (h *Held) Add(msg jetstream.Msg) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.msgs == nil {
-		h.msgs = make(map[jetstream.Msg]struct{})
+		h.msgs = make(map[jetstream.Msg]time.Time)
 	}
-	h.msgs[msg] = struct{}{}
+	h.msgs[msg] = time.Now()
 }
 
 // Len is how many messages are held.
@@ -63,8 +65,10 @@ func (h *Held) drop(msg jetstream.Msg) {
 	delete(h.msgs, msg)
 }
 
-// KeepAlive renews every held message every period until ctx ends: one
-// InProgress a message a round, whatever the message waits for.
+// KeepAlive renews the held messages every period until ctx ends: one
+// InProgress for each received or renewed at least half a period ago, so
+// that a message answered soon after it came costs no renewal, and one held
+// long one a period; none goes unrenewed for more than a period and a half.
 func (h *Held) KeepAlive(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -74,15 +78,20 @@ func (h *Held) KeepAlive(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		h.renew()
+		h.renew(every)
 	}
 }
 
-// renew sends one round of InProgress.
-func (h *Held) renew() {
+// renew sends one round of InProgress, to the messages received or
+// renewed at least half of every ago.
+func (h *Held) renew(every time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for msg := range h.msgs {
-		_ = msg.InProgress()
+	now := time.Now()
+	for msg, at := range h.msgs {
+		if now.Sub(at) >= every/2 {
+			_ = msg.InProgress()
+			h.msgs[msg] = now
+		}
 	}
 }
