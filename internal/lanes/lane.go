@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -272,7 +271,8 @@ func (l *lane) schedulers() []*scheduler {
 // InProgress of a round is sent as a request, which the consumer's leader
 // answers once it has taken it; the round counts from then. (It proves the
 // round's other InProgress arrived too as far as one connection delivers in
-// order; with none to send, a ping proves the connection.)
+// order; with none to send, a ping proves the connection.) A message
+// settled meanwhile is never renewed (see consumer.KeepAlive).
 func (l *lane) keepAliveLoop(ctx context.Context) {
 	every := keepAliveEvery(l.cfg.AckWait)
 	// The rounds run in real time, as the ack wait they renew does (see
@@ -294,37 +294,18 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		l.stamps.Lock()
 		oldest := l.oldestSinceConfirmed
 		l.stamps.Unlock()
-		var last jetstream.Msg
-		keep := func(msg jetstream.Msg) {
-			if last != nil {
-				_ = last.InProgress()
-			}
-			last = msg
-		}
+		var msgs []jetstream.Msg
 		for _, s := range l.schedulers() {
-			for _, msg := range s.outstanding() {
-				keep(msg)
-			}
+			msgs = append(msgs, s.outstanding()...)
 		}
 		l.mu.Lock()
-		returning := slices.Clone(l.returning)
+		msgs = append(msgs, l.returning...)
 		l.mu.Unlock()
-		for _, msg := range returning {
-			keep(msg)
-		}
-		for _, msg := range l.puts.pending.list() {
-			keep(msg)
-		}
-		for _, msg := range l.scheduling.list() {
-			keep(msg)
-		}
-		wait := l.confirmWait(start, oldest, every)
-		var err error
-		if last != nil {
-			_, err = l.cfg.JS.Conn().Request(last.Reply(), []byte("+WPI"), wait)
-		} else {
-			err = l.cfg.JS.Conn().FlushTimeout(wait)
-		}
+		msgs = append(msgs, l.puts.pending.list()...)
+		msgs = append(msgs, l.scheduling.list()...)
+		// A message settled since it was listed is skipped as its
+		// keep-alive goes (see consumer.KeepAlive).
+		err := consumer.KeepAlive(l.cfg.JS.Conn(), l.confirmWait(start, oldest, every), msgs...)
 		if err != nil {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
 			continue
