@@ -69,9 +69,11 @@ type lane struct {
 	// runs apart from any scheduler).
 	scheduling *renewed
 	// dispatching is held by the pull loop while it stamps a message as
-	// held and hands it to its scheduler, and taken by a keep-alive round
-	// as it begins: a message stamped before a round began is among those
-	// the round renews (see [lane.renewedAt]).
+	// held and hands it to its scheduler (see [lane.hold]), taken by a
+	// keep-alive round as it begins, so that a message stamped before a
+	// round began is among those the round renews (see [lane.renewedAt]),
+	// and by a prune, so that it never drops the scheduler a message is
+	// being handed to. It comes before mu.
 	dispatching sync.Mutex
 }
 
@@ -201,11 +203,18 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	case d.early(now):
 		l.work.Go(func() { l.schedule(context.WithoutCancel(ctx), d, id) })
 	default:
-		l.dispatching.Lock()
-		l.stamp(&d)
-		l.scheduler(id).offer(ctx, d, sub)
-		l.dispatching.Unlock()
+		l.hold(ctx, d, sub)
 	}
+}
+
+// hold stamps d as held and hands it to its subscriber's scheduler, under
+// dispatching: a keep-alive round that begins after the stamp renews it,
+// and a prune cannot drop the scheduler between the lookup and the offer.
+func (l *lane) hold(ctx context.Context, d delivery, sub subscribers.Subscriber) {
+	l.dispatching.Lock()
+	defer l.dispatching.Unlock()
+	l.stamp(&d)
+	l.scheduler(sub.ID).offer(ctx, d, sub)
 }
 
 // unknownSubscriber settles a message whose subscriber this relay's view
@@ -241,8 +250,14 @@ func (l *lane) scheduler(id string) *scheduler {
 	return s
 }
 
-// prune drops the idle schedulers of subscribers that are gone.
+// prune drops the idle schedulers of subscribers that are gone. It takes
+// dispatching first, as hold does: a scheduler that hold has just looked up
+// is idle until its offer, and dropped then it would take the delivery
+// apart from the lane (a second scheduler for its subscriber beside it, its
+// held messages renewed by no keep-alive round).
 func (l *lane) prune(inView func(id string) bool) {
+	l.dispatching.Lock()
+	defer l.dispatching.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id, s := range l.scheds {
