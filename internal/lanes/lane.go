@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
@@ -42,6 +44,11 @@ type lane struct {
 	// confirmed is when the last keep-alive round that the server is known
 	// to have received began (unix nanoseconds, real time).
 	confirmed atomic.Int64
+	// unconfirmedAt is when the last round began whose answer did not come
+	// in time, its keep-alives sent on a connection that has made
+	// unconfirmedReconnects reconnects (see [lane.renewedUnconfirmed]).
+	unconfirmedAt         atomic.Int64
+	unconfirmedReconnects atomic.Uint64
 	// gapAt is when the last confirmed round began that came three quarters
 	// of an ack wait or more after the one before (see [lane.renewedAt]).
 	gapAt atomic.Int64
@@ -53,6 +60,11 @@ type lane struct {
 	oldestSinceConfirmed, oldestSinceRound int64
 	// flight counts its requests in flight, for relay_lane_in_flight.
 	flight *metrics.Lane
+	// requests counts its requests in flight, waiting its schedulers in a
+	// wait their subscriber explains, and lastSent is when it last began a
+	// request (unix nanoseconds, by Config.Clock): the stall watch's view
+	// (see stall.go).
+	requests, waiting, lastSent atomic.Int64
 
 	mu     sync.Mutex
 	scheds map[string]*scheduler
@@ -130,6 +142,7 @@ func (l *lane) run(ctx context.Context) {
 	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var keep conc.WaitGroup
 	keep.Go(func() { l.keepAliveLoop(keepCtx) })
+	keep.Go(func() { l.watchStalls(keepCtx) })
 	defer func() {
 		stopKeeping()
 		keep.Wait()
@@ -309,6 +322,7 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		l.stamps.Lock()
 		oldest := l.oldestSinceConfirmed
 		l.stamps.Unlock()
+		reconnects := l.cfg.JS.Conn().Stats().Reconnects
 		var msgs []jetstream.Msg
 		for _, s := range l.schedulers() {
 			msgs = append(msgs, s.outstanding()...)
@@ -323,6 +337,10 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		err := consumer.KeepAlive(l.cfg.JS.Conn(), l.confirmWait(start, oldest, every), msgs...)
 		if err != nil {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
+			if errors.Is(err, nats.ErrTimeout) {
+				l.unconfirmedReconnects.Store(reconnects)
+				l.unconfirmedAt.Store(start)
+			}
 			continue
 		}
 		l.stamps.Lock()
@@ -377,6 +395,23 @@ func (l *lane) stamp(d *delivery) {
 // covers the server's send to this client (see [consumer.ReceivedAt]).
 func (l *lane) alive(d delivery) bool {
 	return ackAge(l.renewedAt(d)) < aliveFor(l.cfg.AckWait)
+}
+
+// renewedUnconfirmed reports whether d, though no longer this relay's by
+// the rounds confirmed (see [lane.alive]), was held when a later round
+// began whose keep-alives the connection carried, only its answer late: that
+// round began less than three quarters of an ack wait ago, and the
+// connection has been up, without a reconnect, since before it was sent. The
+// server then renewed d as it took that round, and holds it for a whole ack
+// wait from then: a hand-back sent now, after the round on the same
+// connection, gives it back at once rather than an ack wait later.
+func (l *lane) renewedUnconfirmed(d delivery) bool {
+	at := l.unconfirmedAt.Load()
+	if d.kept == 0 || d.kept >= at || ackAge(at) >= aliveFor(l.cfg.AckWait) {
+		return false
+	}
+	nc := l.cfg.JS.Conn()
+	return nc.IsConnected() && nc.Stats().Reconnects == l.unconfirmedReconnects.Load()
 }
 
 // renewedAt is when d's ack wait was last reset, as far as this relay can

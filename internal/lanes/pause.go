@@ -70,7 +70,7 @@ func (s *scheduler) pauseLocked(ctx context.Context, now time.Time) {
 	s.mu.Unlock()
 	s.deadLetterAll(ctx, doomed)
 	s.toOverflow(held)
-	s.sleep(ctx, until.Sub(now), false)
+	s.lane.waitFor(func() { s.sleep(ctx, until.Sub(now), false) })
 }
 
 // wait acts on a decision that holds the next request: a pause or an open

@@ -224,18 +224,28 @@ func (s *scheduler) loop(ctx context.Context) {
 		headDeadline := s.queue[0].deadline
 		s.mu.Unlock()
 
-		release, err := s.lane.env.gate.Acquire(ctx, s.id)
-		if err != nil {
+		// The waits for a request slot and the limiter's word are the
+		// subscriber's: not a stall (see stall.go).
+		var (
+			release      func()
+			dec          ratelimit.Decision
+			slotErr, err error
+		)
+		s.lane.waitFor(func() {
+			if release, slotErr = s.lane.env.gate.Acquire(ctx, s.id); slotErr == nil {
+				dec, err = s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
+			}
+		})
+		if slotErr != nil {
 			continue // stopping
 		}
-		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
 			dec = ratelimit.Decision{Verdict: ratelimit.Token, Wait: limiterRetry}
 		}
 		if dec.Verdict != ratelimit.Go {
 			release()
-			s.wait(ctx, dec, headDeadline)
+			s.lane.waitFor(func() { s.wait(ctx, dec, headDeadline) })
 			continue
 		}
 
@@ -261,7 +271,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			}
 			continue
 		}
-		s.lane.flight.Begin()
+		s.lane.begin()
 		if s.lastOut() {
 			// The loop would exit as soon as this request is out: it sends
 			// it itself rather than start a goroutine for it, one hand-off
