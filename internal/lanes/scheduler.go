@@ -309,14 +309,21 @@ func (s *scheduler) stopIfIdleLocked(now time.Time) bool {
 }
 
 // pop takes the next live held message and counts it in flight; stale ones
-// (see [lane.alive]) are let go on the way.
+// (see [lane.alive]) are let go on the way, once the lock is released: a
+// let-go may hand a delivery back, and they come in storms.
 func (s *scheduler) pop() (delivery, bool) {
+	var stale []delivery
+	defer func() {
+		for _, d := range stale {
+			s.lane.letGo(d, s.id)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.queue) > 0 && !s.stopped {
 		d := s.popFrontLocked()
 		if !s.lane.alive(d) {
-			s.lane.letGo(d, s.id)
+			stale = append(stale, d)
 			continue
 		}
 		if !d.dueBy(s.lane.cfg.Clock.Now()) {
