@@ -226,26 +226,21 @@ func (s *scheduler) loop(ctx context.Context) {
 
 		// The waits for a request slot and the limiter's word are the
 		// subscriber's: not a stall (see stall.go).
-		var (
-			release      func()
-			dec          ratelimit.Decision
-			slotErr, err error
-		)
-		s.lane.waitFor(func() {
-			if release, slotErr = s.lane.env.gate.Acquire(ctx, s.id); slotErr == nil {
-				dec, err = s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
-			}
-		})
-		if slotErr != nil {
+		s.lane.waiting.Add(1)
+		release, err := s.lane.env.gate.Acquire(ctx, s.id)
+		if err != nil {
+			s.lane.waiting.Add(-1)
 			continue // stopping
 		}
+		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
+		s.lane.waiting.Add(-1)
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
 			dec = ratelimit.Decision{Verdict: ratelimit.Token, Wait: limiterRetry}
 		}
 		if dec.Verdict != ratelimit.Go {
 			release()
-			s.lane.waitFor(func() { s.wait(ctx, dec, headDeadline) })
+			s.wait(ctx, dec, headDeadline)
 			continue
 		}
 

@@ -30,15 +30,6 @@ func (l *lane) end() {
 	l.flight.End()
 }
 
-// waitFor runs wait, a wait of one of the lane's schedulers that the
-// subscriber explains (a request slot, the rate limiter's word, a token, a
-// pause), counted so that the stall watch does not take it for a stall.
-func (l *lane) waitFor(wait func()) {
-	l.waiting.Add(1)
-	defer l.waiting.Add(-1)
-	wait()
-}
-
 // watchStalls looks at the lane every stallCheckEvery until ctx ends, and
 // reports a stall once it has lasted stallAfter: once per stall.
 func (l *lane) watchStalls(ctx context.Context) {
