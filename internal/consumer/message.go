@@ -103,18 +103,31 @@ func (m *message) NakWithDelay(delay time.Duration) error {
 }
 
 // InProgress resets the message's ack wait; it may be sent any number of
-// times until the message is acked.
-func (m *message) InProgress() error {
+// times until the message is settled (acked, handed back or terminated).
+func (m *message) InProgress() error { return m.progress("") }
+
+// progressBody is a keep-alive's answer.
+var progressBody = []byte("+WPI")
+
+// progress sends a keep-alive, as a request answered on confirm when
+// confirm is not empty, unless the message is settled. It checks under the
+// lock the final answer takes and sends before it lets go, so that no
+// keep-alive follows a settle on the wire: the server takes one that comes
+// after a NAK with a delay as a renewal, and holds the message a whole ack
+// wait instead of the delay.
+func (m *message) progress(confirm string) error {
 	if m.msg.Reply == "" {
 		return jetstream.ErrMsgNoReply
 	}
 	m.mu.Lock()
-	acked := m.acked
-	m.mu.Unlock()
-	if acked {
+	defer m.mu.Unlock()
+	if m.acked {
 		return jetstream.ErrMsgAlreadyAckd
 	}
-	return m.msg.Respond([]byte("+WPI"))
+	if confirm != "" {
+		return m.nc.PublishRequest(m.msg.Reply, confirm, progressBody)
+	}
+	return m.msg.Respond(progressBody)
 }
 
 // Term tells the server never to redeliver the message.

@@ -2,15 +2,16 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
@@ -43,6 +44,11 @@ type lane struct {
 	// confirmed is when the last keep-alive round that the server is known
 	// to have received began (unix nanoseconds, real time).
 	confirmed atomic.Int64
+	// unconfirmedAt is when the last round began whose answer did not come
+	// in time, its keep-alives sent on a connection that has made
+	// unconfirmedReconnects reconnects (see [lane.renewedUnconfirmed]).
+	unconfirmedAt         atomic.Int64
+	unconfirmedReconnects atomic.Uint64
 	// gapAt is when the last confirmed round began that came three quarters
 	// of an ack wait or more after the one before (see [lane.renewedAt]).
 	gapAt atomic.Int64
@@ -54,6 +60,11 @@ type lane struct {
 	oldestSinceConfirmed, oldestSinceRound int64
 	// flight counts its requests in flight, for relay_lane_in_flight.
 	flight *metrics.Lane
+	// requests counts its requests in flight, waiting its schedulers in a
+	// wait their subscriber explains, and lastSent is when it last began a
+	// request (unix nanoseconds, by Config.Clock): the stall watch's view
+	// (see stall.go).
+	requests, waiting, lastSent atomic.Int64
 
 	mu     sync.Mutex
 	scheds map[string]*scheduler
@@ -70,9 +81,11 @@ type lane struct {
 	// runs apart from any scheduler).
 	scheduling *renewed
 	// dispatching is held by the pull loop while it stamps a message as
-	// held and hands it to its scheduler, and taken by a keep-alive round
-	// as it begins: a message stamped before a round began is among those
-	// the round renews (see [lane.renewedAt]).
+	// held and hands it to its scheduler (see [lane.hold]), taken by a
+	// keep-alive round as it begins, so that a message stamped before a
+	// round began is among those the round renews (see [lane.renewedAt]),
+	// and by a prune, so that it never drops the scheduler a message is
+	// being handed to. It comes before mu.
 	dispatching sync.Mutex
 }
 
@@ -129,6 +142,7 @@ func (l *lane) run(ctx context.Context) {
 	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var keep conc.WaitGroup
 	keep.Go(func() { l.keepAliveLoop(keepCtx) })
+	keep.Go(func() { l.watchStalls(keepCtx) })
 	defer func() {
 		stopKeeping()
 		keep.Wait()
@@ -202,11 +216,18 @@ func (l *lane) dispatch(ctx context.Context, msg jetstream.Msg) {
 	case d.early(now):
 		l.work.Go(func() { l.schedule(context.WithoutCancel(ctx), d, id) })
 	default:
-		l.dispatching.Lock()
-		l.stamp(&d)
-		l.scheduler(id).offer(ctx, d, sub)
-		l.dispatching.Unlock()
+		l.hold(ctx, d, sub)
 	}
+}
+
+// hold stamps d as held and hands it to its subscriber's scheduler, under
+// dispatching: a keep-alive round that begins after the stamp renews it,
+// and a prune cannot drop the scheduler between the lookup and the offer.
+func (l *lane) hold(ctx context.Context, d delivery, sub subscribers.Subscriber) {
+	l.dispatching.Lock()
+	defer l.dispatching.Unlock()
+	l.stamp(&d)
+	l.scheduler(sub.ID).offer(ctx, d, sub)
 }
 
 // unknownSubscriber settles a message whose subscriber this relay's view
@@ -242,8 +263,14 @@ func (l *lane) scheduler(id string) *scheduler {
 	return s
 }
 
-// prune drops the idle schedulers of subscribers that are gone.
+// prune drops the idle schedulers of subscribers that are gone. It takes
+// dispatching first, as hold does: a scheduler that hold has just looked up
+// is idle until its offer, and dropped then it would take the delivery
+// apart from the lane (a second scheduler for its subscriber beside it, its
+// held messages renewed by no keep-alive round).
 func (l *lane) prune(inView func(id string) bool) {
+	l.dispatching.Lock()
+	defer l.dispatching.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id, s := range l.scheds {
@@ -272,7 +299,8 @@ func (l *lane) schedulers() []*scheduler {
 // InProgress of a round is sent as a request, which the consumer's leader
 // answers once it has taken it; the round counts from then. (It proves the
 // round's other InProgress arrived too as far as one connection delivers in
-// order; with none to send, a ping proves the connection.)
+// order; with none to send, a ping proves the connection.) A message
+// settled meanwhile is never renewed (see consumer.KeepAlive).
 func (l *lane) keepAliveLoop(ctx context.Context) {
 	every := keepAliveEvery(l.cfg.AckWait)
 	// The rounds run in real time, as the ack wait they renew does (see
@@ -294,39 +322,25 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		l.stamps.Lock()
 		oldest := l.oldestSinceConfirmed
 		l.stamps.Unlock()
-		var last jetstream.Msg
-		keep := func(msg jetstream.Msg) {
-			if last != nil {
-				_ = last.InProgress()
-			}
-			last = msg
-		}
+		reconnects := l.cfg.JS.Conn().Stats().Reconnects
+		var msgs []jetstream.Msg
 		for _, s := range l.schedulers() {
-			for _, msg := range s.outstanding() {
-				keep(msg)
-			}
+			msgs = append(msgs, s.outstanding()...)
 		}
 		l.mu.Lock()
-		returning := slices.Clone(l.returning)
+		msgs = append(msgs, l.returning...)
 		l.mu.Unlock()
-		for _, msg := range returning {
-			keep(msg)
-		}
-		for _, msg := range l.puts.pending.list() {
-			keep(msg)
-		}
-		for _, msg := range l.scheduling.list() {
-			keep(msg)
-		}
-		wait := l.confirmWait(start, oldest, every)
-		var err error
-		if last != nil {
-			_, err = l.cfg.JS.Conn().Request(last.Reply(), []byte("+WPI"), wait)
-		} else {
-			err = l.cfg.JS.Conn().FlushTimeout(wait)
-		}
+		msgs = append(msgs, l.puts.pending.list()...)
+		msgs = append(msgs, l.scheduling.list()...)
+		// A message settled since it was listed is skipped as its
+		// keep-alive goes (see consumer.KeepAlive).
+		err := consumer.KeepAlive(l.cfg.JS.Conn(), l.confirmWait(start, oldest, every), msgs...)
 		if err != nil {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
+			if errors.Is(err, nats.ErrTimeout) {
+				l.unconfirmedReconnects.Store(reconnects)
+				l.unconfirmedAt.Store(start)
+			}
 			continue
 		}
 		l.stamps.Lock()
@@ -381,6 +395,23 @@ func (l *lane) stamp(d *delivery) {
 // covers the server's send to this client (see [consumer.ReceivedAt]).
 func (l *lane) alive(d delivery) bool {
 	return ackAge(l.renewedAt(d)) < aliveFor(l.cfg.AckWait)
+}
+
+// renewedUnconfirmed reports whether d, though no longer this relay's by
+// the rounds confirmed (see [lane.alive]), was held when a later round
+// began whose keep-alives the connection carried, only its answer late: that
+// round began less than three quarters of an ack wait ago, and the
+// connection has been up, without a reconnect, since before it was sent. The
+// server then renewed d as it took that round, and holds it for a whole ack
+// wait from then: a hand-back sent now, after the round on the same
+// connection, gives it back at once rather than an ack wait later.
+func (l *lane) renewedUnconfirmed(d delivery) bool {
+	at := l.unconfirmedAt.Load()
+	if d.kept == 0 || d.kept >= at || ackAge(at) >= aliveFor(l.cfg.AckWait) {
+		return false
+	}
+	nc := l.cfg.JS.Conn()
+	return nc.IsConnected() && nc.Stats().Reconnects == l.unconfirmedReconnects.Load()
 }
 
 // renewedAt is when d's ack wait was last reset, as far as this relay can

@@ -77,21 +77,35 @@ func (a *arrivals) times(id string) []time.Time {
 // starts records when the lanes began each request, by subscriber (the
 // URL path), and sends it with a plain http.Client: the moment a rule on
 // sending is judged by, where an arrival also counts the host's delays
-// between the relay and the receiver.
+// between the relay and the receiver. It records when the lanes had each
+// request's answer, or gave up on it, as well.
 type starts struct {
-	mu sync.Mutex
-	at map[string][]time.Time
+	mu    sync.Mutex
+	at    map[string][]time.Time
+	ended map[string][]time.Time
 }
 
 func (s *starts) Do(req *http.Request) (*http.Response, error) {
 	s.mu.Lock()
 	if s.at == nil {
-		s.at = map[string][]time.Time{}
+		s.at, s.ended = map[string][]time.Time{}, map[string][]time.Time{}
 	}
 	id := strings.TrimPrefix(req.URL.Path, "/")
 	s.at[id] = append(s.at[id], time.Now())
 	s.mu.Unlock()
-	return http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
+	s.mu.Lock()
+	s.ended[id] = append(s.ended[id], time.Now())
+	s.mu.Unlock()
+	return resp, err
+}
+
+// ends is when the lanes had the answers to a subscriber's requests, or
+// gave up on them.
+func (s *starts) ends(id string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.ended[id]...)
 }
 
 func (s *starts) times(id string) []time.Time {

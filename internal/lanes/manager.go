@@ -201,7 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	m := &manager{cfg: cfg, env: env, lanes: make(map[string]*runningLane)}
+	m := &manager{cfg: cfg, env: env, lanes: make(map[string]*runningLane), stopping: make(map[string]bool)}
 	defer m.work.Wait()
 	defer m.stopAll()
 
@@ -393,7 +393,7 @@ func (m *manager) startExisting(ctx context.Context) bool {
 	ok := true
 	for _, name := range names {
 		if err := m.start(ctx, name); err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && !errors.Is(err, errLaneStopping) {
 				m.cfg.Logger.Error("lanes: starting lane", "lane", name, "err", err)
 			}
 			ok = false
@@ -411,13 +411,20 @@ type runningLane struct {
 type manager struct {
 	cfg Config
 	env *engine
-	// work owns the settling of removed subscribers' backlogs; settling
-	// says one is running.
+	// work owns the settling of removed subscribers' backlogs, and the
+	// stops of their dedicated lanes; settling says a settling is running.
 	work     conc.WaitGroup
 	settling atomic.Bool
 	mu       sync.Mutex
 	lanes    map[string]*runningLane
+	// stopping names the dedicated lanes being retired (see
+	// [manager.retire]).
+	stopping map[string]bool
 }
+
+// errLaneStopping is a start refused while a lane of the same name stops;
+// the manager tries again a second later.
+var errLaneStopping = errors.New("lanes: the lane is still stopping")
 
 // existingLanes lists lane consumers already on DELIVERIES.
 func (m *manager) existingLanes(ctx context.Context) ([]string, error) {
@@ -448,7 +455,7 @@ func (m *manager) syncDedicated(ctx context.Context) bool {
 	for _, sub := range m.cfg.Subscribers.All() {
 		if sub.Dedicated {
 			if err := m.start(ctx, sub.Lane(m.cfg.SharedLanes)); err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !errors.Is(err, errLaneStopping) {
 					m.cfg.Logger.Error("lanes: starting dedicated lane", "subscriber", sub.ID, "err", err)
 				}
 				ok = false
@@ -456,23 +463,38 @@ func (m *manager) syncDedicated(ctx context.Context) bool {
 		}
 	}
 	m.mu.Lock()
-	var gone []string
-	for name := range m.lanes {
+	defer m.mu.Unlock()
+	for name, rl := range m.lanes {
 		if id, ok := subscribers.DedicatedOf(name); ok {
 			if _, exists := m.cfg.Subscribers.Get(id); !exists {
-				gone = append(gone, name)
+				delete(m.lanes, name)
+				m.retire(ctx, name, rl)
 			}
 		}
 	}
-	m.mu.Unlock()
-	for _, name := range gone {
-		m.stop(name)
+	return ok
+}
+
+// retire stops a removed subscriber's dedicated lane and deletes its
+// consumer, in a goroutine of the manager's work: the lane waits for its
+// requests in flight, up to the subscriber's --timeout, and meanwhile the
+// manager still sweeps, starts lanes and wakes the others' schedulers. Until
+// it is done the lane's name is stopping, and no lane of that name starts
+// (see [manager.start]): one started meanwhile would lose its consumer to
+// the delete. The caller holds m.mu.
+func (m *manager) retire(ctx context.Context, name string, rl *runningLane) {
+	m.stopping[name] = true
+	rl.cancel()
+	m.work.Go(func() {
+		rl.wg.Wait()
 		err := m.cfg.JS.DeleteConsumer(context.WithoutCancel(ctx), streams.Deliveries, streams.LaneConsumer(name))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			m.cfg.Logger.Warn("lanes: deleting dedicated lane", "lane", name, "err", err)
 		}
-	}
-	return ok
+		m.mu.Lock()
+		delete(m.stopping, name)
+		m.mu.Unlock()
+	})
 }
 
 func (m *manager) start(ctx context.Context, name string) error {
@@ -480,6 +502,9 @@ func (m *manager) start(ctx context.Context, name string) error {
 	defer m.mu.Unlock()
 	if _, ok := m.lanes[name]; ok {
 		return nil
+	}
+	if m.stopping[name] {
+		return errLaneStopping
 	}
 	laneCtx, cancel := context.WithCancel(ctx)
 	l, err := newLane(laneCtx, m.cfg, m.env, name)
@@ -491,17 +516,6 @@ func (m *manager) start(ctx context.Context, name string) error {
 	rl.wg.Go(func() { l.run(laneCtx) })
 	m.lanes[name] = rl
 	return nil
-}
-
-func (m *manager) stop(name string) {
-	m.mu.Lock()
-	rl, ok := m.lanes[name]
-	delete(m.lanes, name)
-	m.mu.Unlock()
-	if ok {
-		rl.cancel()
-		rl.wg.Wait()
-	}
 }
 
 func (m *manager) stopAll() {

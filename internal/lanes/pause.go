@@ -70,7 +70,9 @@ func (s *scheduler) pauseLocked(ctx context.Context, now time.Time) {
 	s.mu.Unlock()
 	s.deadLetterAll(ctx, doomed)
 	s.toOverflow(held)
+	s.lane.waiting.Add(1) // the subscriber's wait: not a stall (see stall.go)
 	s.sleep(ctx, until.Sub(now), false)
+	s.lane.waiting.Add(-1)
 }
 
 // wait acts on a decision that holds the next request: a pause or an open
@@ -95,6 +97,8 @@ func (s *scheduler) wait(ctx context.Context, dec ratelimit.Decision, headDeadli
 		s.mu.Unlock()
 		return
 	}
+	s.lane.waiting.Add(1) // the subscriber's wait: not a stall (see stall.go)
+	defer s.lane.waiting.Add(-1)
 	waitFrom := s.lane.cfg.Clock.Now()
 	wait := dec.Wait
 	if !headDeadline.IsZero() {

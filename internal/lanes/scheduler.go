@@ -224,11 +224,16 @@ func (s *scheduler) loop(ctx context.Context) {
 		headDeadline := s.queue[0].deadline
 		s.mu.Unlock()
 
+		// The waits for a request slot and the limiter's word are the
+		// subscriber's: not a stall (see stall.go).
+		s.lane.waiting.Add(1)
 		release, err := s.lane.env.gate.Acquire(ctx, s.id)
 		if err != nil {
+			s.lane.waiting.Add(-1)
 			continue // stopping
 		}
 		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
+		s.lane.waiting.Add(-1)
 		if err != nil {
 			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
 			dec = ratelimit.Decision{Verdict: ratelimit.Token, Wait: limiterRetry}
@@ -261,7 +266,7 @@ func (s *scheduler) loop(ctx context.Context) {
 			}
 			continue
 		}
-		s.lane.flight.Begin()
+		s.lane.begin()
 		if s.lastOut() {
 			// The loop would exit as soon as this request is out: it sends
 			// it itself rather than start a goroutine for it, one hand-off
@@ -299,14 +304,21 @@ func (s *scheduler) stopIfIdleLocked(now time.Time) bool {
 }
 
 // pop takes the next live held message and counts it in flight; stale ones
-// (see [lane.alive]) are let go on the way.
+// (see [lane.alive]) are let go on the way, once the lock is released: a
+// let-go may hand a delivery back, and they come in storms.
 func (s *scheduler) pop() (delivery, bool) {
+	var stale []delivery
+	defer func() {
+		for _, d := range stale {
+			s.lane.letGo(d, s.id)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.queue) > 0 && !s.stopped {
 		d := s.popFrontLocked()
 		if !s.lane.alive(d) {
-			s.lane.letGo(d, s.id)
+			stale = append(stale, d)
 			continue
 		}
 		if !d.dueBy(s.lane.cfg.Clock.Now()) {

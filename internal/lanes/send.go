@@ -31,7 +31,7 @@ import (
 // never lost; one still open then is abandoned and handed back.
 func (s *scheduler) attempt(ctx context.Context, d delivery, sub *subscribers.Subscriber, probe bool, release func()) {
 	defer release()
-	defer s.lane.flight.End()
+	defer s.lane.end()
 	start := s.lane.cfg.Clock.Now()
 	s.mu.Lock()
 	localIsAttempt := s.localStreak >= maxLocalStreak

@@ -62,7 +62,9 @@ const (
 	HandedBack
 	// LetGo: dropped unsent, neither acked nor handed back, because its ack
 	// wait may have run out on this relay (see [lane.alive]): JetStream
-	// gives it to whichever relay pulls next.
+	// gives it to whichever relay pulls next. (One that the server renewed
+	// all the same, only the keep-alive's answer late, is HandedBack
+	// instead: see [lane.letGo].)
 	LetGo
 	// Dead: its copy is in the DLQ and the original terminated; an
 	// operator lists and replays it.
@@ -287,13 +289,13 @@ func (e *engine) settling(ctx context.Context) (context.Context, context.CancelF
 // calls it, and must not wait. A stale message (see [lane.alive]) is let go
 // instead: JetStream has given it, or will give it, to another relay.
 func (l *lane) toOverflow(d delivery, id string, stored func()) {
-	// No longer held by its scheduler: its putter's pending puts are
-	// renewed from now on (see [putter.offer]).
-	d.received, d.kept = l.renewedAt(d), 0
 	if !l.alive(d) {
 		l.letGo(d, id)
 		return
 	}
+	// No longer held by its scheduler: its putter's pending puts are
+	// renewed from now on (see [putter.offer]).
+	d.received, d.kept = l.renewedAt(d), 0
 	if !l.puts.offer(put{l: l, d: d, id: id, stored: stored}) {
 		l.env.logOnce("puts.full", "lanes: moves to overflow are behind (NATS slow to answer); handing deliveries back for a moment",
 			"subscriber", id, "delay", putFullDelay)
@@ -303,13 +305,24 @@ func (l *lane) toOverflow(d delivery, id string, stored func()) {
 	l.cfg.Metrics.Overflow()
 }
 
-// letGo drops a stale message from this relay without sending it, acking
-// it or handing it back: JetStream redelivers it to whichever relay pulls
-// next.
+// letGo drops a stale message from this relay without sending it: it is
+// not acked or handed back, and JetStream redelivers it to whichever relay
+// pulls next once its ack wait ends. One that a later round renewed on the
+// server, only its answer late (see [lane.renewedUnconfirmed]), is handed
+// back instead: the server would hold it a whole ack wait for nobody. Both
+// are logged at most once a logEvery for the lane: a let-go comes in
+// storms (every delivery a lane holds, when NATS answers nothing for most
+// of an ack wait), some of them under a scheduler's lock.
 func (l *lane) letGo(d delivery, id string) {
-	l.log.Warn("lanes: letting go of a delivery whose keep-alive was not confirmed within its ack wait",
-		"subscriber", id, "seq", d.seq)
 	l.cfg.Metrics.LetGo()
+	if l.renewedUnconfirmed(d) {
+		l.handBackIn(d, 0)
+		l.env.logOnce("handback."+l.name, "lanes: handing back deliveries whose keep-alive NATS took but did not confirm in time",
+			"lane", l.name, "subscriber", id, "seq", d.seq)
+		return
+	}
+	l.env.logOnce("letgo."+l.name, "lanes: letting go of deliveries whose keep-alive was not confirmed within their ack wait",
+		"lane", l.name, "subscriber", id, "seq", d.seq)
 }
 
 // handBack returns msgs, all of this lane, to JetStream for another relay

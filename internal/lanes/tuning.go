@@ -154,6 +154,18 @@ const lookupFor = time.Second
 // subscriber this relay cannot use) is logged again.
 const logEvery = time.Minute
 
+// The stall watch (stall.go).
+const (
+	// stallAfter is how long a lane may hold deliveries, with no request
+	// in flight, no subscriber of it waiting for a token, a pause or a
+	// request slot, and nothing sent, before it is reported as stalled:
+	// far longer than a turn of a scheduler's loop takes on a loaded host,
+	// far shorter than an ack wait.
+	stallAfter = 5 * time.Second
+	// stallCheckEvery is how often the watch looks at its lane.
+	stallCheckEvery = time.Second
+)
+
 // settleRetry is how long a message whose outcome could not be recorded
 // (NATS unavailable for the DLQ copy or the parked retry) waits before it
 // is taken up again.

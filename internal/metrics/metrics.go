@@ -140,6 +140,7 @@ type Metrics struct {
 	dueToAccepted    *prometheus.HistogramVec
 	overflowed       prometheus.Counter
 	letGo            prometheus.Counter
+	laneStalls       prometheus.Counter
 	// recordsLost holds relay_attempt_records_lost_total's children:
 	// [0] dropped (the queue full), [1] refused (not stored).
 	recordsLost [2]prometheus.Counter
@@ -255,6 +256,10 @@ func NewWith(opts Options) *Metrics {
 			Name: "relay_deliveries_let_go_total",
 			Help: "Deliveries this relay let go unsent because NATS had not confirmed their keep-alive for most of their ack wait: JetStream delivers them again once their ack wait ends.",
 		}),
+		laneStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_lane_stalls_total",
+			Help: "Times a lane of this relay held deliveries and sent none for 5 s, with no request in flight and no subscriber of it waiting for a token, a pause or a request slot: each is logged at warn with the lane's state.",
+		}),
 	}
 	filterEvaluations := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relay_filter_evaluations_total",
@@ -281,7 +286,7 @@ func NewWith(opts Options) *Metrics {
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
-		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, filterEvaluations, recordsLost, m.stageSeconds, casConflicts,
+		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, m.laneStalls, filterEvaluations, recordsLost, m.stageSeconds, casConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -409,6 +414,15 @@ func (m *Metrics) LetGo() {
 		return
 	}
 	m.letGo.Inc()
+}
+
+// LaneStalled records a lane that held deliveries and sent none for a
+// while, with nothing in flight and nothing to wait for.
+func (m *Metrics) LaneStalled() {
+	if m == nil {
+		return
+	}
+	m.laneStalls.Inc()
 }
 
 // RecordLost counts one attempt record not stored: dropped before it was
