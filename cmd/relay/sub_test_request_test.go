@@ -326,15 +326,7 @@ func TestSubTestAnswersOnlyOnInboxes(t *testing.T) {
 		// Whatever relay's code does, the server holds the line: the
 		// subscription is the service user's, who may publish to inboxes
 		// alone.
-		conns, err := srv.Connz(&server.ConnzOptions{Username: true, Subscriptions: true})
-		require.NoError(t, err)
-		var servers []string
-		for _, c := range conns.Conns {
-			if slices.Contains(c.Subs, testrequest.Subject) {
-				servers = append(servers, c.AuthorizedUser)
-			}
-		}
-		require.Equal(t, []string{"relay-service"}, servers)
+		require.Equal(t, []string{"relay-service"}, subTestServers(t, srv))
 	})
 	t.Run("relay's user in the URL", func(t *testing.T) {
 		// nats.go prefers a URL's user to the options given with it: the
@@ -344,15 +336,7 @@ func TestSubTestAnswersOnlyOnInboxes(t *testing.T) {
 		url := strings.Replace(srv.ClientURL(), "nats://", "nats://relay:"+docPasswords["relay"]+"@", 1)
 		r := startRelay(t, url, "--service-user", "relay-service", "--service-password", docPasswords["relay-service"])
 		waitRunning(t, r)
-		conns, err := srv.Connz(&server.ConnzOptions{Username: true, Subscriptions: true})
-		require.NoError(t, err)
-		var servers []string
-		for _, c := range conns.Conns {
-			if slices.Contains(c.Subs, testrequest.Subject) {
-				servers = append(servers, c.AuthorizedUser)
-			}
-		}
-		require.Equal(t, []string{"relay-service"}, servers)
+		require.Equal(t, []string{"relay-service"}, subTestServers(t, srv))
 	})
 	t.Run("no service user", func(t *testing.T) {
 		t.Parallel()
@@ -368,6 +352,21 @@ func TestSubTestAnswersOnlyOnInboxes(t *testing.T) {
 		requireNoAnswerStored(t, n.JS)
 		require.Equal(t, 1, strings.Count(r.stderr.String(), "answered from relay's own connection"), "warned once: %s", r.stderr)
 	})
+}
+
+// subTestServers are the users of srv's connections subscribed to
+// relay sub test's subject.
+func subTestServers(t *testing.T, srv *server.Server) []string {
+	t.Helper()
+	conns, err := srv.Connz(&server.ConnzOptions{Username: true, Subscriptions: true})
+	require.NoError(t, err)
+	var servers []string
+	for _, c := range conns.Conns {
+		if slices.Contains(c.Subs, testrequest.Subject) {
+			servers = append(servers, c.AuthorizedUser)
+		}
+	}
+	return servers
 }
 
 // Service credentials NATS refuses fail relay run's start, naming them.
