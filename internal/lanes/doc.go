@@ -37,9 +37,7 @@
 // message whose ack wait was not renewed within most of it (it waited in
 // the client, or the server could not confirm a keep-alive through an
 // outage) is let go unsent, since JetStream may have given it to another
-// relay; handed back, when a later keep-alive went out on a connection that
-// held and only its answer was late (the server holds it for a whole ack
-// wait from that keep-alive, for nobody). A keep-alive never follows a
+// relay. A keep-alive never follows a
 // message's ack, hand-back or term (see consumer.KeepAlive). A lane that
 // holds deliveries and stands still with nothing to wait for is reported
 // (stall.go). On shutdown a lane stops pulling,

@@ -2,7 +2,6 @@ package lanes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -11,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
@@ -44,11 +42,6 @@ type lane struct {
 	// confirmed is when the last keep-alive round that the server is known
 	// to have received began (unix nanoseconds, real time).
 	confirmed atomic.Int64
-	// unconfirmedAt is when the last round began whose answer did not come
-	// in time, its keep-alives sent on a connection that has made
-	// unconfirmedReconnects reconnects (see [lane.renewedUnconfirmed]).
-	unconfirmedAt         atomic.Int64
-	unconfirmedReconnects atomic.Uint64
 	// gapAt is when the last confirmed round began that came three quarters
 	// of an ack wait or more after the one before (see [lane.renewedAt]).
 	gapAt atomic.Int64
@@ -322,7 +315,6 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		l.stamps.Lock()
 		oldest := l.oldestSinceConfirmed
 		l.stamps.Unlock()
-		reconnects := l.cfg.JS.Conn().Stats().Reconnects
 		var msgs []jetstream.Msg
 		for _, s := range l.schedulers() {
 			msgs = append(msgs, s.outstanding()...)
@@ -337,10 +329,6 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		err := consumer.KeepAlive(l.cfg.JS.Conn(), l.confirmWait(start, oldest, every), msgs...)
 		if err != nil {
 			l.log.Warn("lanes: keep-alive not confirmed", "err", err)
-			if errors.Is(err, nats.ErrTimeout) {
-				l.unconfirmedReconnects.Store(reconnects)
-				l.unconfirmedAt.Store(start)
-			}
 			continue
 		}
 		l.stamps.Lock()
@@ -395,23 +383,6 @@ func (l *lane) stamp(d *delivery) {
 // covers the server's send to this client (see [consumer.ReceivedAt]).
 func (l *lane) alive(d delivery) bool {
 	return ackAge(l.renewedAt(d)) < aliveFor(l.cfg.AckWait)
-}
-
-// renewedUnconfirmed reports whether d, though no longer this relay's by
-// the rounds confirmed (see [lane.alive]), was held when a later round
-// began whose keep-alives the connection carried, only its answer late: that
-// round began less than three quarters of an ack wait ago, and the
-// connection has been up, without a reconnect, since before it was sent. The
-// server then renewed d as it took that round, and holds it for a whole ack
-// wait from then: a hand-back sent now, after the round on the same
-// connection, gives it back at once rather than an ack wait later.
-func (l *lane) renewedUnconfirmed(d delivery) bool {
-	at := l.unconfirmedAt.Load()
-	if d.kept == 0 || d.kept >= at || ackAge(at) >= aliveFor(l.cfg.AckWait) {
-		return false
-	}
-	nc := l.cfg.JS.Conn()
-	return nc.IsConnected() && nc.Stats().Reconnects == l.unconfirmedReconnects.Load()
 }
 
 // renewedAt is when d's ack wait was last reset, as far as this relay can

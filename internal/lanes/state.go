@@ -307,20 +307,16 @@ func (l *lane) toOverflow(d delivery, id string, stored func()) {
 
 // letGo drops a stale message from this relay without sending it: it is
 // not acked or handed back, and JetStream redelivers it to whichever relay
-// pulls next once its ack wait ends. One that a later round renewed on the
-// server, only its answer late (see [lane.renewedUnconfirmed]), is handed
-// back instead: the server would hold it a whole ack wait for nobody. Both
-// are logged at most once a logEvery for the lane: a let-go comes in
-// storms (every delivery a lane holds, when NATS answers nothing for most
-// of an ack wait), some of them under a scheduler's lock.
+// pulls next once its ack wait ends. Not handed back even when a later
+// keep-alive round went out on a connection that held, only its answer
+// late: that round may have reached the server after the ack wait ended,
+// and the server takes a NAK of a message it has given to another relay
+// since, which would then be sent by a third while the second sends it.
+// Logged at most once a logEvery for the lane: a let-go comes in storms
+// (every delivery a lane holds, when NATS answers nothing for most of an
+// ack wait).
 func (l *lane) letGo(d delivery, id string) {
 	l.cfg.Metrics.LetGo()
-	if l.renewedUnconfirmed(d) {
-		l.handBackIn(d, 0)
-		l.env.logOnce("handback."+l.name, "lanes: handing back deliveries whose keep-alive NATS took but did not confirm in time",
-			"lane", l.name, "subscriber", id, "seq", d.seq)
-		return
-	}
 	l.env.logOnce("letgo."+l.name, "lanes: letting go of deliveries whose keep-alive was not confirmed within their ack wait",
 		"lane", l.name, "subscriber", id, "seq", d.seq)
 }
