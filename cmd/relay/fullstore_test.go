@@ -104,23 +104,36 @@ func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
 // tried), and returns how many it acknowledged and its first refusal.
 func publishUntilRefused(ctx context.Context, t *testing.T, js jetstream.JetStream, prefix string, body []byte, refusals, most int) (acked int, first error) {
 	t.Helper()
+	// In windows of PubAcks asked at once: one publish at a time on a
+	// loaded host is slower than relay's purge of a bounded EVENTS (every
+	// 5 s), and the publisher would go on for minutes before it was
+	// refused refusals times.
+	const window = 256
 	refused := 0
-	for i := 0; i < most && refused < refusals; i++ {
-		m := &nats.Msg{Subject: fanout.SubjectPrefix + "x", Data: body, Header: nats.Header{}}
-		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s-%05d", prefix, i))
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := js.PublishMsg(pctx, m)
-		cancel()
-		if err != nil {
-			refused++
-			if first == nil {
-				first = err
-			}
-			continue
+	for i := 0; i < most && refused < refusals; {
+		var futures []jetstream.PubAckFuture
+		for ; i < most && len(futures) < window; i++ {
+			m := &nats.Msg{Subject: fanout.SubjectPrefix + "x", Data: body, Header: nats.Header{}}
+			m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s-%05d", prefix, i))
+			f, err := js.PublishMsgAsync(m)
+			require.NoError(t, err)
+			futures = append(futures, f)
 		}
-		acked++
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+				acked++
+			case err := <-f.Err():
+				refused++
+				if first == nil {
+					first = err
+				}
+			case <-ctx.Done():
+				t.Fatal("PubAcks did not come")
+			}
+		}
 	}
-	require.Equal(t, refusals, refused, "%d events acknowledged and never refused", acked)
+	require.GreaterOrEqual(t, refused, refusals, "%d events acknowledged and never refused", acked)
 	return acked, first
 }
 
