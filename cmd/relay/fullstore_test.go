@@ -25,20 +25,29 @@ import (
 // fan-out copied having passed --events-max-age) relay copies and delivers
 // them, and the next events, by itself: no restart, no step on relay's
 // side.
-func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
-	t.Parallel()
-	url := startSmallStore(t, 32<<20)
+// smallStoreRelay starts a server with a max_file_store of size, a relay
+// on it, and a subscriber "demo" of the events of type x delivered to the
+// receiver it returns, with a context of ten minutes: filling 32 MiB event
+// by event, then draining it, took 128 s of a host running several
+// race-detector suites, more than the two minutes of testutil.Context. Each
+// wait of the tests is bounded by itself.
+func smallStoreRelay(t *testing.T, size int64) (jetstream.JetStream, *webhookSink, context.Context) {
+	t.Helper()
+	url := startSmallStore(t, size)
 	r := startRelay(t, url, "--allow-private-targets")
 	waitRunning(t, r)
 	rcv := newReceiver(t)
 	mustRelay(t, "sub", "add", "demo", "--nats", url, "--url", rcv.URL, "--secret", testSecret, "--events", "x")
 	js, err := jetstream.New(testutil.Connect(t, url))
 	require.NoError(t, err)
-	// Filling 32 MiB event by event, then draining it, took 128 s of a
-	// host running several race-detector suites: more than the two
-	// minutes of testutil.Context. Each wait below is bounded by itself.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
+	return js, rcv, ctx
+}
+
+func TestFullStorageRefusesPublishersAndRecoversByItself(t *testing.T) {
+	t.Parallel()
+	js, rcv, ctx := smallStoreRelay(t, 32<<20)
 
 	body := bytes.Repeat([]byte("x"), 16<<10)
 	acked, refused := 0, 0
@@ -149,15 +158,7 @@ func publishUntilRefused(ctx context.Context, t *testing.T, js jetstream.JetStre
 // waited in EVENTS, "insufficient resources" every 10 s, for ever.
 func TestFullStoreRefusesThePublisherAndDeliversEveryEventItAccepted(t *testing.T) {
 	t.Parallel()
-	url := startSmallStore(t, 96<<20)
-	r := startRelay(t, url, "--allow-private-targets")
-	waitRunning(t, r)
-	rcv := newReceiver(t)
-	mustRelay(t, "sub", "add", "demo", "--nats", url, "--url", rcv.URL, "--secret", testSecret, "--events", "x")
-	js, err := jetstream.New(testutil.Connect(t, url))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t.Cleanup(cancel)
+	js, rcv, ctx := smallStoreRelay(t, 96<<20)
 	events, err := js.Stream(ctx, streams.Events)
 	require.NoError(t, err)
 	cfg := events.CachedInfo().Config
