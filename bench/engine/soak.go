@@ -100,7 +100,12 @@ type soakResult struct {
 	start   soakPoint // before the soak's first publish
 	end     soakPoint // after the drain
 	hwm     int64     // the relay's VmHWM at the end
-	drained time.Duration
+	// relayCPU and serverCPU are the CPU time (user + system) the relay
+	// and the nats-server process (on --nats) used from the soak's first
+	// publish to the end of the drain; cpuKnown says they were read.
+	relayCPU, serverCPU time.Duration
+	cpuKnown            bool
+	drained             time.Duration
 	// circuitOpened counts the relay.circuit.opened events of the flaky
 	// subscriber; circuitSeen the reads of relay_circuit_open, one a
 	// second (circuitPolls in all), that found its circuit open.
@@ -170,10 +175,11 @@ func (r soakResult) flaky() soakSub {
 }
 
 // lost is how many of the soak's events the flaky subscriber neither got
-// nor still has waiting; dead letters count as lost.
+// nor still has waiting: its dead letters, and any missing beside them.
+// Its dead letters, counted apart, are never fewer.
 func (r soakResult) lost() int {
 	f := r.flaky()
-	return max(0, r.published-f.received-f.waiting) + f.dead
+	return max(r.published-f.received-f.waiting, f.dead, 0)
 }
 
 // circuitNeverOpened: no relay.circuit.opened for the flaky subscriber and
@@ -301,6 +307,11 @@ func (e *env) soak(ctx context.Context) (res soakResult, err error) {
 	}
 
 	// The soak, sampled all along, the drain included.
+	relayCPU0, cpuErr := cpuTime(s.relay.pid())
+	var serverCPU0 time.Duration
+	if s.proc != nil && cpuErr == nil {
+		serverCPU0, cpuErr = cpuTime(s.proc.pid())
+	}
 	start := time.Now()
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan []soakSample, 1)
@@ -337,6 +348,13 @@ func (e *env) soak(ctx context.Context) (res soakResult, err error) {
 	}
 	// Not all in by then is a figure (what waits, what was lost), not an error.
 	stop()
+	if c, err := cpuTime(s.relay.pid()); err == nil && cpuErr == nil {
+		res.relayCPU, res.cpuKnown = c-relayCPU0, true
+		if s.proc != nil {
+			c, err := cpuTime(s.proc.pid())
+			res.serverCPU, res.cpuKnown = c-serverCPU0, err == nil
+		}
+	}
 	if res.end, err = e.soakPoint(ctx, s); err != nil {
 		return res, err
 	}
@@ -389,7 +407,7 @@ func (e *env) soak(ctx context.Context) (res soakResult, err error) {
 		res.serverGrowth, res.serverMean, _ = lastHalfGrowth(srv, res.span)
 	}
 	f := res.flaky()
-	fmt.Fprintf(os.Stderr, "  %s: %d of %d received, %d waiting, %d dead; circuit opened %d times, seen open in %d samples; relay RSS growth over the last half %+.0f MB (mean %.0f MB)\n",
+	fmt.Fprintf(os.Stderr, "  %s: %d of %d received, %d waiting, %d dead; circuit opened %d times, read open %d times; relay RSS growth over the last half %+.0f MB (mean %.0f MB)\n",
 		flaky, f.received, res.published, f.waiting, f.dead, res.circuitOpened, res.circuitSeen, mb(int64(res.rssGrowth)), mb(int64(res.rssMean)))
 	return res, nil
 }
@@ -549,7 +567,8 @@ func soakTable(r soakResult) string {
 	fmt.Fprintf(&sb, "Every subscriber takes every event of one type: %s (answers 204, --rate 0 --max-in-flight %d), "+
 		"a flaky one (its receiver answers 500 to %.0f %% of requests at random), a rated one (--rate %g), a slow one (answers after %v); "+
 		"before them %s alone at the same rate (%s events). Publish call → first arrival for %s; the others from relay's /metrics "+
-		"(relay_deliveries_total, relay_dlq_messages_total), their receivers, and what waits for them in DELIVERIES and RETRIES at the end. "+
+		"(relay_deliveries_total, relay_dlq_messages_total: since the relay started, so the healthy one's include its warm-up and its time alone), "+
+		"their receivers, and what waits for them in DELIVERIES and RETRIES at the end. "+
 		"Published %s at %s/s; then up to the drain's limit for the healthy and the flaky one to have every event (%.0f s).\n\n",
 		soakHealthy, unlimitedInFlight, 100*soakFailShare, soakRateLimit, soakSlowDelay, soakHealthy, thousands(int64(r.alone.l.published)), soakHealthy,
 		thousands(int64(r.published)), thousands(int64(math.Round(r.achieved))), r.drained.Seconds())
@@ -591,6 +610,14 @@ func soakTable(r soakResult) string {
 	maxG, maxF := 0, 0
 	for _, x := range r.samples {
 		maxG, maxF = max(maxG, x.goroutines), max(maxF, x.fds)
+	}
+	if r.cpuKnown && len(r.samples) > 0 {
+		wall := r.samples[len(r.samples)-1].at.Seconds()
+		fmt.Fprintf(&sb, "- CPU from the first publish to the end of the drain (%.0f s): the relay %.1f s (%.2f of a core)", wall, r.relayCPU.Seconds(), r.relayCPU.Seconds()/wall)
+		if r.serverCPU > 0 {
+			fmt.Fprintf(&sb, ", the nats-server process %.1f s (%.2f of a core)", r.serverCPU.Seconds(), r.serverCPU.Seconds()/wall)
+		}
+		sb.WriteString("\n")
 	}
 	fmt.Fprintf(&sb, "- relay goroutines %d at the start, %d at the end (most sampled %d); open file descriptors %d, %d (%d)\n",
 		r.start.goroutines, r.end.goroutines, maxG, r.start.fds, r.end.fds, maxF)
