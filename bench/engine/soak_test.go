@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +110,43 @@ func TestSoakTargets(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// The receiver misbehaves as a webhook's URL asks, for the soak's flaky
+// and slow subscribers: fail=1 answers 500 and records a failure, not an
+// arrival; delay answers 204 after it; a plain URL answers 204 at once.
+func TestRecorderFailsAndDelaysAsItsURLSays(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(newRecorder())
+	defer srv.Close()
+	post := func(path, hook string) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("webhook-id", hook)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post("/flaky?fail=1", "a"); got != http.StatusInternalServerError {
+		t.Errorf("fail=1: %d, want 500", got)
+	}
+	if got := post("/flaky?fail=0", "b"); got != http.StatusNoContent {
+		t.Errorf("fail=0: %d, want 204", got)
+	}
+	if got := post("/slow?delay=1ms", "c"); got != http.StatusNoContent {
+		t.Errorf("delay=1ms: %d, want 204", got)
+	}
+	rcv := &receiver{URL: srv.URL, proc: &receiverProc{client: srv.Client(), fail: func(err error) { t.Error(err) }}}
+	if s := rcv.snapshot("flaky"); s.requests != 2 || s.failed != 1 || s.distinct != 1 {
+		t.Errorf("flaky: %d requests, %d failed, %d distinct; want 2, 1, 1", s.requests, s.failed, s.distinct)
+	}
+	if s := rcv.snapshot("slow"); s.requests != 1 || s.failed != 0 || s.distinct != 1 {
+		t.Errorf("slow: %d requests, %d failed, %d distinct; want 1, 0, 1", s.requests, s.failed, s.distinct)
 	}
 }
