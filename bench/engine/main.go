@@ -229,7 +229,7 @@ type config struct {
 	soakFor    time.Duration // how long the four subscribers take events
 	soakAlone  time.Duration // the healthy subscriber alone, before
 	soakRate   float64       // events/s, alone and beside
-	soakSample time.Duration // memory, goroutines, descriptors and the circuit read this often
+	soakSample time.Duration // memory, goroutines and descriptors read this often
 	soakDrain  time.Duration // longest wait after the last publish for the healthy and the flaky subscriber
 
 	lanes    int
@@ -311,7 +311,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.soakFor, "soak-for", 10*time.Minute, "soak: how long events are published to the four subscribers (shorter for a quick run, such as 2m)")
 	fs.DurationVar(&cfg.soakAlone, "soak-alone", 30*time.Second, "soak: how long the healthy subscriber takes events alone first, its baseline latency")
 	fs.Float64Var(&cfg.soakRate, "soak-rate", 1000, "soak: events/s, alone and beside")
-	fs.DurationVar(&cfg.soakSample, "soak-sample", 5*time.Second, "soak: how often the relay's memory, goroutines, descriptors and the flaky subscriber's circuit are read")
+	fs.DurationVar(&cfg.soakSample, "soak-sample", 5*time.Second, "soak: how often the relay's memory, goroutines and descriptors are read (the flaky subscriber's circuit: once a second)")
 	fs.DurationVar(&cfg.soakDrain, "soak-drain", 2*time.Minute, "soak: longest wait after the last publish for the healthy and the flaky subscriber to have every event")
 	cfg.rate.register(fs)
 	if err := fs.Parse(args); err != nil {

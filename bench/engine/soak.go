@@ -231,10 +231,11 @@ func (e *env) upOwn(ctx context.Context, name string) (*stack, error) {
 // lane-mates on the same event type, each getting every event: one whose
 // receiver answers a fifth of requests 500 at random, one at --rate 50,
 // one whose receiver answers after 200 ms; and publishes at -soak-rate for
-// -soak-for, sampling the relay's (and the server process's) memory, the
-// relay's goroutines and file descriptors, and the flaky subscriber's
-// circuit every -soak-sample; then waits up to -soak-drain for the healthy
-// and the flaky subscriber to have every event.
+// -soak-for, sampling the relay's (and the server process's) memory and
+// the relay's goroutines and file descriptors every -soak-sample, the
+// flaky subscriber's circuit every second and its relay.circuit.opened
+// events all along; then waits up to -soak-drain for the healthy and the
+// flaky subscriber to have every event.
 func (e *env) soak(ctx context.Context) (res soakResult, err error) {
 	cfg := e.cfg
 	res = soakResult{rate: cfg.soakRate, span: cfg.soakFor, lane: subscribers.LaneFor(soakHealthy, cfg.lanes), server: "nats-server process"}
