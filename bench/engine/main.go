@@ -118,6 +118,17 @@
 //     that many relays run in this process on a server of its own: the
 //     achieved share of the rate, the worst overshoot of burst + rate × T,
 //     and the rate limit's KV writes, conflicts and reads per request.
+//   - soak (only when named): what minutes of steady traffic cost (see
+//     soak.go). A healthy subscriber (--rate 0 --max-in-flight 64) takes
+//     -soak-rate events/s alone for -soak-alone, then beside three
+//     lane-mates taking the same events for -soak-for: one whose receiver
+//     answers 500 to a fifth of requests at random, one at --rate 50, one
+//     whose receiver answers after 200 ms. Per subscriber: received,
+//     delivered, retried, dead by reason, waiting at the end; the relay's
+//     RSS and Go heap (and, on --nats, the server's: a nats-server process
+//     of its own here) every -soak-sample, with the growth over the last
+//     half; goroutines and file descriptors at the start and the end; the
+//     healthy one's p50/p99 beside ÷ alone; and its targets, met or not.
 //
 // It measures and prints; it never fails on a threshold, only on errors.
 // Everything it starts (the relays, the servers, the receiver, the tracing
@@ -138,6 +149,7 @@
 //	go run ./bench/engine -scenarios rate -rate-backlog 5s   # the rate rule, quick mode
 //	go run ./bench/engine -scenarios scheduled -scheduled-events 20000 -scheduled-span 1m   # Relay-Deliver-At, quick
 //	go run ./bench/engine -json bench/results.json         # what make bench runs
+//	go run ./bench/engine -scenarios soak -soak-for 2m     # the soak, quick (10 minutes by default)
 package main
 
 import (
@@ -145,18 +157,24 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// The scenarios, in the order they run.
-var allScenarios = []string{"burst", "throughput", "tracing", "records", "writes", "backlog", "scale", "latency", "fanout", "filters", "isolation", "overload", "scheduled", "rate"}
+// The scenarios, in the order they run: by default every one of
+// allScenarios; the opt-in ones only when -scenarios names them.
+var (
+	allScenarios   = []string{"burst", "throughput", "tracing", "records", "writes", "backlog", "scale", "latency", "fanout", "filters", "isolation", "overload", "scheduled", "rate"}
+	optInScenarios = []string{"soak"} // ten minutes by default: not part of make bench
+)
 
 type config struct {
 	scenarios map[string]bool
@@ -208,6 +226,12 @@ type config struct {
 
 	rate rateConfig // the -rate-* flags
 
+	soakFor    time.Duration // how long the four subscribers take events
+	soakAlone  time.Duration // the healthy subscriber alone, before
+	soakRate   float64       // events/s, alone and beside
+	soakSample time.Duration // memory, goroutines and descriptors read this often
+	soakDrain  time.Duration // longest wait after the last publish for the healthy and the flaky subscriber
+
 	lanes    int
 	payload  int
 	stallGap time.Duration
@@ -238,7 +262,7 @@ func main() {
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
-	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
+	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", ")+"; and, only when named, "+strings.Join(optInScenarios, ", "))
 	var cfg config
 	fs.IntVar(&cfg.burstEvents, "burst-events", 20_000, "burst: events per run")
 	fs.IntVar(&cfg.burstRuns, "burst-runs", 10, "burst: runs, each on a fresh server and relay")
@@ -284,6 +308,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.logs, "logs", "", "directory for the relays' stderr (default: a new one under the temp dir; kept)")
 	fs.StringVar(&cfg.out, "out", "", "also write the tables to this file")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write every scenario's results and the machine facts to this file, as JSON")
+	fs.DurationVar(&cfg.soakFor, "soak-for", 10*time.Minute, "soak: how long events are published to the four subscribers (shorter for a quick run, such as 2m)")
+	fs.DurationVar(&cfg.soakAlone, "soak-alone", 30*time.Second, "soak: how long the healthy subscriber takes events alone first, its baseline latency")
+	fs.Float64Var(&cfg.soakRate, "soak-rate", 1000, "soak: events/s, alone and beside")
+	fs.DurationVar(&cfg.soakSample, "soak-sample", 5*time.Second, "soak: how often the relay's memory, goroutines and descriptors are read (the flaky subscriber's circuit: once a second)")
+	fs.DurationVar(&cfg.soakDrain, "soak-drain", 2*time.Minute, "soak: longest wait after the last publish for the healthy and the flaky subscriber to have every event")
 	cfg.rate.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -319,12 +348,8 @@ func parseFlags(args []string) (config, error) {
 		if s == "" {
 			continue
 		}
-		known := false
-		for _, k := range allScenarios {
-			known = known || k == s
-		}
-		if !known {
-			return cfg, fmt.Errorf("-scenarios: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
+		if !slices.Contains(allScenarios, s) && !slices.Contains(optInScenarios, s) {
+			return cfg, fmt.Errorf("-scenarios: unknown scenario %q (have %s)", s, strings.Join(append(slices.Clone(allScenarios), optInScenarios...), ", "))
 		}
 		cfg.scenarios[s] = true
 	}
@@ -361,6 +386,10 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-isolation-timeout must be a positive duration of at most 5m (relay sub add --timeout's range), such as 1s")
 	case cfg.scheduledEvents < 1 || cfg.scheduledSpan <= 0:
 		return cfg, errors.New("-scheduled-events must be at least 1 and -scheduled-span a positive duration, such as 10m")
+	case cfg.soakFor <= 0 || cfg.soakAlone <= 0 || cfg.soakSample <= 0 || cfg.soakDrain <= 0:
+		return cfg, errors.New("-soak-for, -soak-alone, -soak-sample and -soak-drain must be positive durations, such as 10m, 30s, 5s, 2m")
+	case !(cfg.soakRate > 0) || math.IsInf(cfg.soakRate, 0):
+		return cfg, errors.New("-soak-rate must be a positive number of events/s, such as 1000")
 	case cfg.lanes < 1 || cfg.lanes > 256:
 		return cfg, errors.New("-lanes must be between 1 and 256")
 	case cfg.payload < 2:
@@ -515,6 +544,14 @@ func run(ctx context.Context, cfg config) error {
 			report.WriteString(rateTable(cfg.rate, res) + "\n")
 		}
 		rs.add("rate", res, err)
+		runErr = errors.Join(runErr, err)
+	}
+	if cfg.scenarios["soak"] && ctx.Err() == nil {
+		res, err := e.soak(ctx)
+		if len(res.samples) > 0 {
+			report.WriteString(soakTable(res) + "\n")
+		}
+		rs.add("soak", res, err)
 		runErr = errors.Join(runErr, err)
 	}
 	rs.end()

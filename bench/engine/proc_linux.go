@@ -106,3 +106,13 @@ func cpuModel() string {
 	}
 	return ""
 }
+
+// openFDs counts the file descriptors a process holds, the entries of
+// /proc/<pid>/fd.
+func openFDs(pid int) (int, error) {
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	return len(entries), nil
+}

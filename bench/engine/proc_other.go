@@ -26,3 +26,8 @@ func cpuTime(int) (time.Duration, error) {
 
 // cpuModel is read from Linux's /proc/cpuinfo only: empty here.
 func cpuModel() string { return "" }
+
+// openFDs needs /proc/<pid>/fd (Linux).
+func openFDs(int) (int, error) {
+	return 0, errors.New("counting a process's file descriptors needs Linux's /proc")
+}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -106,6 +107,11 @@ func receiverMain(args []string) int {
 // webhook with 204 at once and records, per subscriber (the URL path), the
 // first arrival of each webhook-id, every arrival, the request count and
 // the longest gap between two consecutive arrivals. It keeps no body.
+//
+// Two query parameters of a webhook's URL make it misbehave, for the soak
+// scenario: fail=P answers a share P of the requests (0 to 1, at random)
+// 500, recorded as failed and not as an arrival; delay=D (a Go duration)
+// answers every request after D.
 type recorder struct {
 	mu   sync.Mutex
 	subs map[string]*tally
@@ -114,6 +120,7 @@ type recorder struct {
 // tally is what a recorder knows of one subscriber.
 type tally struct {
 	requests int
+	failed   int              // requests answered 500 (fail=P)
 	first    map[string]int64 // webhook-id → first arrival, Unix ns
 	all      []int64          // every arrival, Unix ns, in order: the rate scenario counts duplicates too
 	start    time.Time        // first arrival, with its monotonic reading
@@ -135,6 +142,18 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.Copy(io.Discard, req.Body)
 	id := strings.TrimPrefix(req.URL.Path, "/")
 	hook := req.Header.Get("webhook-id")
+	q := req.URL.Query()
+	if d, err := time.ParseDuration(q.Get("delay")); err == nil && d > 0 {
+		select {
+		case <-time.After(d):
+		case <-req.Context().Done():
+			return
+		}
+	}
+	fail := false
+	if p, err := strconv.ParseFloat(q.Get("fail"), 64); err == nil && p > 0 {
+		fail = mrand.Float64() < p
+	}
 	r.mu.Lock()
 	now := time.Now() // under the lock: arrivals are recorded in order
 	ns := now.UnixNano()
@@ -142,6 +161,16 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if t == nil {
 		t = &tally{first: map[string]int64{}, start: now}
 		r.subs[id] = t
+	}
+	if fail {
+		t.requests++
+		t.failed++
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	if t.last.IsZero() {
+		t.start = now
 	} else if g := now.Sub(t.last); g > t.gap {
 		t.gap, t.gapAt, t.gapAfter = g, t.last.Sub(t.start), len(t.first)
 	}
@@ -160,6 +189,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // Times are Unix ns (0: nothing arrived), durations ns.
 type snapshotReply struct {
 	Requests int   `json:"requests"`
+	Failed   int   `json:"failed"`
 	Distinct int   `json:"distinct"`
 	Start    int64 `json:"start"`
 	Last     int64 `json:"last"`
@@ -187,8 +217,8 @@ func (r *recorder) control(w http.ResponseWriter, req *http.Request) {
 	case "snapshot":
 		var s snapshotReply
 		if t != nil {
-			s = snapshotReply{Requests: t.requests, Distinct: len(t.first), Start: t.start.UnixNano(),
-				Last: t.last.UnixNano(), Gap: int64(t.gap), GapAt: int64(t.gapAt), GapAfter: t.gapAfter}
+			s = snapshotReply{Requests: t.requests, Failed: t.failed, Distinct: len(t.first), Start: unixNano(t.start),
+				Last: unixNano(t.last), Gap: int64(t.gap), GapAt: int64(t.gapAt), GapAfter: t.gapAfter}
 		}
 		reply = s
 	case "distinct":
@@ -400,6 +430,15 @@ func (r *receiver) call(method, op string, q url.Values, out any) bool {
 	return true
 }
 
+// unixNano is t as Unix ns, 0 for the zero time (nothing arrived: a
+// subscriber whose every request so far was answered 500).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
 // fromNano is a wall-clock Unix ns time from the receiver process, the zero
 // time for 0 (nothing arrived).
 func fromNano(ns int64) time.Time {
@@ -412,6 +451,7 @@ func fromNano(ns int64) time.Time {
 // snapshot is a copy of a subscriber's tally, without the per-id times.
 type snapshot struct {
 	requests, distinct int
+	failed             int       // requests answered 500 (a webhook URL with fail=P)
 	start, last        time.Time // wall clock, from the receiver process; zero when nothing arrived
 	gap, gapAt         time.Duration
 	gapAfter           int
@@ -424,7 +464,7 @@ func (r *receiver) snapshot(id string) snapshot {
 	if !r.call(http.MethodGet, "snapshot", url.Values{"id": {id}}, &s) {
 		return snapshot{}
 	}
-	return snapshot{requests: s.Requests, distinct: s.Distinct, start: fromNano(s.Start), last: fromNano(s.Last),
+	return snapshot{requests: s.Requests, failed: s.Failed, distinct: s.Distinct, start: fromNano(s.Start), last: fromNano(s.Last),
 		gap: time.Duration(s.Gap), gapAt: time.Duration(s.GapAt), gapAfter: s.GapAfter}
 }
 

@@ -70,6 +70,8 @@ func newResults(cfg config) *results {
 	where, nats := "in-process, relay on --nats", "in-process"
 	if cfg.embedded {
 		where, nats = "embedded in each relay", "embedded"
+	} else if cfg.scenarios["soak"] {
+		where, nats = where+"; the soak's a nats-server process of its own", nats+"; soak: a nats-server process"
 	}
 	started := time.Now()
 	return &results{

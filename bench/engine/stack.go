@@ -98,6 +98,7 @@ type stack struct {
 	name  string
 	dir   string
 	srv   *server.Server
+	proc  *serverProc // a nats-server process of its own (the soak on --nats), instead of srv
 	url   string
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -209,6 +210,9 @@ func (s *stack) down() error {
 	if s.srv != nil {
 		s.srv.Shutdown()
 		s.srv.WaitForShutdown()
+	}
+	if s.proc != nil {
+		errs = append(errs, s.proc.stop())
 	}
 	errs = append(errs, os.RemoveAll(s.dir))
 	return errors.Join(errs...)
