@@ -202,6 +202,11 @@ func TestSetDefaults(t *testing.T) {
 		RetryMax:    Duration(time.Hour),
 		MaxInFlight: 16,
 		MaxBacklog:  DefaultMaxBacklog,
+
+		BreakerFailureRate: DefaultBreakerFailureRate,
+		BreakerMinRequests: DefaultBreakerMinRequests,
+		BreakerWindow:      Duration(DefaultBreakerWindow),
+		BreakerConsecutive: DefaultBreakerConsecutive,
 	}, s, "rate 0 is unlimited and needs no burst")
 
 	tests := []struct {
