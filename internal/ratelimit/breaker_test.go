@@ -86,7 +86,7 @@ func TestBreakerOpensAfterAHealthySpell(t *testing.T) {
 }
 
 // TestWindowDegradesAndRecovers proves the AIMD of the requests in flight:
-// a receiver failing 35 % (above DegradeFrom of the 50 % share, below the
+// a receiver failing 45 % (above DegradeFrom of the 50 % share, below the
 // share) is halved once a bucket down to DegradeFloor of --max-in-flight;
 // one failing 20 % is never slowed; once the failures stop, the share in
 // flight climbs back by DegradeStep a bucket to all of it.
@@ -111,12 +111,12 @@ func TestWindowDegradesAndRecovers(t *testing.T) {
 		}
 	})
 	var w window
-	feed(&w, 0, 10, 0.35, nil)
+	feed(&w, 0, 10, 0.45, nil)
 	if got := w.inFlight(16); got != 4 {
-		t.Fatalf("35 %% failures for 10 s: %d of 16 in flight, want DegradeFloor's 4", got)
+		t.Fatalf("45 %% failures for 10 s: %d of 16 in flight, want DegradeFloor's 4", got)
 	}
 	if w.trips(b) {
-		t.Fatal("35 % failures opened the circuit")
+		t.Fatal("45 % failures opened the circuit")
 	}
 	last := w.inFlight(16)
 	feed(&w, 10, 30, 0, func(int) {
