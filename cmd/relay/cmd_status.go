@@ -376,7 +376,7 @@ func printDetail(out io.Writer, d status.Detail) error {
 	}
 	circuit := string(r.Circuit)
 	if r.Failures > 0 {
-		circuit += fmt.Sprintf(", %d consecutive failures", r.Failures)
+		circuit += fmt.Sprintf(", opened after %d failures", r.Failures)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, kv := range [][2]string{

@@ -400,6 +400,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("retry", fmt.Sprintf("base %s, max %s", sub.RetryBase, sub.RetryMax))
 				row("max in flight", sub.MaxInFlight)
 				row("max backlog", sub.Backlog())
+				row("breaker", breakerString(sub))
 				if sub.DeadlineAfter > 0 {
 					row("deadline after", sub.DeadlineAfter)
 				}
@@ -559,4 +560,12 @@ func warnPrivate(w io.Writer, rawURL string) {
 	if why := deliver.PrivateTarget(rawURL); why != "" {
 		fmt.Fprintf(w, "note: %s: relay run refuses to deliver there (its dead letters say refused) unless it runs with --allow-private-targets\n", why)
 	}
+}
+
+// breakerString shows a subscriber's circuit-breaker rule, its defaults
+// filled: "50% of 50 requests in 10s, or 5 failures in a row".
+func breakerString(sub subscribers.Subscriber) string {
+	sub.SetDefaults()
+	return fmt.Sprintf("%g%% of %d requests in %s, or %d failures in a row", 100*sub.BreakerFailureRate,
+		sub.BreakerMinRequests, sub.BreakerWindow, sub.BreakerConsecutive)
 }

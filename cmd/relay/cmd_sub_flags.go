@@ -34,6 +34,7 @@ type subFlags struct {
 	retryMax    time.Duration
 	maxInFlight int
 	maxBacklog  int
+	breaker     breakerFlags
 	deadline    time.Duration
 	headers     []string
 	lane        string
@@ -64,6 +65,10 @@ func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.DurationVar(&f.retryMax, "retry-max", shown(defaults, subscribers.DefaultRetryMax), "longest delay between retries")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", shown(defaults, subscribers.DefaultMaxInFlight), "requests in flight at once, per relay")
 	fs.IntVar(&f.maxBacklog, "max-backlog", shown(defaults, subscribers.DefaultMaxBacklog), "deliveries that may wait for this subscriber; past it new copies are dead-lettered as backlog")
+	fs.Float64Var(&f.breaker.failureRate, "breaker-failure-rate", shown(defaults, subscribers.DefaultBreakerFailureRate), "open the circuit when this share of the requests of --breaker-window failed")
+	fs.IntVar(&f.breaker.minRequests, "breaker-min-requests", shown(defaults, subscribers.DefaultBreakerMinRequests), "requests the window must hold for --breaker-failure-rate to count")
+	fs.DurationVar(&f.breaker.window, "breaker-window", shown(defaults, subscribers.DefaultBreakerWindow), "span the share of failures is counted over")
+	fs.IntVar(&f.breaker.consecutive, "breaker-consecutive", shown(defaults, subscribers.DefaultBreakerConsecutive), "failures in a row that open the circuit of a subscriber too thin for a share")
 	fs.DurationVar(&f.deadline, "deadline-after", 0, "default deadline of an event without its own Relay-Deadline, from its due time (0: none)")
 	fs.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
 	fs.StringVar(&f.lane, "lane", shown(defaults, "shared"), "shared or dedicated")
@@ -133,6 +138,18 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if given("max-backlog") && f.maxBacklog <= 0 {
 		return nil, "", usagef("--max-backlog: must be at least 1, got %d", f.maxBacklog)
 	}
+	if given("breaker-failure-rate") && !(f.breaker.failureRate > 0) {
+		return nil, "", usagef("--breaker-failure-rate: must be above 0, got %v", f.breaker.failureRate)
+	}
+	if given("breaker-min-requests") && f.breaker.minRequests <= 0 {
+		return nil, "", usagef("--breaker-min-requests: must be at least 1, got %d", f.breaker.minRequests)
+	}
+	if given("breaker-window") && f.breaker.window <= 0 {
+		return nil, "", usagef("--breaker-window: must be a positive duration such as 10s, got %s", f.breaker.window)
+	}
+	if given("breaker-consecutive") && f.breaker.consecutive <= 0 {
+		return nil, "", usagef("--breaker-consecutive: must be at least 1, got %d", f.breaker.consecutive)
+	}
 	if given("deadline-after") && f.deadline < 0 {
 		return nil, "", usagef("--deadline-after: must be 0 (none) or a positive duration such as 1h, got %s", f.deadline)
 	}
@@ -186,6 +203,18 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		if given("max-backlog") {
 			sub.MaxBacklog = f.maxBacklog
 		}
+		if given("breaker-failure-rate") {
+			sub.BreakerFailureRate = f.breaker.failureRate
+		}
+		if given("breaker-min-requests") {
+			sub.BreakerMinRequests = f.breaker.minRequests
+		}
+		if given("breaker-window") {
+			sub.BreakerWindow = subscribers.Duration(f.breaker.window)
+		}
+		if given("breaker-consecutive") {
+			sub.BreakerConsecutive = f.breaker.consecutive
+		}
 		if given("deadline-after") {
 			sub.DeadlineAfter = subscribers.Duration(f.deadline)
 		}
@@ -206,6 +235,14 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		}
 	}
 	return change, secretFlag, nil
+}
+
+// breakerFlags are the circuit-breaker rule's flags (--breaker-*).
+type breakerFlags struct {
+	failureRate float64
+	minRequests int
+	window      time.Duration
+	consecutive int
 }
 
 // keyChange is what the key flags (--secret and its two siblings,

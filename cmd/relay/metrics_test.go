@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/testutil"
 )
 
@@ -223,7 +224,9 @@ func TestMetricsFollowDeliveriesRetriesAndDeadLetters(t *testing.T) {
 
 // The gauges show what holds a subscriber: an operator's pause (its queue
 // waiting, with its age), a Retry-After pause with the rate halved by the
-// 429, and an open circuit after five failures; a resume delivers the queue
+// 429, and an open circuit after a burst of failures (five in a row for a
+// thin subscriber, twenty for a busy one: the breaker judges by their pace,
+// which a loaded host sets); a resume delivers the queue
 // and its gauges fall to 0.
 func TestMetricsShowPausesAndOpenCircuits(t *testing.T) {
 	t.Parallel()
@@ -244,8 +247,8 @@ func TestMetricsShowPausesAndOpenCircuits(t *testing.T) {
 			"--secret", testSecret, "--events", id + ".*"}, extra...)...)
 	}
 	add("held")
-	// Retries far off: the five first attempts open the circuit, and
-	// nothing else is attempted during the test.
+	// Retries far off: the first attempts open the circuit, and nothing
+	// else is attempted during the test.
 	add("down", "--retry-base", "10m")
 	add("throttled", "--rate", "10")
 	mustRelay(t, "sub", "pause", "held", "--nats", n.URL)
@@ -253,7 +256,7 @@ func TestMetricsShowPausesAndOpenCircuits(t *testing.T) {
 
 	publish(t, n.JS, "held.a", "evt_held1", []byte(`{}`))
 	publish(t, n.JS, "held.a", "evt_held2", []byte(`{}`))
-	for i := range 5 {
+	for i := range ratelimit.BusyRun * ratelimit.DefaultConsecutive {
 		publish(t, n.JS, "down.a", fmt.Sprintf("evt_down%d", i), []byte(`{}`))
 	}
 	publish(t, n.JS, "throttled.a", "evt_throttled", []byte(`{}`))
@@ -264,8 +267,17 @@ func TestMetricsShowPausesAndOpenCircuits(t *testing.T) {
 		series("relay_circuit_open", 1, "subscriber", "down"),
 		series("relay_subscriber_paused", 1, "subscriber", "throttled", "kind", "retry_after"),
 		series("relay_ratelimit_effective_rate", 5, "subscriber", "throttled"),
-		series("relay_deliveries_total", 5, "subscriber", "down", "outcome", "retried"),
 	)
+	// Retried once each until the circuit opened, and no more: the rest
+	// wait behind it.
+	var got float64
+	testutil.Within(10*time.Second, func() bool {
+		got, _ = testutil.SeriesValue(testutil.Scrape(t, base), "relay_deliveries_total", "subscriber", "down", "outcome", "retried")
+		return got >= ratelimit.DefaultConsecutive
+	})
+	if got < ratelimit.DefaultConsecutive || got > ratelimit.BusyRun*ratelimit.DefaultConsecutive {
+		t.Errorf("%v deliveries to the failing subscriber retried, want %d to %d", got, ratelimit.DefaultConsecutive, ratelimit.BusyRun*ratelimit.DefaultConsecutive)
+	}
 	if age, ok := testutil.SeriesValue(fams, "relay_queue_oldest_age_seconds", "subscriber", "held"); !ok || age < 0 {
 		t.Errorf("the paused subscriber's oldest age: %v (present %v)", age, ok)
 	}

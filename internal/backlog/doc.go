@@ -7,7 +7,14 @@
 // ([Shed]). A copy is shed when
 //
 //   - its subscriber already has its --max-backlog deliveries waiting (on its
-//     lane, in its overflow, parked or scheduled in RETRIES), or
+//     lane, in its overflow, parked or scheduled in RETRIES) and does not
+//     keep up: the bound is for a subscriber that cannot take its traffic
+//     (paused, down, slower than its events), never one whose deliveries
+//     outpace its events. One keeps up when it is not paused nor disabled
+//     and the last read of the streams found fewer of its deliveries
+//     waiting than the read before: over every relay, more left than were
+//     queued. It costs no more per copy than the map lookup, the judgement
+//     being made once a read; or
 //   - DELIVERIES is fuller than [ShareFrom] of its max_bytes and the
 //     subscriber has a held backlog (deliveries in its overflow) and more
 //     waiting than its fair share: [ShareFrom] of the stream's room, in

@@ -119,6 +119,10 @@ type Gauge struct {
 	// idle holds the subscribers paused or disabled at the last read: no
 	// relay sends to them, so their held backlog is evicted first.
 	idle map[string]bool
+	// draining holds the subscribers that keep up: not idle, and fewer of
+	// their deliveries waiting at the last read than at the read before
+	// (see [Gauge.Admit]).
+	draining map[string]bool
 	// since counts the copies this relay queued for each subscriber since
 	// the read began, and before those of the read before: a subscriber
 	// found in neither nor in counts has no claim on the stream's room.
@@ -262,6 +266,7 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 			g.kickLocked()
 		}
 	}
+	g.draining = drainingOf(g.counts, r)
 	g.counts, g.held, g.idle, g.bytes, g.maxBytes, g.msgs = r.counts, r.held, r.idle, r.bytes, r.maxBytes, r.msgs
 	g.before = sinceBefore
 	g.claimants = len(r.counts)
@@ -310,6 +315,28 @@ func drainedOf(drained map[string]float64, prev, added, now map[string]uint64, n
 		clear(drained)
 	}
 	return drained
+}
+
+// drainingOf is the subscribers that keep up, by a read r and the counts
+// of the read before (prev): taking deliveries (not paused nor disabled)
+// and fewer of them waiting than then. The counts are the streams', so
+// every relay's copies are in both: a subscriber whose count fell had
+// more leave it, over the cluster, than were queued for it. Nil when
+// either read did not count.
+func drainingOf(prev map[string]uint64, r reading) map[string]bool {
+	if prev == nil || r.counts == nil {
+		return nil
+	}
+	var out map[string]bool
+	for id, n := range r.counts {
+		if n < prev[id] && !r.idle[id] {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // reading is what one read of the streams found.
@@ -417,7 +444,9 @@ func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why str
 	defer g.mu.Unlock()
 	waiting := g.waitingLocked(sub.ID, !sub.PausedAt(g.cfg.Clock.Now()))
 	bound := uint64(sub.Backlog())
-	if waiting >= bound {
+	if waiting >= bound && !g.draining[sub.ID] {
+		// A subscriber that drains its backlog is not shed at its bound:
+		// the bound is for one that cannot take its traffic.
 		return Shed, fmt.Sprintf("%d deliveries wait for subscriber %s, its --max-backlog is %d", waiting, sub.ID, bound)
 	}
 	if g.counts == nil && waiting+1+g.unread >= bound {

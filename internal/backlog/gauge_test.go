@@ -440,3 +440,51 @@ func TestRefusedCopyStopsCounting(t *testing.T) {
 	}
 	require.Zero(t, g.Waiting("a"))
 }
+
+// TestDrainingSubscriberIsNotShedAtItsBound: the bound sheds a subscriber
+// that cannot take its traffic, never one whose deliveries outpace its
+// events. Past its bound, one whose waiting deliveries fell between the
+// last two reads is queued; once they no longer fall, or while it is
+// paused, it is shed again.
+func TestDrainingSubscriberIsNotShedAtItsBound(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 3}
+	put(t, n.JS, "deliveries.s00.a", 6, 10)
+	g := newGauge(t, n.JS, a)
+	v, _ := g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v, "six wait, nothing known of their pace")
+
+	deliveries, err := n.JS.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	drain := func(k int) {
+		t.Helper()
+		info, err := deliveries.Info(ctx)
+		require.NoError(t, err)
+		for seq := info.State.FirstSeq; k > 0; seq++ {
+			if err := deliveries.DeleteMsg(ctx, seq); err == nil {
+				k--
+			}
+		}
+	}
+	drain(2) // delivered: four wait, fewer than at the read before
+	require.NoError(t, g.Refresh(ctx))
+	require.EqualValues(t, 4, g.Waiting("a"))
+	v, why := g.Admit(&a, 10)
+	require.Equal(t, backlog.Queue, v, "four wait, past the bound of 3, but falling: %s", why)
+	put(t, n.JS, "deliveries.s00.a", 1, 10) // the copy just queued
+	g.Settled("a", true)
+
+	require.NoError(t, g.Refresh(ctx)) // five wait: no longer falling
+	v, _ = g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v, "past its bound and not falling")
+
+	paused := a
+	paused.Paused = true
+	g = newGauge(t, n.JS, paused) // five wait
+	drain(1)
+	require.NoError(t, g.Refresh(ctx))
+	v, _ = g.Admit(&paused, 10)
+	require.Equal(t, backlog.Shed, v, "falling, but paused: nothing is taking them")
+}

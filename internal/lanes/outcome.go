@@ -141,5 +141,8 @@ func setOrDel(h nats.Header, key, value string, set bool) {
 }
 
 func limitOf(sub subscribers.Subscriber) ratelimit.Limit {
-	return ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst}
+	return ratelimit.Limit{Rate: sub.Rate, Burst: sub.Burst, Breaker: ratelimit.Breaker{
+		FailureRate: sub.BreakerFailureRate, MinRequests: sub.BreakerMinRequests,
+		Window: sub.BreakerWindow.Std(), Consecutive: sub.BreakerConsecutive,
+	}}
 }

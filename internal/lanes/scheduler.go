@@ -216,7 +216,10 @@ func (s *scheduler) loop(ctx context.Context) {
 			s.deadLetterAll(ctx, late)
 			continue
 		}
-		if len(s.inFlight) >= sub.MaxInFlight {
+		if len(s.inFlight) >= s.lane.cfg.Limiter.InFlight(s.id, sub.MaxInFlight) {
+			// --max-in-flight, or fewer while the subscriber's failures
+			// degrade it (ratelimit.DegradeFrom): a struggling receiver
+			// gets less, not nothing.
 			s.mu.Unlock()
 			s.sleep(ctx, -1, true)
 			continue

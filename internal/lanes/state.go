@@ -39,7 +39,8 @@ const (
 	Pulled State = iota
 	// Held: in its subscriber's queue in the lane, its ack wait renewed
 	// by the keep-alive rounds. The subscriber's scheduler sends the head
-	// once a request slot of the relay, a token and an in-flight slot are
+	// once a request slot of the relay, a token and an in-flight slot (of
+	// --max-in-flight, or fewer while its failures degrade it) are
 	// free; while it waits for them the head stays held, so that a pause
 	// that begins meanwhile takes it to overflow with the rest.
 	Held

@@ -44,8 +44,9 @@
 // of two pauses wins; its end counted from the latest the server's clock can
 // read, the estimate's upper bound, so that a relay whose estimate is
 // closer than the storing relay's does not end it early), the adaptive rate and the circuit breaker (opened
-// after consecutive failures, for a cool-down that grows while they
-// continue, then one probe). A relay learns of a pause or an open circuit
+// by the share of failures over a window, or a run of them, that each
+// relay counts in memory (see [Breaker] and [Shared.Observe]), for a
+// cool-down that grows while they continue, then one probe). A relay learns of a pause or an open circuit
 // another relay stored from its watch (see [Shared.Follow]), and whatever
 // the watch's delay, a rate-limited subscriber's requests stop on every
 // relay within a lease of the store: a lease taken before it ends within

@@ -137,6 +137,9 @@ func (s *Shared) fold(e jetstream.KeyValueEntry) {
 	if sub == nil {
 		return
 	}
+	if had && !prev.state.OpenUntil.Equal(st.OpenUntil) {
+		sub.circuitMoved.Store(true)
+	}
 	now := s.estimateNow()
 	if blocks(st, now) && (!had || !blocks(prev.state, now) || prev.state.PausedUntil != st.PausedUntil || prev.state.OpenUntil != st.OpenUntil) {
 		sub.interrupted.Store(true)

@@ -99,6 +99,10 @@ type Limiter interface {
 	Reserve(ctx context.Context, subscriber string, l Limit) (Decision, error)
 	// Observe records the outcome of an attempt.
 	Observe(ctx context.Context, subscriber string, l Limit, r Result) error
+	// InFlight is how many requests to the subscriber may be in flight
+	// at once from this relay, of most (its --max-in-flight): fewer while
+	// its failures degrade it (see DegradeFrom).
+	InFlight(subscriber string, most int) int
 }
 
 // ErrBucket is returned when the relay_ratelimit bucket cannot be used.

@@ -24,8 +24,8 @@ type Options struct {
 	Clock clock.Clock
 	// MaxPause bounds a pause (--max-pause). Defaults to 1h.
 	MaxPause time.Duration
-	// FailureThreshold is how many failures in a row open the breaker.
-	// Defaults to DefaultFailureThreshold.
+	// FailureThreshold is the Consecutive of a subscriber's [Breaker] that
+	// gives none. Defaults to DefaultConsecutive.
 	FailureThreshold int
 	// Cooldown is the first cool-down of an open breaker; each one in a row
 	// doubles, up to MaxCooldown. Default DefaultCooldown and
@@ -128,6 +128,12 @@ type subscriber struct {
 	// an open circuit: the lease ends at the next Reserve.
 	interrupted atomic.Bool
 	successes   int // successes in the current AIMD window
+	// win counts this relay's outcomes for the breaker and the share in
+	// flight (see [Shared.Observe]); circuitMoved is set by the watch
+	// when another relay opened or closed the circuit, which starts it
+	// afresh.
+	win          window
+	circuitMoved atomic.Bool
 	// The last entry seen, for compare-and-set without a read.
 	state   State
 	rev     uint64
@@ -151,7 +157,7 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 		opts.MaxPause = time.Hour
 	}
 	if opts.FailureThreshold <= 0 {
-		opts.FailureThreshold = DefaultFailureThreshold
+		opts.FailureThreshold = DefaultConsecutive
 	}
 	if opts.Cooldown <= 0 {
 		opts.Cooldown = DefaultCooldown
@@ -330,6 +336,7 @@ func (s *Shared) read(ctx context.Context, id string, sub *subscriber, l Limit) 
 		st = State{Tokens: l.capacity()}
 	}
 	s.learn(e.Created())
+	sub.circuitSeen(st)
 	sub.state, sub.rev, sub.written = st, e.Revision(), e.Created()
 	return nil
 }
@@ -358,6 +365,7 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 		}
 		return false, fmt.Errorf("%w: writing %s: %w", ErrBucket, id, err)
 	}
+	sub.circuitSeen(st)
 	sub.state, sub.rev = st, rev
 	sub.written = sent
 	return true, nil
@@ -614,10 +622,69 @@ func (s *Shared) awaitWatch(id string, sub *subscriber, now time.Time) (Decision
 	return Decision{}, false
 }
 
+// count adds an attempt's outcome to this relay's window of the
+// subscriber, and reports whether it opens the circuit: a failure that
+// makes the window trip its breaker while the circuit is not known open
+// here already. The window starts afresh whenever the circuit opened or
+// closed since (see [subscriber.circuitSeen]). sub.mu is held.
+func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
+	if sub.circuitMoved.Swap(false) {
+		sub.win.reset()
+	}
+	if !r.Success && !r.Failure {
+		return false
+	}
+	b := l.Breaker.withDefaults(s.opts.FailureThreshold)
+	span := b.bucketSpan()
+	sub.win.add(int64(now.Sub(s.epoch)/span), span, b, r.Failure)
+	return r.Failure && !r.Probe && now.Compare(sub.openUntil) >= 0 && sub.win.trips(b)
+}
+
+// circuitSeen starts the window afresh when an entry read or written
+// opens or closes the circuit this relay last knew of: the outcomes
+// before it would count against the receiver after it (the failures that
+// opened it would reopen it on the first failure after a probe closed it).
+// sub.mu is held.
+func (sub *subscriber) circuitSeen(st State) {
+	if !st.OpenUntil.Equal(sub.state.OpenUntil) {
+		sub.win.reset()
+	}
+}
+
+// InFlight implements Limiter: most, or fewer while this relay's window of
+// the subscriber holds enough failures to degrade it (see DegradeFrom).
+func (s *Shared) InFlight(id string, most int) int {
+	s.mu.Lock()
+	sub := s.subs[id]
+	s.mu.Unlock()
+	if sub == nil {
+		return most
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.win.inFlight(most)
+}
+
 // Observe implements Limiter. Successes of a healthy subscriber cost no KV
-// operation, nor does a throttle within DecreaseWindow of a decrease this
-// relay already knows of; a pause, any other throttle, a failure, and the
-// first success after failures or a throttle each cost one compare-and-set.
+// operation, nor do failures that do not open the circuit, nor a throttle
+// within DecreaseWindow of a decrease this relay already knows of; a pause,
+// any other throttle, a failure that opens the circuit or a probe's, and
+// the first success after the circuit opened or a throttle each cost one
+// compare-and-set.
+//
+// The breaker's count is each relay's own: every success and failure goes
+// into this relay's window of the subscriber (see [Breaker]), in memory,
+// and only the verdict is shared: the relay whose window trips stores the
+// open circuit, which every relay then honours, and the probe and the
+// cool-down are the entry's as before. Counting locally is safe because
+// the relays' requests to one subscriber are samples of the same receiver:
+// a share of failures over a window is the same on each relay, within
+// chance, and a receiver that is down fails every request of every relay,
+// so the first relay to count it opens the circuit for all. What is lost
+// is the sum: with R relays sharing a thin subscriber, each sees about
+// 1/R of its requests, so a run of Consecutive failures may take up to R
+// times as many requests to appear on one relay (a receiver that fails
+// everything still opens it on every relay's Consecutive-th failure).
 func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) error {
 	sub := s.subscriber(id)
 	sub.mu.Lock()
@@ -626,6 +693,7 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 		sub.probing = false
 	}
 	now := s.opts.Clock.Now()
+	trip := s.count(sub, l, r, now)
 	if r.PauseFor > 0 {
 		// Stop spending at once; the other relays learn of it from their
 		// watch (Follow), or at the end of their lease without one.
@@ -649,7 +717,7 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 		if !s.successChanges(sub, l) && !r.Probe && r.PauseFor <= 0 {
 			return nil
 		}
-	} else if !r.Failure && !r.Throttled && r.PauseFor <= 0 && !r.Probe {
+	} else if !trip && !r.Throttled && r.PauseFor <= 0 && !r.Probe {
 		return nil
 	}
 	tries := maxCAS
@@ -663,7 +731,7 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrBucket, id, err)
 		}
-		done, err := s.observeOnce(ctx, id, sub, l, r, try)
+		done, err := s.observeOnce(ctx, id, sub, l, r, trip, try)
 		release()
 		if err != nil || done {
 			return err
@@ -675,14 +743,14 @@ func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) erro
 
 // observeOnce is one compare-and-set of Observe, in a turn of the KV
 // requests; done is false when another relay's write won.
-func (s *Shared) observeOnce(ctx context.Context, id string, sub *subscriber, l Limit, r Result, try int) (done bool, err error) {
+func (s *Shared) observeOnce(ctx context.Context, id string, sub *subscriber, l Limit, r Result, trip bool, try int) (done bool, err error) {
 	if try > 0 || sub.rev == 0 {
 		if err := s.load(ctx, id, sub, l, try > 0); err != nil {
 			return true, err
 		}
 	}
 	prev := sub.state
-	st, changed, restart := s.apply(ctx, sub, l, r)
+	st, changed, restart := s.apply(ctx, sub, l, r, trip)
 	if !changed {
 		// Nothing to write: a later pause is already stored (wait for
 		// that one), or a throttle found its window's decrease made.
@@ -758,7 +826,7 @@ func (s *Shared) successChanges(sub *subscriber, l Limit) bool {
 // reports whether the entry changed, and whether a window of successes
 // starts afresh once it is written (not before: a lost race re-applies the
 // outcome to a fresh read and must still see the window).
-func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) (st State, changed, restart bool) {
+func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result, trip bool) (st State, changed, restart bool) {
 	st = sub.state
 	server := s.serverNow(ctx)
 	before := st
@@ -805,9 +873,14 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result) 
 			restart = true
 		}
 	case r.Failure:
-		st.Failures++
 		reopen := r.Probe && st.CircuitAt(server) == HalfOpen
-		if reopen || (st.Failures >= s.opts.FailureThreshold && st.CircuitAt(server) == Closed) {
+		if reopen || (trip && st.CircuitAt(server) == Closed) {
+			// What opened it, for relay status: the failures of the
+			// window that tripped (or one more, for a failed probe).
+			st.Failures = max(st.Failures+1, sub.win.failed, sub.win.streak)
+			if !reopen {
+				st.Failures = max(sub.win.failed, sub.win.streak)
+			}
 			st.OpenUntil = server.Add(Cooldown(st.Opens, s.opts.Cooldown, s.opts.MaxCooldown))
 			st.Opens++
 			st.ProbeUntil = time.Time{}

@@ -11,6 +11,8 @@ import (
 type Limit struct {
 	Rate  float64
 	Burst int
+	// Breaker is the subscriber's circuit-breaker rule.
+	Breaker Breaker
 }
 
 // Unlimited reports whether the limit lets every request through.
@@ -36,7 +38,11 @@ type State struct {
 	DecreasedAt time.Time `json:"decreased_at,omitzero"`
 	// PausedUntil: no request before this time (Retry-After).
 	PausedUntil time.Time `json:"paused_until,omitzero"`
-	// Failures counts consecutive failed attempts, for the breaker.
+	// Failures is how many failures the window of the relay that opened
+	// the circuit held when it did (see [Breaker]), kept until a success
+	// closes it, for relay status. The count itself is each relay's own,
+	// never written per failure. (An entry of a relay before the rule by
+	// share holds the consecutive failures; a success clears it alike.)
 	Failures int `json:"failures,omitempty"`
 	// OpenUntil is the end of the breaker's cool-down; zero when closed.
 	// Past it the breaker is half-open: one probe may go.
@@ -165,11 +171,11 @@ func SuccessWindow(current float64) int {
 	return max(1, int(math.Ceil(current*AIMDWindow.Seconds())))
 }
 
-// Breaker tuning. Defaults of Options.
+// Breaker tuning. Defaults of Options; the rule that opens the circuit is
+// the subscriber's [Breaker].
 const (
-	DefaultFailureThreshold = 5
-	DefaultCooldown         = 5 * time.Second
-	DefaultMaxCooldown      = 15 * time.Minute
+	DefaultCooldown    = 5 * time.Second
+	DefaultMaxCooldown = 15 * time.Minute
 )
 
 // Cooldown is the length of the opens-th cool-down in a row (from 0):

@@ -440,8 +440,8 @@ func TestCooldownScheduleOverAnHour(t *testing.T) {
 	t.Parallel()
 	// Failures one second apart open the breaker at the threshold-th one;
 	// from then on each failed probe reopens it for the next cool-down.
-	at := time.Duration(ratelimit.DefaultFailureThreshold-1) * time.Second
-	requests := ratelimit.DefaultFailureThreshold
+	at := time.Duration(ratelimit.DefaultConsecutive-1) * time.Second
+	requests := ratelimit.DefaultConsecutive
 	for opens := 0; ; opens++ {
 		at += ratelimit.Cooldown(opens, ratelimit.DefaultCooldown, ratelimit.DefaultMaxCooldown)
 		if at >= time.Hour {
@@ -449,9 +449,9 @@ func TestCooldownScheduleOverAnHour(t *testing.T) {
 		}
 		requests++
 	}
-	t.Logf("an hour of failures lets %d requests through (threshold %d)", requests, ratelimit.DefaultFailureThreshold)
-	if requests > 12+ratelimit.DefaultFailureThreshold {
-		t.Errorf("%d requests in an hour, want at most %d", requests, 12+ratelimit.DefaultFailureThreshold)
+	t.Logf("an hour of failures lets %d requests through (threshold %d)", requests, ratelimit.DefaultConsecutive)
+	if requests > 12+ratelimit.DefaultConsecutive {
+		t.Errorf("%d requests in an hour, want at most %d", requests, 12+ratelimit.DefaultConsecutive)
 	}
 }
 

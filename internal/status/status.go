@@ -166,7 +166,8 @@ type Subscriber struct {
 	// Circuit is the breaker's state: closed, open (cooling down, nothing is
 	// sent) or half-open (one probe may go).
 	Circuit ratelimit.Circuit `json:"circuit"`
-	// Failures counts the consecutive failed attempts the breaker has seen.
+	// Failures is how many failures opened the circuit (the window of the
+	// relay that opened it), until a success closes it.
 	Failures int `json:"failures"`
 	// OldestPendingAt is when the oldest of the Pending messages was stored
 	// in DELIVERIES; zero when there are none.

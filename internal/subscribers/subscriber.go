@@ -12,6 +12,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/filter"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/secrets"
 )
 
@@ -44,6 +45,22 @@ const (
 	DefaultMaxBacklog = 100_000
 )
 
+// The circuit breaker's defaults (docs/delivery-rules.md "Circuit
+// breaker"), which package ratelimit measured and applies.
+const (
+	// DefaultBreakerFailureRate: the circuit opens when this share of the
+	// requests of the window failed.
+	DefaultBreakerFailureRate = ratelimit.DefaultFailureRate
+	// DefaultBreakerMinRequests: the share counts once the window holds
+	// this many requests.
+	DefaultBreakerMinRequests = ratelimit.DefaultMinRequests
+	// DefaultBreakerWindow is the span the share is counted over.
+	DefaultBreakerWindow = ratelimit.DefaultWindow
+	// DefaultBreakerConsecutive: this many failures in a row open the
+	// circuit of a subscriber too thin for a share.
+	DefaultBreakerConsecutive = ratelimit.DefaultConsecutive
+)
+
 // Limits that [Subscriber.Validate] enforces. They keep a single subscriber
 // from holding a lane's messages beyond the consumer's ack wait, or from
 // asking for more concurrency than one relay can give it.
@@ -57,6 +74,13 @@ const (
 	maxTimeout     = 5 * time.Minute
 	maxMaxInFlight = 1024
 	maxMaxBacklog  = 1_000_000_000
+	// The breaker's window is counted in ten buckets, of at least 100 ms;
+	// a window of more than ten minutes remembers an outage long gone.
+	minBreakerWindow = time.Second
+	maxBreakerWindow = 10 * time.Minute
+	// maxBreakerRequests bounds the requests a window must hold, and the
+	// failures in a row: beyond it the breaker would never open.
+	maxBreakerRequests = 100_000
 )
 
 // Subscriber is one webhook endpoint and how to deliver to it, as stored in
@@ -124,6 +148,17 @@ type Subscriber struct {
 	// the others. Zero (a subscriber stored before the field existed)
 	// means [DefaultMaxBacklog]; see [Subscriber.Backlog].
 	MaxBacklog int `json:"max_backlog,omitempty"`
+	// BreakerFailureRate, BreakerMinRequests, BreakerWindow and
+	// BreakerConsecutive are the subscriber's circuit-breaker rule: the
+	// circuit opens when at least BreakerFailureRate of its requests over
+	// the last BreakerWindow failed, once they number BreakerMinRequests,
+	// or after BreakerConsecutive failures in a row while its traffic is
+	// too thin for a share (see ratelimit.Breaker). Zero (a subscriber
+	// stored before the fields existed) means the defaults.
+	BreakerFailureRate float64  `json:"breaker_failure_rate,omitempty"`
+	BreakerMinRequests int      `json:"breaker_min_requests,omitempty"`
+	BreakerWindow      Duration `json:"breaker_window,omitempty"`
+	BreakerConsecutive int      `json:"breaker_consecutive,omitempty"`
 	// DeadlineAfter, when set, gives every event without a Relay-Deadline
 	// of its own a deadline this long after its due time (its
 	// Relay-Deliver-At, else its publication): a reminder that is useless
@@ -255,6 +290,18 @@ func (s *Subscriber) SetDefaults() {
 	if s.MaxBacklog == 0 {
 		s.MaxBacklog = DefaultMaxBacklog
 	}
+	if s.BreakerFailureRate == 0 {
+		s.BreakerFailureRate = DefaultBreakerFailureRate
+	}
+	if s.BreakerMinRequests == 0 {
+		s.BreakerMinRequests = DefaultBreakerMinRequests
+	}
+	if s.BreakerWindow == 0 {
+		s.BreakerWindow = Duration(DefaultBreakerWindow)
+	}
+	if s.BreakerConsecutive == 0 {
+		s.BreakerConsecutive = DefaultBreakerConsecutive
+	}
 }
 
 // Backlog is the subscriber's bound on waiting deliveries: MaxBacklog, or
@@ -292,7 +339,8 @@ func ValidateID(id string) error {
 // event filter; that the rate is finite and from 0 to 1,000,000 and the
 // burst at least 1 when there is a rate; max attempts from 1 to 1000; a
 // timeout above 0 and at most 5m; a retry base above 0 and a retry max no
-// lower; max in flight from 1 to 1024; that every header is valid and
+// lower; max in flight from 1 to 1024; the breaker's rule (see
+// validateBreaker); that every header is valid and
 // not reserved; a TLS setting's certificates and key (see validateTLS); and
 // an OAuth2 grant's token URL (as the URL), client id, client secret and
 // scopes, with no Authorization header beside it.
@@ -349,6 +397,9 @@ func (s Subscriber) Validate() error {
 	if s.MaxBacklog < 0 || s.MaxBacklog > maxMaxBacklog {
 		return invalid("--max-backlog", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxBacklog, s.MaxBacklog))
 	}
+	if err := s.validateBreaker(); err != nil {
+		return err
+	}
 	if s.DeadlineAfter < 0 || (s.DeadlineAfter > 0 && s.DeadlineAfter.Std() < time.Second) {
 		return invalid("--deadline-after", fmt.Sprintf("must be 0 (no default deadline) or at least 1s, such as 1h, got %v", s.DeadlineAfter))
 	}
@@ -369,6 +420,25 @@ func (s Subscriber) Validate() error {
 		return err
 	}
 	return validateOAuth2(s.OAuth2, s.Headers, sealed)
+}
+
+// validateBreaker checks the circuit-breaker rule: a failure rate above 0
+// and at most 1, a window from 1s to 10m, min requests and consecutive
+// failures from 1 to 100,000. Zero fields (defaults not filled) pass.
+func (s Subscriber) validateBreaker() error {
+	if r := s.BreakerFailureRate; math.IsNaN(r) || r < 0 || r > 1 {
+		return invalid("--breaker-failure-rate", fmt.Sprintf("must be a share of requests above 0 and at most 1, such as 0.5, got %v", r))
+	}
+	if w := s.BreakerWindow.Std(); w != 0 && (w < minBreakerWindow || w > maxBreakerWindow) {
+		return invalid("--breaker-window", fmt.Sprintf("must be from %v to %v, got %v", minBreakerWindow, maxBreakerWindow, s.BreakerWindow))
+	}
+	if n := s.BreakerMinRequests; n < 0 || n > maxBreakerRequests {
+		return invalid("--breaker-min-requests", fmt.Sprintf("must be from 1 to %d, got %d", maxBreakerRequests, n))
+	}
+	if n := s.BreakerConsecutive; n < 0 || n > maxBreakerRequests {
+		return invalid("--breaker-consecutive", fmt.Sprintf("must be from 1 to %d, got %d", maxBreakerRequests, n))
+	}
+	return nil
 }
 
 // validateURL checks the subscriber URL. Whether its address is private is

@@ -108,6 +108,12 @@ func TestValidate(t *testing.T) {
 		{"max in flight 1024", func(s *Subscriber) { s.MaxInFlight = 1024 }, "", ""},
 		{"max in flight 0", func(s *Subscriber) { s.MaxInFlight = 0 }, "--max-in-flight", "from 1 to 1024, got 0"},
 		{"max in flight 1025", func(s *Subscriber) { s.MaxInFlight = 1025 }, "--max-in-flight", "got 1025"},
+		{"breaker failure rate 1.5", func(s *Subscriber) { s.BreakerFailureRate = 1.5 }, "--breaker-failure-rate", "at most 1, such as 0.5, got 1.5"},
+		{"breaker failure rate NaN", func(s *Subscriber) { s.BreakerFailureRate = math.NaN() }, "--breaker-failure-rate", "got NaN"},
+		{"breaker window 100ms", func(s *Subscriber) { s.BreakerWindow = Duration(100 * time.Millisecond) }, "--breaker-window", "from 1s to 10m0s, got 100ms"},
+		{"breaker window 1h", func(s *Subscriber) { s.BreakerWindow = Duration(time.Hour) }, "--breaker-window", "got 1h"},
+		{"breaker min requests -1", func(s *Subscriber) { s.BreakerMinRequests = -1 }, "--breaker-min-requests", "from 1 to 100000, got -1"},
+		{"breaker consecutive 100001", func(s *Subscriber) { s.BreakerConsecutive = 100_001 }, "--breaker-consecutive", "got 100001"},
 
 		{"header empty value", func(s *Subscriber) { s.Headers = map[string]string{"X-Empty": ""} }, "", ""},
 		{"header name with space", func(s *Subscriber) { s.Headers = map[string]string{"X Y": "v"} }, "--header", `HTTP token`},
@@ -202,6 +208,11 @@ func TestSetDefaults(t *testing.T) {
 		RetryMax:    Duration(time.Hour),
 		MaxInFlight: 16,
 		MaxBacklog:  DefaultMaxBacklog,
+
+		BreakerFailureRate: DefaultBreakerFailureRate,
+		BreakerMinRequests: DefaultBreakerMinRequests,
+		BreakerWindow:      Duration(DefaultBreakerWindow),
+		BreakerConsecutive: DefaultBreakerConsecutive,
 	}, s, "rate 0 is unlimited and needs no burst")
 
 	tests := []struct {

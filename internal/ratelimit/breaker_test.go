@@ -1,0 +1,131 @@
+package ratelimit
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// run feeds a fresh window of the default breaker requests at rate a
+// second, each failing with probability p, from rng, and returns the
+// request (from 1) that opened the circuit, 0 if none did.
+func run(rng *rand.Rand, rate, requests int, p float64) int {
+	b := Breaker{}.withDefaults(DefaultConsecutive)
+	span := b.bucketSpan()
+	var w window
+	for i := range requests {
+		at := time.Duration(i) * time.Second / time.Duration(rate)
+		w.add(int64(at/span), span, b, rng.Float64() < p)
+		if w.trips(b) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// TestBreakerRuleByMeasure holds the defaults to what they were chosen by
+// (see DefaultMinRequests): on a seeded random receiver, whatever the
+// wall-clock pace of the host, since the window is fed times by hand.
+func TestBreakerRuleByMeasure(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(55, 1))
+	for start := range 5000 {
+		if at := run(rng, 1000, 300, 0.2); at != 0 {
+			t.Fatalf("20 %% failures at 1,000/s: start %d opened the circuit at request %d", start, at)
+		}
+	}
+	if at := run(rng, 1000, 3_600_000, 0.2); at != 0 {
+		t.Fatalf("20 %% failures at 1,000/s: an hour opened the circuit at request %d", at)
+	}
+	most := 0
+	for start := range 1000 {
+		at := run(rng, 1000, 1000, 0.6)
+		if at == 0 {
+			t.Fatalf("60 %% failures at 1,000/s: start %d never opened the circuit in a second", start)
+		}
+		most = max(most, at)
+	}
+	t.Logf("60 %% failures at 1,000/s: opened by request %d at the latest of 1,000 starts", most)
+	if at := run(rng, 1000, 1000, 1); at != BusyRun*DefaultConsecutive {
+		t.Errorf("every request failing at 1,000/s opened the circuit at request %d, want %d", at, BusyRun*DefaultConsecutive)
+	}
+	if at := run(rng, 1, 100, 1); at != DefaultConsecutive {
+		t.Errorf("every request failing at 1/s opened the circuit at request %d, want %d", at, DefaultConsecutive)
+	}
+}
+
+// TestBreakerOpensAfterAHealthySpell: a receiver that goes down after ten
+// seconds of successes at 1,000/s opens the circuit within a run of
+// BusyRun × Consecutive failures, not after the window's ten thousand
+// successes are outnumbered.
+func TestBreakerOpensAfterAHealthySpell(t *testing.T) {
+	t.Parallel()
+	b := Breaker{}.withDefaults(DefaultConsecutive)
+	span := b.bucketSpan()
+	var w window
+	i := 0
+	add := func(failed bool) bool {
+		at := time.Duration(i) * time.Millisecond
+		i++
+		w.add(int64(at/span), span, b, failed)
+		return w.trips(b)
+	}
+	for range 10_000 {
+		if add(false) {
+			t.Fatal("a success opened the circuit")
+		}
+	}
+	for n := 1; ; n++ {
+		if add(true) {
+			if n != BusyRun*b.Consecutive {
+				t.Fatalf("opened at failure %d, want %d", n, BusyRun*b.Consecutive)
+			}
+			return
+		}
+	}
+}
+
+// TestWindowDegradesAndRecovers proves the AIMD of the requests in flight:
+// a receiver failing 45 % (above DegradeFrom of the 50 % share, below the
+// share) is halved once a bucket down to DegradeFloor of --max-in-flight;
+// one failing 20 % is never slowed; once the failures stop, the share in
+// flight climbs back by DegradeStep a bucket to all of it.
+func TestWindowDegradesAndRecovers(t *testing.T) {
+	t.Parallel()
+	b := Breaker{}.withDefaults(DefaultConsecutive)
+	span := b.bucketSpan()
+	rng := rand.New(rand.NewPCG(55, 2))
+	feed := func(w *window, from, seconds int, p float64, each func(second int)) {
+		for i := from * 1000; i < (from+seconds)*1000; i++ {
+			at := time.Duration(i) * time.Millisecond
+			w.add(int64(at/span), span, b, rng.Float64() < p)
+			if i%1000 == 999 && each != nil {
+				each(i / 1000)
+			}
+		}
+	}
+	var calm window
+	feed(&calm, 0, 60, 0.2, func(second int) {
+		if got := calm.inFlight(16); got != 16 {
+			t.Fatalf("20 %% failures: %d of 16 in flight at second %d, want all", got, second)
+		}
+	})
+	var w window
+	feed(&w, 0, 10, 0.45, nil)
+	if got := w.inFlight(16); got != 4 {
+		t.Fatalf("45 %% failures for 10 s: %d of 16 in flight, want DegradeFloor's 4", got)
+	}
+	if w.trips(b) {
+		t.Fatal("45 % failures opened the circuit")
+	}
+	last := w.inFlight(16)
+	feed(&w, 10, 30, 0, func(int) {
+		if got := w.inFlight(16); got < last {
+			t.Fatalf("recovering: %d in flight after %d", got, last)
+		}
+		last = w.inFlight(16)
+	})
+	if got := w.inFlight(16); got != 16 {
+		t.Fatalf("30 s without failures: %d of 16 in flight, want all", got)
+	}
+}
