@@ -46,6 +46,7 @@ type scaleResult struct {
 	// warnings meanwhile.
 	broadcastFanned, broadcastAll time.Duration
 	broadcastWarnings             int
+	broadcastErr                  string // why not all arrived, empty when they did
 	// three is two more relays started beside the first: their start to
 	// ready, and a new subscriber's events, which every relay's fan-out
 	// took some of, all delivered (ingested: events each relay fanned out).
@@ -194,7 +195,8 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 	}, func() string {
 		return fmt.Sprintf("%d of %d arrived", e.rcv.distinctWithPrefix("sc")-before, res.subscribers)
 	}); err != nil {
-		return res, err
+		res.broadcastErr = err.Error()
+		fmt.Fprintf(os.Stderr, "  one event to all: %v\n", err)
 	}
 	res.broadcastAll = time.Since(start)
 	if res.broadcastFanned == 0 {
@@ -454,7 +456,7 @@ func scaleTable(r scaleResult) string {
 		row("spread / one subscriber", fmt.Sprintf("%.2f", r.spread.rate()/h))
 	}
 	row(fmt.Sprintf("one event of %s bytes to every subscriber: fanned out / all delivered, s (relay warnings)", thousands(broadcastBody)),
-		fmt.Sprintf("%.2f / %.2f (%d)", r.broadcastFanned.Seconds(), r.broadcastAll.Seconds(), r.broadcastWarnings))
+		fmt.Sprintf("%.2f / %.2f (%d)%s", r.broadcastFanned.Seconds(), r.broadcastAll.Seconds(), r.broadcastWarnings, cond(r.broadcastErr != "", "; "+r.broadcastErr, "")))
 	row("peak RSS (VmHWM), MB", fmt.Sprintf("%.0f", float64(r.peakRSS)/(1<<20)))
 	row("relay sub add → first delivery, s", fmt.Sprintf("%.2f", r.firstDelivery.Seconds()))
 	during := fmt.Sprintf("%.2f", r.firstDuringWrites.Seconds())
@@ -470,6 +472,14 @@ func scaleTable(r scaleResult) string {
 	}
 	row("two more relays: start → ready; a new subscriber's events through three", three)
 	return sb.String()
+}
+
+// cond is a if ok, else b.
+func cond(ok bool, a, b string) string {
+	if ok {
+		return a
+	}
+	return b
 }
 
 // secondsList formats durations as seconds, separated by " / ".
