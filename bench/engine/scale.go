@@ -28,6 +28,7 @@ type scaleResult struct {
 	loaded            time.Duration // from the first store to the relay delivering to the last one
 	ready             time.Duration // the relay's start to its /readyz, with every subscriber already stored when prestored
 	idleCPU           float64       // share of a core over the idle window
+	idleCPUAfter      float64       // the same once every subscriber had a delivery
 	idleRSS           int64         // bytes
 	hot, spread       burstRun      // one subscriber alone; every subscriber a few events
 	peakRSS           int64         // VmHWM at the end
@@ -216,6 +217,13 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 		return res, err
 	}
 	defer e.rcv.forget("late")
+	// Idle again, every subscriber now delivered to on this relay.
+	cpu0, cpuErr = cpuTime(pid)
+	time.Sleep(scaleIdle)
+	if cpu1, err := cpuTime(pid); err == nil && cpuErr == nil {
+		res.idleCPUAfter = (cpu1 - cpu0).Seconds() / scaleIdle.Seconds()
+	}
+	fmt.Fprintf(os.Stderr, "  idle after every subscriber had a delivery: %.3f of a core\n", res.idleCPUAfter)
 
 	statusStart := time.Now()
 	if err := e.relayCommand(ctx, s, "status", "--json", "--lanes", strconv.Itoa(e.cfg.lanes)); err != nil {
@@ -436,7 +444,7 @@ func scaleTable(r scaleResult) string {
 		row("stored before the relay started: its start → ready, s", fmt.Sprintf("%.2f", r.ready.Seconds()))
 	}
 	row("first store → relay delivers to the last one, s", fmt.Sprintf("%.1f", r.loaded.Seconds()))
-	row(fmt.Sprintf("idle CPU over %s, share of a core", scaleIdle), fmt.Sprintf("%.3f", r.idleCPU))
+	row(fmt.Sprintf("idle CPU over %s, share of a core: before any delivery / once every subscriber had one", scaleIdle), fmt.Sprintf("%.3f / %.3f", r.idleCPU, r.idleCPUAfter))
 	row("idle RSS, MB", fmt.Sprintf("%.0f", float64(r.idleRSS)/(1<<20)))
 	for _, x := range []struct {
 		name string
