@@ -40,6 +40,7 @@ type scaleResult struct {
 	firstDuringWrites time.Duration
 	duringErr         string
 	status            time.Duration // wall time of relay status --json, every subscriber
+	statusErr         string        // why relay status or GET /metrics failed, empty when neither did
 	statusTable       time.Duration // wall time of relay status, its first page
 	scrape            time.Duration // wall time of one GET /metrics, its NATS-read gauges refreshed
 	scrapeBytes       int64         // the size of that /metrics, uncompressed
@@ -229,16 +230,16 @@ func (e *env) scale(ctx context.Context) (res scaleResult, err error) {
 
 	statusStart := time.Now()
 	if err := e.relayCommand(ctx, s, "status", "--json", "--lanes", strconv.Itoa(e.cfg.lanes)); err != nil {
-		return res, err
+		res.statusErr = err.Error()
 	}
 	res.status = time.Since(statusStart)
 	statusStart = time.Now()
 	if err := e.relayCommand(ctx, s, "status", "--lanes", strconv.Itoa(e.cfg.lanes)); err != nil {
-		return res, err
+		res.statusErr += cond(res.statusErr != "", "; ", "") + err.Error()
 	}
 	res.statusTable = time.Since(statusStart)
 	if res.scrape, res.scrapeBytes, err = scrapeMetrics(ctx, s.relay.metrics); err != nil {
-		return res, err
+		res.statusErr += cond(res.statusErr != "", "; ", "") + err.Error()
 	}
 	fmt.Fprintf(os.Stderr, "  sub add → first delivery %.2fs; relay status --json %.2fs, its table %.2fs; /metrics %.2fs, %.1f MB\n",
 		res.firstDelivery.Seconds(), res.status.Seconds(), res.statusTable.Seconds(), res.scrape.Seconds(), float64(res.scrapeBytes)/(1<<20))
@@ -474,7 +475,7 @@ func scaleTable(r scaleResult) string {
 		during = "none: " + r.duringErr
 	}
 	row("relay sub add → first delivery while every record is written again, s", during)
-	row("relay status --json (every subscriber) / relay status (first page), s", fmt.Sprintf("%.2f / %.2f", r.status.Seconds(), r.statusTable.Seconds()))
+	row("relay status --json (every subscriber) / relay status (first page), s", fmt.Sprintf("%.2f / %.2f", r.status.Seconds(), r.statusTable.Seconds())+cond(r.statusErr != "", "; "+r.statusErr, ""))
 	row("GET /metrics: s / MB", fmt.Sprintf("%.2f / %.1f", r.scrape.Seconds(), float64(r.scrapeBytes)/(1<<20)))
 	three := fmt.Sprintf("ready %s s; %d of %d delivered, fanned out by each %v", secondsList(r.threeReady), r.threeDelivered, threeEvents, r.threeIngested)
 	if r.threeErr != "" {
