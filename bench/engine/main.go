@@ -191,6 +191,7 @@ type config struct {
 	recordsRuns        int // pairs, records off and on, likewise
 	scaleSubscribers   int
 	scaleEach          int
+	scalePrestore      bool
 
 	writesEvents int
 	writesRate   float64
@@ -275,6 +276,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.recordsRuns, "records-runs", 5, "records: pairs of relay runs, --record-attempts=false and records on (with -throughput-events and -throughput-in-flight), alternating which goes first")
 	fs.IntVar(&cfg.scaleSubscribers, "scale-subscribers", 10_000, "scale: subscribers on the one relay")
 	fs.IntVar(&cfg.scaleEach, "scale-events-each", 2, "scale: events to every subscriber in the spread run")
+	fs.BoolVar(&cfg.scalePrestore, "scale-prestore", false, "scale: store the subscribers before the relay starts, so that it reads them all at its start rather than from its watch")
 	fs.IntVar(&cfg.writesEvents, "writes-events", 100_000, "writes: backlog, events")
 	fs.Float64Var(&cfg.writesRate, "writes-rate", 100, "writes: the subscriber's --rate")
 	fs.DurationVar(&cfg.writesWindow, "writes-window", 40*time.Second, "writes: how long to watch the backlog drain once it is fanned out")

@@ -226,6 +226,8 @@ type relayProc struct {
 	done    chan struct{}
 	err     error // how it exited; set before done is closed
 	started time.Time
+	// ready is the time from its start to its first 200 on /readyz.
+	ready time.Duration
 }
 
 // startRelay starts `relay run` from bin in dir, its stderr and stdout to
@@ -262,6 +264,7 @@ func startRelay(ctx context.Context, bin string, lanes int, dir, logPath string,
 	if err := p.waitReady(ctx, 30*time.Second); err != nil {
 		return nil, errors.Join(err, p.stop())
 	}
+	p.ready = time.Since(p.started)
 	return p, nil
 }
 

@@ -57,6 +57,7 @@ func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
 		{"run bad listen", []string{"run", "--listen", "nowhere"}, "--listen"},
 		{"run bad log level", []string{"run", "--nats", n.URL, "--log-level", "loud"}, "--log-level"},
 		{"run bad replicas", []string{"run", "--nats", n.URL, "--replicas", "2"}, "--replicas"},
+		{"run bad metrics subscribers", []string{"run", "--nats", n.URL, "--metrics-subscribers", "top:0"}, `--metrics-subscribers: must be all, top:N (N at least 1) or none, got "top:0"`},
 		{"run replicas on the embedded server", []string{"run", "--replicas", "3"}, "--replicas"},
 		{"run service user on the embedded server", []string{"run", "--service-user", "relay-service"}, "go with --nats"},
 		{"run service password without user", []string{"run", "--nats", n.URL, "--service-password", "pw"}, "--service-password: needs --service-user"},

@@ -76,15 +76,19 @@ const defaultAttemptsMaxAge = 72 * time.Hour
 const minDLQMaxAge = time.Hour
 
 type runFlags struct {
-	data         string
-	listen       string
-	metricsAddr  string
-	lanes        int
-	allowPrivate bool
-	logLevel     string
-	maxPause     time.Duration
-	replicas     int
-	ackWait      time.Duration
+	data        string
+	listen      string
+	metricsAddr string
+	// metricsSubscribers is --metrics-subscribers, and series what it
+	// says once validated.
+	metricsSubscribers string
+	series             metrics.SubscriberSeries
+	lanes              int
+	allowPrivate       bool
+	logLevel           string
+	maxPause           time.Duration
+	replicas           int
+	ackWait            time.Duration
 	// ackWaitGiven is true when --ack-wait was given: the cluster's own is
 	// then changed, or refused while other relays run with another.
 	ackWaitGiven bool
@@ -170,6 +174,7 @@ variables (docs/cli.md lists them).`,
 	fl.StringVar(&f.data, "data", "./relay-data", "directory of the embedded NATS server's JetStream files, locked while relay run uses it")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "HOST:PORT the embedded NATS server listens on")
 	fl.StringVar(&f.metricsAddr, "metrics", "127.0.0.1:9469", "HOST:PORT serving /metrics, /healthz and /readyz (empty to turn off)")
+	fl.StringVar(&f.metricsSubscribers, "metrics-subscribers", metrics.SeriesAuto, fmt.Sprintf("which subscribers have series of their own on /metrics: all, top:N (the N most active and every one failing, paused or with a backlog) or none; the others count under subscriber=\"_other\" (default: all up to %d subscribers, then top:%d)", metrics.AutoAllUpTo, metrics.AutoTop))
 	fl.IntVar(&f.lanes, "lanes", defaultSharedLanes, fmt.Sprintf("number of shared lanes (1-%d); every relay on one cluster must use the same", maxSharedLanes))
 	fl.BoolVar(&f.allowPrivate, "allow-private-targets", false, "allow subscriber URLs on loopback and private addresses (for local testing)")
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the streams and buckets relay creates: 1, 3 or 5 (default: keep those of existing streams, 1 for new ones)")
@@ -217,6 +222,11 @@ func (f *runFlags) validate() (slog.Level, error) {
 			return level, usagef("--metrics: must be HOST:PORT or empty, got %q", f.metricsAddr)
 		}
 	}
+	series, err := metrics.ParseSubscriberSeries(f.metricsSubscribers)
+	if err != nil {
+		return level, usagef("--metrics-subscribers: %w", err)
+	}
+	f.series = series
 	if r := f.replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return level, usagef("--replicas: must be 1, 3 or 5, got %d", r)
 	}
@@ -311,7 +321,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 			log.Warn("tracing: flushing spans", "err", err)
 		}
 	}()
-	m := metrics.New()
+	m := metrics.NewWith(metrics.Options{Series: f.series})
 	if gcpace.Wanted(os.Getenv) {
 		// Fewer collections of a small heap; GOGC or GOMEMLIMIT overrides.
 		paceCtx, stopPace := context.WithCancel(ctx)

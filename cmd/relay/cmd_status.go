@@ -48,6 +48,10 @@ type statusFlags struct {
 	interval    time.Duration
 	subscriber  string
 	streams     bool
+	// limit and page cut the report's rows in pages (--limit, --page);
+	// paged says whether --json is paged too (either flag given).
+	limit, page int
+	paged       bool
 }
 
 // validate checks the flags before anything connects, so that a bad one
@@ -63,6 +67,15 @@ func (f statusFlags) validate(cmd *cobra.Command) error {
 		if f.interval < minWatchInterval {
 			return usagef("--interval: must be at least %s, got %s", minWatchInterval, f.interval)
 		}
+	}
+	if f.limit < 0 {
+		return usagef("--limit: must be 0 (every subscriber) or more, got %d", f.limit)
+	}
+	if f.page < 1 {
+		return usagef("--page: must be 1 or more, got %d", f.page)
+	}
+	if (cmd.Flags().Changed("limit") || cmd.Flags().Changed("page")) && (cmd.Flags().Changed("subscriber") || f.streams) {
+		return usagef("--limit, --page: only for the report of every subscriber, not with --subscriber or --streams")
 	}
 	if cmd.Flags().Changed("subscriber") {
 		if err := subscribers.ValidateID(f.subscriber); err != nil {
@@ -104,6 +117,10 @@ oldest queue):
   CIRCUIT         closed, open (cooling down after failures) or half-open (one probe)
   OLDEST          age of its oldest pending delivery
 
+The table shows --limit subscribers (default ` + strconv.Itoa(status.DefaultPageSize) + `) from --page 1, under the
+summary of all of them, and says how to see the others; --json gives every
+subscriber unless --limit or --page is given.
+
 Under the table, each relay stream (EVENTS, DELIVERIES, RETRIES, DLQ): the
 messages and bytes it holds against its max_msgs and max_bytes (relay keeps
 the limits an operator set), the share of max_bytes used, and its max age. A
@@ -132,6 +149,7 @@ backlog. One on a shared lane whose pending deliveries would take more than
 ` + fmt.Sprintf("%.0f s", status.HintBacklog.Seconds()) + ` to send at its rate gets a hint to move to a dedicated lane. --lanes is relay run's --lanes, which decides each subscriber's
 shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 		Example: `  relay status
+  relay status --page 2 --limit 500
   relay status --json | jq '.[] | select(.pending > 0)'
   relay status --streams --json | jq '.[] | select(.used > 0.8)'
   relay status --subscriber demo
@@ -141,6 +159,7 @@ shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 			if err := f.validate(cmd); err != nil {
 				return err
 			}
+			f.paged = cmd.Flags().Changed("limit") || cmd.Flags().Changed("page")
 			return withStore(cmd.Context(), conn, "relay status", func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
 				if !cmd.Flags().Changed("lanes") {
 					n, err := statusLanes(ctx, js)
@@ -171,6 +190,8 @@ shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 	fl.BoolVar(&f.watch, "watch", false, "redraw the report every --interval until Ctrl-C")
 	fl.DurationVar(&f.interval, "interval", defaultWatchInterval, fmt.Sprintf("time between two reports of --watch (at least %s)", minWatchInterval))
 	fl.StringVar(&f.subscriber, "subscriber", "", "show this subscriber alone, in detail, with its last dead letters")
+	fl.IntVar(&f.limit, "limit", status.DefaultPageSize, "subscribers a page of the table (0: every one); with --json only when given, else every subscriber")
+	fl.IntVar(&f.page, "page", 1, "which page of --limit subscribers to show, from 1")
 	fl.BoolVar(&f.streams, "streams", false, "show the relay streams alone: messages and bytes against their limits (with --json, a JSON array)")
 	return cmd
 }
@@ -196,7 +217,11 @@ func statusReport(ctx context.Context, out io.Writer, js jetstream.JetStream, s 
 	if err != nil {
 		return err
 	}
-	if err := printStatus(out, report, f.asJSON); err != nil {
+	limit := f.limit
+	if f.asJSON && !f.paged {
+		limit = 0
+	}
+	if err := printStatus(out, report, status.Paged(report.Subscribers, limit, f.page), f.asJSON); err != nil {
 		return err
 	}
 	if !f.asJSON {
@@ -327,9 +352,9 @@ func isTerminal(w io.Writer) bool {
 // printStatus prints the report: with --json the rows alone, one JSON
 // array as before the summary existed, so that scripts keep working; else
 // the summary line, then the table.
-func printStatus(out io.Writer, report status.Report, asJSON bool) error {
-	rows := report.Subscribers
-	if !asJSON && len(rows) > 0 {
+func printStatus(out io.Writer, report status.Report, page status.Page, asJSON bool) error {
+	rows := page.Rows
+	if !asJSON && page.Total > 0 {
 		if _, err := fmt.Fprintf(out, "%s\n\n", report.Summary); err != nil {
 			return err
 		}
@@ -344,6 +369,11 @@ func printStatus(out io.Writer, report status.Report, asJSON bool) error {
 	if err != nil || asJSON {
 		return err
 	}
+	if len(rows) < page.Total {
+		if err := printPageLine(out, page); err != nil {
+			return err
+		}
+	}
 	printed := false
 	for _, r := range rows {
 		if r.Hint == "" {
@@ -356,6 +386,23 @@ func printStatus(out io.Writer, report status.Report, asJSON bool) error {
 		fmt.Fprintf(out, "hint: %s: %s\n", r.ID, r.Hint)
 	}
 	return nil
+}
+
+// printPageLine says which subscribers a page of the table showed, and how
+// to see the others.
+func printPageLine(out io.Writer, page status.Page) error {
+	number := page.Number
+	if len(page.Rows) == 0 {
+		_, err := fmt.Fprintf(out, "\nno subscribers on this page: %d subscribers on %d pages; --limit 0 shows every one\n", page.Total, page.Pages)
+		return err
+	}
+	next := ""
+	if number < page.Pages {
+		next = fmt.Sprintf(" --page %d for the next,", number+1)
+	}
+	_, err := fmt.Fprintf(out, "\nsubscribers %d-%d of %d (page %d of %d):%s --limit 0 for every one\n",
+		page.First, page.First+len(page.Rows)-1, page.Total, number, page.Pages, next)
+	return err
 }
 
 // printDetail prints one subscriber's detail: a field a line, then its last

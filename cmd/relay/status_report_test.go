@@ -182,6 +182,10 @@ func TestStatusRefusesBadFlags(t *testing.T) {
 		{[]string{"--subscriber", "a.b"}, "--subscriber"},
 		{[]string{"--lanes", "0"}, "--lanes"},
 		{[]string{"--lanes", "257"}, "--lanes"},
+		{[]string{"--limit", "-1"}, "--limit: must be 0 (every subscriber) or more, got -1"},
+		{[]string{"--page", "0"}, "--page: must be 1 or more, got 0"},
+		{[]string{"--limit", "10", "--subscriber", "a"}, "--limit, --page: only for the report of every subscriber"},
+		{[]string{"--page", "2", "--streams"}, "--limit, --page: only for the report of every subscriber"},
 	} {
 		// No server: a bad flag is refused before relay connects.
 		args := append([]string{"status", "--nats", "nats://127.0.0.1:1"}, tc.args...)

@@ -117,8 +117,10 @@ func TestStatusAt10000Subscribers(t *testing.T) {
 	out := mustRelay(t, "status", "--nats", n.URL, "--json")
 	jsonTook := time.Since(start)
 	start = time.Now()
-	table := mustRelay(t, "status", "--nats", n.URL)
+	table := mustRelay(t, "status", "--nats", n.URL, "--limit", "0")
 	tableTook := time.Since(start)
+	paged := mustRelay(t, "status", "--nats", n.URL, "--page", "2")
+	pagedJSON := mustRelay(t, "status", "--nats", n.URL, "--json", "--limit", "10", "--page", "3")
 	start = time.Now()
 	detail := mustRelay(t, "status", "--nats", n.URL, "--subscriber", id(0), "--json")
 	detailTook := time.Since(start)
@@ -172,5 +174,17 @@ func TestStatusAt10000Subscribers(t *testing.T) {
 	}
 	if got := strings.Count(table, "\n"); got < total+3 {
 		t.Errorf("table has %d lines, want a summary, a header and %d rows", got, total)
+	}
+	// The table's second page: the same summary, 100 rows, and where the
+	// others are; --json paged alike when asked.
+	if !strings.HasPrefix(paged, want) || !strings.Contains(paged, "\nsubscribers 101-200 of 10000 (page 2 of 100): --page 3 for the next, --limit 0 for every one\n") {
+		t.Errorf("second page:\n%s", paged)
+	}
+	if got := strings.Count(strings.SplitN(paged, "\n\nsubscribers 101-200", 2)[0], "\n"); got != 100+2 {
+		t.Errorf("second page has %d lines before its page line, want a summary, a blank, a header and 100 rows", got+1)
+	}
+	var page []status.Subscriber
+	if err := json.Unmarshal([]byte(pagedJSON), &page); err != nil || len(page) != 10 || page[0].ID != rows[20].ID {
+		t.Errorf("--json --limit 10 --page 3: %d rows (%v), want 10 from %s", len(page), err, rows[20].ID)
 	}
 }

@@ -13,6 +13,10 @@
 //   - A subscriber has series only for what it has to report: counters once
 //     something was counted for it on this relay, gauges while there is
 //     something to show (and a zero for a while after, see [Options.Linger]).
+//   - Only the subscribers [Options.Series] chooses have counters and
+//     gauges of their own (by default every one up to [AutoAllUpTo]); the
+//     others count under subscriber="_other". The choice is made by the
+//     ranking and the refresh, never on the delivery path.
 //   - Histograms are per subscriber only for the [Options.TopSubscribers]
 //     with the most attempts on this relay, chosen again every minute; the
 //     others share subscriber="_other".
@@ -92,6 +96,10 @@ type Options struct {
 	// MinRefresh is the least time between two refreshes of the gauges
 	// read from NATS; a scrape within it is served the last values.
 	MinRefresh time.Duration
+	// Series says which subscribers have counters and gauges of their own
+	// (and histograms, within TopSubscribers); the zero value is
+	// [SeriesAuto].
+	Series SubscriberSeries
 	// Linger is how long a gauge that had something to report (a queue, a
 	// pause) shows 0 once it has nothing, so that a graph shows the drop
 	// and an alert resolves at once, before its series is removed.
@@ -306,8 +314,8 @@ func (m *Metrics) Copied(subscriber string) {
 	if m == nil {
 		return
 	}
-	s := m.subs.get(subscriber)
-	s.copies.get1(m.fanoutDeliveries, s.id).Inc()
+	c := m.subs.get(subscriber).c.Load()
+	c.copies.get1(m.fanoutDeliveries, c.id).Inc()
 }
 
 // Attempt records one finished HTTP attempt to a subscriber: its outcome
@@ -319,6 +327,7 @@ func (m *Metrics) Attempt(subscriber, class string, d time.Duration) {
 	m.attemptClass(class).Inc()
 	s := m.subs.get(subscriber)
 	s.traffic.Add(1)
+	m.subs.touch()
 	s.hist.Load().attempt.Observe(d.Seconds())
 }
 
@@ -340,7 +349,8 @@ func (m *Metrics) Delivered(subscriber string, publishedAt, due time.Time) {
 		return
 	}
 	s := m.subs.get(subscriber)
-	s.delivered.get2(m.deliveries, s.id, OutcomeDelivered).Inc()
+	c := s.c.Load()
+	c.delivered.get2(m.deliveries, c.id, OutcomeDelivered).Inc()
 	h := s.hist.Load()
 	now := time.Now()
 	if !publishedAt.IsZero() {
@@ -357,8 +367,8 @@ func (m *Metrics) MetDeadline(subscriber string) {
 	if m == nil {
 		return
 	}
-	s := m.subs.get(subscriber)
-	s.met.get1(m.deadlineMet, s.id).Inc()
+	c := m.subs.get(subscriber).c.Load()
+	c.met.get1(m.deadlineMet, c.id).Inc()
 }
 
 // Retried records a delivery whose attempt failed and that waits for a
@@ -368,7 +378,10 @@ func (m *Metrics) Retried(subscriber string) {
 		return
 	}
 	s := m.subs.get(subscriber)
-	s.retried.get2(m.deliveries, s.id, OutcomeRetried).Inc()
+	s.fail()
+	m.subs.touch()
+	c := s.c.Load()
+	c.retried.get2(m.deliveries, c.id, OutcomeRetried).Inc()
 }
 
 // DeadLettered records a delivery stored in the DLQ for reason; one that
@@ -379,12 +392,15 @@ func (m *Metrics) DeadLettered(subscriber string, reason deadletter.Reason) {
 		return
 	}
 	s := m.subs.get(subscriber)
-	s.dead.get2(m.deliveries, s.id, OutcomeDead).Inc()
+	s.fail()
+	m.subs.touch()
+	c := s.c.Load()
+	c.dead.get2(m.deliveries, c.id, OutcomeDead).Inc()
 	// Dead letters are rare beside deliveries, and each already costs a
 	// publish with its PubAck: the label lookup is nothing beside it.
-	m.dlqMessages.WithLabelValues(s.id, string(reason)).Inc()
+	m.dlqMessages.WithLabelValues(c.id, string(reason)).Inc()
 	if reason == deadletter.Deadline || reason == deadletter.Expired {
-		s.deadline.Inc()
+		c.deadline.get1(m.deadlineMissed, c.id).Inc()
 	}
 }
 
@@ -394,8 +410,8 @@ func (m *Metrics) TokenWait(subscriber string, d time.Duration) {
 	if m == nil || d <= 0 {
 		return
 	}
-	s := m.subs.get(subscriber)
-	s.wait.get1(m.rateLimitWait, s.id).Add(d.Seconds())
+	c := m.subs.get(subscriber).c.Load()
+	c.wait.get1(m.rateLimitWait, c.id).Add(d.Seconds())
 }
 
 // Overflow records a delivery moved to its subscriber's overflow.

@@ -65,12 +65,21 @@ func (m *Metrics) Run(ctx context.Context, src Sources) error {
 	inView := func(id string) bool { _, ok := src.Subscribers.Lookup(id); return ok }
 	t := time.NewTicker(m.opts.RankEvery)
 	defer t.Stop()
+	// changed is closed once the view changes: the removed subscribers are
+	// looked for only then, so that an idle relay does nothing per
+	// subscriber.
+	changed := src.Subscribers.Changed()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			m.subs.forget(inView)
+			select {
+			case <-changed:
+				changed = src.Subscribers.Changed()
+				m.subs.forget(inView)
+			default:
+			}
 			m.subs.rank()
 		}
 	}
@@ -129,8 +138,27 @@ func (r *refresher) refreshIfStale(ctx context.Context) {
 func (r *refresher) refresh(ctx context.Context, src *source) {
 	now := time.Now()
 	inView := func(id string) bool { _, ok := src.Subscribers.Lookup(id); return ok }
+	if r.m.opts.Series.Mode == SeriesNone {
+		// No series per subscriber: the gauges are not read.
+		return
+	}
 	r.refreshQueues(ctx, src, inView)
 	r.refreshFlow(src, inView, now)
+	// A subscriber with something to report has counters of its own too.
+	flagged := map[string]bool{}
+	for _, g := range []*sparse{r.pending, r.pausedOperator, r.pausedRetryAfter} {
+		for id, since := range g.shown {
+			if since.IsZero() {
+				flagged[id] = true
+			}
+		}
+	}
+	for id, since := range r.circuitOpen.shown {
+		if since.IsZero() && r.circuitOpen.last[id] > 0 {
+			flagged[id] = true
+		}
+	}
+	r.m.subs.flag(flagged)
 }
 
 // refreshQueues sets relay_queue_pending and relay_queue_oldest_age_seconds;
@@ -226,6 +254,8 @@ type sparse struct {
 	// shown holds the subscribers with a series: the time since which it
 	// shows 0, the zero time while it has a value.
 	shown map[string]time.Time
+	// last is the values of the last set.
+	last map[string]float64
 }
 
 func newSparse(vec *prometheus.GaugeVec, kind string, linger time.Duration) *sparse {
@@ -251,6 +281,7 @@ func (g *sparse) remove(id string) {
 // set shows values, and for the subscribers shown before and not in values
 // a zero for the linger (keepZero true) or nothing (keepZero false).
 func (g *sparse) set(now time.Time, values map[string]float64, keepZero func(id string) bool) {
+	g.last = values
 	for id, v := range values {
 		g.child(id).Set(v)
 		g.shown[id] = time.Time{}

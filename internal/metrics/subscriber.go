@@ -11,25 +11,52 @@ import (
 	"github.com/relay-dev/relay/internal/deadletter"
 )
 
-// subscriber holds the series of one subscriber, bound to its id once, so
-// that recording for it costs a map lookup and an atomic add, never a hash
-// of label values.
+// subscriber holds the series of one subscriber, bound once, so that
+// recording for it costs a map lookup and an atomic add, never a hash of
+// label values. Which subscribers have series of their own is chosen by
+// the ranking and the refresh ([Options.Series]), never on the delivery
+// path: a recording only follows the pointers they set.
 type subscriber struct {
 	id string
-	// Created when first used, so that a subscriber has only the series it
-	// has something to count in.
-	copies, delivered, retried, dead, wait, met lazyCounter
-	// deadline is created at 0 with the subscriber: an alert on its
-	// increase must see the first missed deadline, which it would not if the
-	// series were born at 1.
-	deadline prometheus.Counter
+	// c is its own counters while it has series of its own, else the
+	// shared subscriber="_other" ones.
+	c atomic.Pointer[counters]
 	// hist is its own histograms while it is among the top subscribers,
 	// else the shared subscriber="_other" ones.
 	hist atomic.Pointer[histograms]
 	// traffic counts its attempts since the last ranking.
 	traffic atomic.Int64
-	// top: hist is its own; guarded by subscriberSet.mu.
-	top bool
+	// failing: an attempt failed (a retry, a dead letter) since the last
+	// ranking.
+	failing atomic.Bool
+	// top: hist is its own; shown: c is its own. Guarded by
+	// subscriberSet.mu.
+	top, shown bool
+}
+
+// fail marks s as failing until the next ranking.
+func (s *subscriber) fail() {
+	if !s.failing.Load() {
+		s.failing.Store(true)
+	}
+}
+
+// touch marks the next ranking as due: something was recorded that it
+// ranks. A load, and a store once a ranking.
+func (set *subscriberSet) touch() {
+	if !set.active.Load() {
+		set.active.Store(true)
+	}
+}
+
+// counters are the counter series of one label value: a subscriber's own,
+// or the shared subscriber="_other" ones.
+type counters struct {
+	id string
+	// Created when first used, so that a subscriber has only the series it
+	// has something to count in; deadline is created at 0 with the
+	// counters (see newCounters).
+	copies, delivered, retried, dead, wait, met, deadline lazyCounter
 }
 
 // histograms are the observers a subscriber's samples go to.
@@ -69,6 +96,18 @@ type subscriberSet struct {
 	mu    sync.Mutex
 	tops  int
 	other *histograms
+	// shown counts the subscribers with counters of their own, and
+	// otherCounters are the others'.
+	shown         int
+	otherCounters *counters
+	// active is set by an attempt or a failure since the last ranking: a ranking with
+	// nothing new to rank changes nothing and is skipped, so that an idle
+	// relay does nothing per subscriber.
+	active atomic.Bool
+	// flagged holds the subscribers the last refresh saw with a backlog, a
+	// pause or an open circuit: they keep series of their own beyond the
+	// top ones. Guarded by mu.
+	flagged map[string]bool
 
 	unknownOnce sync.Once
 	unknown     *subscriber
@@ -81,6 +120,32 @@ func (set *subscriberSet) init(m *Metrics) {
 		latency: m.eventLatency.WithLabelValues(OtherSubscriber),
 		due:     m.dueToAccepted.WithLabelValues(OtherSubscriber),
 	}
+	set.otherCounters = &counters{id: OtherSubscriber}
+}
+
+// newCounters returns the counters of the label value id, its
+// relay_deadline_missed_total created at 0: an alert on its increase must
+// see the first missed deadline, which it would not if the series were
+// born at 1.
+func (set *subscriberSet) newCounters(id string) *counters {
+	c := &counters{id: id}
+	c.deadline.get1(set.m.deadlineMissed, id)
+	return c
+}
+
+// limit is how many subscribers may have counters of their own now (-1:
+// every one), and how many histograms of their own.
+func (set *subscriberSet) limit() (counters, hists int) {
+	view := 0
+	if src := set.m.src.Load(); src != nil {
+		view = len(src.Subscribers.All())
+	}
+	counters = set.m.opts.Series.limit(view)
+	hists = set.m.opts.TopSubscribers
+	if counters >= 0 {
+		hists = min(hists, counters)
+	}
+	return counters, hists
 }
 
 // get returns the series of a subscriber, creating them on its first use.
@@ -92,7 +157,10 @@ func (set *subscriberSet) get(id string) *subscriber {
 	}
 	if src := set.m.src.Load(); src != nil {
 		if _, ok := src.Subscribers.Lookup(id); !ok {
-			set.unknownOnce.Do(func() { set.unknown = set.newSubscriber(UnknownSubscriber) })
+			set.unknownOnce.Do(func() {
+				set.unknown = set.newSubscriber(UnknownSubscriber)
+				set.unknown.c.Store(set.newCounters(UnknownSubscriber))
+			})
 			return set.unknown
 		}
 	}
@@ -102,8 +170,12 @@ func (set *subscriberSet) get(id string) *subscriber {
 		return s.(*subscriber)
 	}
 	s := set.newSubscriber(id)
-	if set.tops < set.m.opts.TopSubscribers {
-		// Until the first ranking, the first ones seen.
+	// Until the first ranking, the first ones seen.
+	counters, hists := set.limit()
+	if counters < 0 || set.shown < counters {
+		set.show(s)
+	}
+	if set.tops < hists {
 		set.promote(s)
 	}
 	set.byID.Store(id, s)
@@ -111,9 +183,61 @@ func (set *subscriberSet) get(id string) *subscriber {
 }
 
 func (set *subscriberSet) newSubscriber(id string) *subscriber {
-	s := &subscriber{id: id, deadline: set.m.deadlineMissed.WithLabelValues(id)}
+	s := &subscriber{id: id}
+	s.c.Store(set.otherCounters)
 	s.hist.Store(set.other)
 	return s
+}
+
+// show gives s counters of its own; set.mu is held.
+func (set *subscriberSet) show(s *subscriber) {
+	s.shown = true
+	set.shown++
+	s.c.Store(set.newCounters(s.id))
+}
+
+// hide sends s's counts to subscriber="_other" and removes its own
+// counters; set.mu is held. What they counted leaves the sums over
+// subscribers, as when a relay restarts: rate() and increase() are not
+// affected.
+func (set *subscriberSet) hide(s *subscriber) {
+	s.shown = false
+	set.shown--
+	set.otherCounters.deadline.get1(set.m.deadlineMissed, OtherSubscriber)
+	s.c.Store(set.otherCounters)
+	set.deleteCounters(s.id)
+}
+
+// deleteCounters deletes every counter series of the label value id.
+func (set *subscriberSet) deleteCounters(id string) {
+	m := set.m
+	m.fanoutDeliveries.DeleteLabelValues(id)
+	for _, outcome := range []string{OutcomeDelivered, OutcomeRetried, OutcomeDead} {
+		m.deliveries.DeleteLabelValues(id, outcome)
+	}
+	m.rateLimitWait.DeleteLabelValues(id)
+	m.deadlineMissed.DeleteLabelValues(id)
+	m.deadlineMet.DeleteLabelValues(id)
+	for _, r := range deadletter.Reasons() {
+		m.dlqMessages.DeleteLabelValues(id, string(r))
+	}
+}
+
+// flag gives counters of their own to the subscribers a refresh saw with a
+// backlog, a pause or an open circuit, at once and beyond the top ones,
+// and keeps them until a ranking after they have none.
+func (set *subscriberSet) flag(ids map[string]bool) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	set.flagged = ids
+	if c, _ := set.limit(); c < 0 || set.m.opts.Series.Mode == SeriesNone {
+		return
+	}
+	for id := range ids {
+		if v, ok := set.byID.Load(id); ok && !v.(*subscriber).shown {
+			set.show(v.(*subscriber))
+		}
+	}
 }
 
 // promote gives s histograms of its own; set.mu is held.
@@ -138,38 +262,67 @@ func (set *subscriberSet) demote(s *subscriber) {
 	set.m.dueToAccepted.DeleteLabelValues(s.id)
 }
 
-// rank chooses the top subscribers again: those with the most attempts
-// since the last ranking, a present one winning a tie (and keeping its
-// place while no busier one needs it), so that series do not come and go
-// between equals.
+// rank chooses again the subscribers with series of their own: for the
+// counters, every one (all), or the [SubscriberSeries] top N by attempts
+// since the last ranking and every one failing since then or flagged by
+// the last refresh; for the histograms, the [Options.TopSubscribers] by
+// attempts. A present one wins a tie (and keeps its place while no busier
+// one needs it), so that series do not come and go between equals. With
+// no attempt since the last ranking nothing would change, and nothing is
+// done.
 func (set *subscriberSet) rank() {
+	if !set.active.Swap(false) {
+		return
+	}
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	type candidate struct {
 		s       *subscriber
 		traffic int64
+		failing bool
 	}
 	var all []candidate
 	set.byID.Range(func(_, v any) bool {
 		s := v.(*subscriber)
-		all = append(all, candidate{s, s.traffic.Swap(0)})
+		all = append(all, candidate{s, s.traffic.Swap(0), s.failing.Swap(false)})
 		return true
 	})
-	slices.SortFunc(all, func(a, b candidate) int {
-		if c := cmp.Compare(b.traffic, a.traffic); c != 0 {
-			return c
-		}
-		if a.s.top != b.s.top {
-			if a.s.top {
-				return -1
+	byTraffic := func(present func(*subscriber) bool) func(a, b candidate) int {
+		return func(a, b candidate) int {
+			if c := cmp.Compare(b.traffic, a.traffic); c != 0 {
+				return c
 			}
-			return 1
+			if present(a.s) != present(b.s) {
+				if present(a.s) {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(a.s.id, b.s.id)
 		}
-		return cmp.Compare(a.s.id, b.s.id)
-	})
+	}
+	counters, hists := set.limit()
+	slices.SortFunc(all, byTraffic(func(s *subscriber) bool { return s.shown }))
 	kept := 0
 	for _, c := range all {
-		want := kept < set.m.opts.TopSubscribers && (c.traffic > 0 || c.s.top)
+		want := counters < 0 || kept < counters && (c.traffic > 0 || c.s.shown)
+		if want {
+			kept++
+		}
+		if counters != 0 && (c.failing || set.flagged[c.s.id]) {
+			want = true
+		}
+		switch {
+		case want && !c.s.shown:
+			set.show(c.s)
+		case !want && c.s.shown:
+			set.hide(c.s)
+		}
+	}
+	slices.SortFunc(all, byTraffic(func(s *subscriber) bool { return s.top }))
+	kept = 0
+	for _, c := range all {
+		want := kept < hists && (c.traffic > 0 || c.s.top)
 		if want {
 			kept++
 		}
@@ -186,7 +339,6 @@ func (set *subscriberSet) rank() {
 func (set *subscriberSet) forget(inView func(id string) bool) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	m := set.m
 	set.byID.Range(func(k, v any) bool {
 		s := v.(*subscriber)
 		if inView(s.id) {
@@ -196,15 +348,10 @@ func (set *subscriberSet) forget(inView func(id string) bool) {
 		if s.top {
 			set.demote(s)
 		}
-		m.fanoutDeliveries.DeleteLabelValues(s.id)
-		for _, outcome := range []string{OutcomeDelivered, OutcomeRetried, OutcomeDead} {
-			m.deliveries.DeleteLabelValues(s.id, outcome)
-		}
-		m.rateLimitWait.DeleteLabelValues(s.id)
-		m.deadlineMissed.DeleteLabelValues(s.id)
-		m.deadlineMet.DeleteLabelValues(s.id)
-		for _, r := range deadletter.Reasons() {
-			m.dlqMessages.DeleteLabelValues(s.id, string(r))
+		if s.shown {
+			s.shown = false
+			set.shown--
+			set.deleteCounters(s.id)
 		}
 		return true
 	})
