@@ -130,7 +130,9 @@ func TestNoEventCopiedWithAViewBehind(t *testing.T) {
 	r := e.start(t)
 	waitFannedOut(t, n.JS, publish(t, n.JS, "t.a", []byte(`{}`), msgID("first")))
 
-	gate.Hold("watch", func(frame []byte) bool { return bytes.Contains(frame, []byte("$JS.ACK.KV_"+streams.SubscribersBucket+".")) })
+	gate.Hold("watch", func(frame []byte) bool {
+		return bytes.Contains(frame, []byte("$JS.ACK.KV_"+streams.SubscribersBucket+"."))
+	})
 	require.NoError(t, store.Put(ctx, sub("late", "t.>")))
 	after := publish(t, n.JS, "t.a", []byte(`{}`), msgID("after"))
 	// Handed back, or (what this forbids) copied with the stale view.
