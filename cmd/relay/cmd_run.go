@@ -431,7 +431,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	live, err := store.Watch(runCtx)
+	live, err := store.Watch(runCtx, subscribers.WatchLog(log))
 	if err != nil {
 		return refused.explain(err)
 	}

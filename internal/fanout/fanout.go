@@ -334,13 +334,13 @@ func copyEvents(ctx context.Context, js jetstream.JetStream, cfg Config, view *v
 				break more
 			}
 		}
-		view.upTo(ctx, batch)
-		if ctx.Err() != nil {
-			// Stopping: the view follows the bucket no more, so a subscriber
-			// added or disabled just now would be missed. What the last pull
-			// brings is handed back, for the next fan-out to copy with a view
-			// it can confirm; delayed, so that this one's last pull request
-			// does not bring it back.
+		if !view.upTo(ctx, batch) || ctx.Err() != nil {
+			// The view is behind the bucket (a burst of writes it has not
+			// folded yet), or stopping: it follows the bucket no more. Either
+			// way a subscriber added or disabled just now would be missed.
+			// The batch is handed back, delayed, for a view that can be
+			// confirmed: this relay's once it has caught up, or the next
+			// fan-out's (and past this one's last pull request).
 			for _, m := range batch {
 				_ = cfg.held.NakWithDelay(m, retryDelay)
 			}
@@ -368,7 +368,12 @@ const copyBatch = 512
 
 // viewSync keeps the subscriber view at least as recent as the events it
 // fans out: a subscriber whose `relay sub add` returned before an event was
-// published gets that event, whatever the lag of this relay's watch.
+// published gets that event, whatever the lag of this relay's watch. An
+// event is never copied with a view that could not be confirmed: it waits
+// for the view up to syncTimeout, and is then handed back (see
+// copyEvents), with no limit on how often: the fan-out consumer has no
+// MaxDeliver, so a view that stays behind for minutes holds the events in
+// EVENTS for as long, and costs a wait of syncTimeout per pulled batch.
 //
 // A sync covers by stream sequence, not by clock: when an event is
 // delivered, the server reports how many messages of EVENTS wait behind it
@@ -390,24 +395,30 @@ type viewSync struct {
 	// signal saw something since the last sync that succeeded.
 	signal *changeSignal
 	dirty  bool
+	// failing says that the last sync did not confirm the view: a warning
+	// says so once, not per batch.
+	failing bool
+	// handedBack counts the events handed back meanwhile.
+	handedBack int
 }
 
-// syncTimeout bounds one wait for the view; past it the event is fanned out
-// with the view as it is, and a warning says so.
+// syncTimeout bounds one wait for the view; past it the batch is handed
+// back, and a warning says so once.
 const syncTimeout = 2 * time.Second
 
 // upTo brings the view up to date unless every event of batch is covered
-// by the last sync.
-func (v *viewSync) upTo(ctx context.Context, batch []jetstream.Msg) {
+// by the last sync; false when it could not be confirmed.
+func (v *viewSync) upTo(ctx context.Context, batch []jetstream.Msg) bool {
 	if v.signal != nil {
 		// Drained before the sync, so that the sync covers what it held.
 		if v.signal.changed() {
 			v.dirty = true
 		}
-		if v.dirty && v.sync(ctx) {
-			v.dirty = false
+		if v.dirty && !v.sync(ctx, len(batch)) {
+			return false
 		}
-		return
+		v.dirty = false
+		return true
 	}
 	var covers uint64
 	for _, msg := range batch {
@@ -417,22 +428,37 @@ func (v *viewSync) upTo(ctx context.Context, batch []jetstream.Msg) {
 		}
 		covers = max(covers, md.Sequence.Stream+md.NumPending)
 	}
-	if covers > 0 && v.sync(ctx) {
-		v.covered = max(v.covered, covers)
+	if covers == 0 {
+		return true
 	}
+	if !v.sync(ctx, len(batch)) {
+		return false
+	}
+	v.covered = max(v.covered, covers)
+	return true
 }
 
 // sync brings the view up to date; false when it could not be confirmed
-// (the batch is then fanned out with the view as it is, and a warning
-// says so).
-func (v *viewSync) sync(ctx context.Context) bool {
+// (the batch of n events is then handed back: a warning says so when the
+// first is, and a line when the view is confirmed again).
+func (v *viewSync) sync(ctx context.Context, n int) bool {
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if err := v.live.Sync(syncCtx); err != nil {
-		if ctx.Err() == nil {
-			v.log.Warn("fanout: subscriber view not confirmed current", "err", err)
+		if ctx.Err() != nil {
+			return false
 		}
+		if !v.failing {
+			v.log.Warn("fanout: subscriber view not confirmed current; events handed back until it is",
+				"err", err, "behind", v.live.Behind())
+		}
+		v.failing = true
+		v.handedBack += n
 		return false
+	}
+	if v.failing {
+		v.log.Info("fanout: subscriber view confirmed current again", "events_handed_back", v.handedBack)
+		v.failing, v.handedBack = false, 0
 	}
 	return true
 }

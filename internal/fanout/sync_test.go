@@ -1,8 +1,10 @@
 package fanout_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/relay-dev/relay/internal/fanout"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 // TestSubscriberAddedBeforeAnEventGetsIt checks end to end that an event
@@ -101,4 +104,50 @@ func liveView(t *testing.T, store *subscribers.Store) *subscribers.Live {
 		<-live.Done()
 	})
 	return live
+}
+
+// TestNoEventCopiedWithAViewBehind: the view's watch stops delivering (its
+// messages held back on their way, as on a starved host or after a slow
+// consumer's drop) while a subscriber is added and an event for it
+// published. The fan-out cannot confirm its view: it hands the event back
+// rather than copy it with the view it has, which lacks the new subscriber
+// and would lose its copy for good. Once the watch delivers again the event
+// is copied to both subscribers.
+func TestNoEventCopiedWithAViewBehind(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	store, err := subscribers.Open(ctx, n.JS)
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctx, sub("warm", "t.>")))
+	// The view reads the bucket through a proxy that can hold back what its
+	// watch is sent (the messages of the bucket's consumers) while the
+	// replies to its Sync pass.
+	gate := testutil.StartGateProxy(t, strings.TrimPrefix(n.URL, "nats://"))
+	viewStore, err := subscribers.Open(ctx, jsFor(t, testutil.Connect(t, gate.URL())))
+	require.NoError(t, err)
+	e := &env{n: n, store: store, live: liveView(t, viewStore)}
+	r := e.start(t)
+	waitFannedOut(t, n.JS, publish(t, n.JS, "t.a", []byte(`{}`), msgID("first")))
+
+	gate.Hold("watch", func(frame []byte) bool {
+		return bytes.Contains(frame, []byte("$JS.ACK.KV_"+streams.SubscribersBucket+"."))
+	})
+	require.NoError(t, store.Put(ctx, sub("late", "t.>")))
+	after := publish(t, n.JS, "t.a", []byte(`{}`), msgID("after"))
+	// Handed back, or (what this forbids) copied with the stale view.
+	testutil.Eventually(t, func() bool {
+		_, copied := byMsgID(t, copies(t, n.JS))["after.warm"]
+		return copied || strings.Contains(r.log.String(), "events handed back")
+	}, "the fan-out neither copied nor handed back the event")
+	_, stale := byMsgID(t, copies(t, n.JS))["after.warm"]
+	require.False(t, stale, "the fan-out copied an event with a view behind the bucket")
+	require.NotZero(t, e.live.Behind(), "the view does not know it is behind")
+
+	gate.Release("watch")
+	waitFannedOut(t, n.JS, after)
+	got := byMsgID(t, copies(t, n.JS))
+	require.Contains(t, got, "after.warm")
+	require.Contains(t, got, "after.late", "the subscriber stored before the event missed it")
+	require.Zero(t, e.live.Behind())
 }

@@ -42,6 +42,7 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/filter"
+	"github.com/relay-dev/relay/internal/subscribers"
 )
 
 // The outcomes of relay_deliveries_total: what became of a delivery, not
@@ -289,12 +290,21 @@ func NewWith(opts Options) *Metrics {
 		Name: "relay_kv_cas_conflicts_total",
 		Help: "Compare-and-sets this relay lost on the relay_ratelimit bucket (another relay wrote the entry first).",
 	}, m.casConflicts)
+	viewBehind := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relay_subscribers_view_behind",
+		Help: "Revisions of the relay_subscribers bucket this relay's view of the subscribers is known to lack: 0 when it is current. While it is not, the fan-out holds events back; /readyz is 503 once it has been behind for " + subscribers.BehindTolerance.String() + ".",
+	}, m.viewBehind)
+	viewResyncs := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "relay_subscribers_view_resyncs_total",
+		Help: "Times this relay's view of the subscribers watched the bucket again, from the last revision it held, because its watch delivered nothing while the view was behind.",
+	}, m.viewResyncs)
 	m.subs.init(m)
 	m.gauge.init(m)
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
 		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, m.laneStalls, filterEvaluations, recordsLost, m.stageSeconds, casConflicts,
+		viewBehind, viewResyncs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -510,6 +520,31 @@ func (m *Metrics) casConflicts() float64 {
 	return 0
 }
 
+// viewBehind reads how far the subscriber view is behind its bucket, 0
+// until [Metrics.Run] names the view.
+func (m *Metrics) viewBehind() float64 {
+	if src := m.src.Load(); src != nil {
+		return float64(src.Subscribers.Behind())
+	}
+	return 0
+}
+
+// viewResyncs reads how often the subscriber view watched its bucket again,
+// 0 until [Metrics.Run] names the view.
+func (m *Metrics) viewResyncs() float64 {
+	if src := m.src.Load(); src != nil {
+		return float64(src.Subscribers.Resyncs())
+	}
+	return 0
+}
+
+// viewLagging reports whether the subscriber view has been behind its
+// bucket for longer than [subscribers.BehindTolerance].
+func (m *Metrics) viewLagging() bool {
+	src := m.src.Load()
+	return src != nil && src.Subscribers.Lagging()
+}
+
 // SetReady flips /readyz: ready once streams, fan-out and lanes run, not
 // ready again while shutting down.
 func (m *Metrics) SetReady(ok bool) {
@@ -528,7 +563,9 @@ func (m *Metrics) SetConnected(ok bool) {
 
 // Handler serves /metrics (the gauges read from NATS refreshed first when
 // they are older than [Options.MinRefresh]), /healthz (the process is
-// alive) and /readyz (the relay is consuming and connected to NATS).
+// alive) and /readyz (the relay is consuming, connected to NATS, and its
+// view of the subscribers has not been behind the bucket for longer than
+// [subscribers.BehindTolerance]).
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	prom := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
@@ -546,6 +583,10 @@ func (m *Metrics) Handler() http.Handler {
 			return
 		case m.disconnected.Load():
 			http.Error(w, "not ready: disconnected from NATS", http.StatusServiceUnavailable)
+			return
+		case m.viewLagging():
+			// The fan-out holds every event back meanwhile.
+			http.Error(w, "not ready: the view of the subscribers is behind the bucket", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

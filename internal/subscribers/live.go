@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -21,10 +22,6 @@ import (
 // to, which happens when its connection is closed.
 var errWatchEnded = errors.New("subscribers: KV watch ended (connection closed)")
 
-// maxBatch bounds how many queued changes are folded into one snapshot, so
-// that a stream of writes still publishes snapshots as it goes.
-const maxBatch = 1024
-
 // Live is a continuously updated view of the relay_subscribers bucket, fed
 // by a KV watch. The fan-out and the lanes read it on every message, so
 // reads take no lock: they load an atomic pointer to an immutable snapshot,
@@ -36,6 +33,15 @@ const maxBatch = 1024
 // skipped, the last valid value of its key (if any) stays in effect, and the
 // problem is reported by [Live.Invalid] until the key is written with a
 // valid value or deleted.
+//
+// A burst of writes puts the view behind the bucket for a while (see
+// [Live.Behind]). It catches up by itself: the watch is an ordered consumer
+// with flow control, which nats.go fetches again from the last message it
+// delivered when the client dropped some; and when nothing arrives from it
+// for resyncAfter while the view is known to be behind, the view watches
+// again from the last revision it holds (see [Live.Resyncs]). Every change
+// after that revision comes again, deletes included, so a resync loses
+// none, as long as the bucket still stores its marker.
 type Live struct {
 	kv jetstream.KeyValue
 	nc *nats.Conn
@@ -46,6 +52,25 @@ type Live struct {
 	snap   atomic.Pointer[snapshot]
 	done   chan struct{}
 	err    error // written before done is closed
+	log    *slog.Logger
+
+	// known is the highest revision known to be stored in the bucket: from
+	// what the watch says is still to come after each change, and from
+	// Sync. The view is behind while its snapshot's rev is lower.
+	known atomic.Uint64
+	// behindSince is when the view was first seen behind, in Unix
+	// nanoseconds; 0 while it is current.
+	behindSince atomic.Int64
+	// resyncs counts the watches started again from the view's revision.
+	resyncs atomic.Uint64
+	// ahead wakes the watch goroutine when Sync learns that the bucket is
+	// ahead of the view, so that it keeps an eye on its progress.
+	ahead chan struct{}
+	// drop, when set, discards the changes of the watch for which it
+	// returns true, before they are folded in, as a slow consumer's
+	// client drops messages. Tests use it to make the view lose what it
+	// was sent.
+	drop func(jetstream.KeyValueEntry) bool
 }
 
 // snapshot is one immutable state of the bucket.
@@ -74,23 +99,41 @@ type expiring struct {
 	at time.Time
 }
 
+// WatchOption changes how [Store.Watch] sets up a [Live] view.
+type WatchOption func(*Live)
+
+// WatchLog has the view log on log (default: slog.Default()): once when it
+// has been behind the bucket for [BehindTolerance], once when it is current
+// again, and each time it watches again.
+func WatchLog(log *slog.Logger) WatchOption {
+	return func(l *Live) { l.log = log }
+}
+
 // Watch starts a [Live] view of the bucket and returns once it holds every
 // subscriber stored when it was called. It then follows every change until
 // ctx is cancelled or the connection is closed, after which [Live.Done] is
 // closed and the view keeps its last state.
-func (s *Store) Watch(ctx context.Context) (*Live, error) {
-	w, err := s.kv.WatchAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, err)
+func (s *Store) Watch(ctx context.Context, opts ...WatchOption) (*Live, error) {
+	l := &Live{kv: s.kv, nc: s.nc, done: make(chan struct{}), ahead: make(chan struct{}, 1), log: slog.Default()}
+	for _, opt := range opts {
+		opt(l)
 	}
-	st := newLiveState(s.keys)
+	return l, l.start(ctx, newLiveState(s.keys))
+}
+
+// start loads the bucket into st, then follows it on its own goroutine.
+func (l *Live) start(ctx context.Context, st *liveState) error {
+	w, err := l.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, err)
+	}
 	for loaded := false; !loaded; {
 		select {
 		case e, ok := <-w.Updates():
 			switch {
 			case !ok:
 				stopWatcher(w)
-				return nil, fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
+				return fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
 			case e == nil: // all values stored at the start have arrived
 				loaded = true
 			default:
@@ -98,17 +141,17 @@ func (s *Store) Watch(ctx context.Context) (*Live, error) {
 			}
 		case <-ctx.Done():
 			stopWatcher(w)
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	l := &Live{kv: s.kv, nc: s.nc, done: make(chan struct{})}
 	if err := l.chooseGet(ctx); err != nil {
 		stopWatcher(w)
-		return nil, err
+		return err
 	}
 	l.snap.Store(st.snapshot())
+	l.known.Store(st.rev)
 	go l.run(ctx, w, st)
-	return l, nil
+	return nil
 }
 
 // chooseGet picks how Sync asks the bucket's stream for its next message:
@@ -130,42 +173,248 @@ func (l *Live) chooseGet(ctx context.Context) error {
 	return nil
 }
 
+// follower is the state of the watch goroutine.
+type follower struct {
+	l  *Live
+	st *liveState
+	w  jetstream.KeyWatcher
+	// unpublished says that st holds changes no snapshot has yet;
+	// published is when the last snapshot was made, cost what it took.
+	unpublished bool
+	published   time.Time
+	cost        time.Duration
+	// progress is when the watch last delivered something; warned says
+	// that the view's lag has been logged.
+	progress time.Time
+	warned   bool
+	// publish fires when unpublished changes are due in a snapshot, check
+	// while the view is behind; each is nil while not armed.
+	publish, check *time.Timer
+}
+
 // run applies changes until ctx is cancelled or the watch ends.
 func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, st *liveState) {
 	defer close(l.done)
-	defer stopWatcher(w)
+	f := &follower{l: l, st: st, w: w, published: time.Now(), progress: time.Now()}
+	defer func() { stopWatcher(f.w) }()
+	defer f.stopTimers()
 	for {
 		select {
 		case <-ctx.Done():
 			l.err = ctx.Err()
 			return
-		case e, ok := <-w.Updates():
+		case e, ok := <-f.w.Updates():
 			if !ok {
 				l.err = cmp.Or(ctx.Err(), errWatchEnded)
 				return
 			}
-			st.apply(e)
-			// Fold what is already queued into the same snapshot, so that a
-			// burst of writes does not rebuild the view once per write.
+			f.fold(e)
+			// Fold what is already queued before looking at the clock, so
+			// that a burst of writes does not rebuild the view per write.
+			caughtUp := f.caughtUp(e)
 		batch:
 			for range maxBatch {
 				select {
-				case e, ok = <-w.Updates():
+				case e, ok = <-f.w.Updates():
 					if !ok {
 						break batch
 					}
-					st.apply(e)
+					f.fold(e)
+					caughtUp = f.caughtUp(e)
 				default:
 					break batch
 				}
 			}
-			l.publish(st.snapshot())
 			if !ok {
+				f.snapshot()
 				l.err = cmp.Or(ctx.Err(), errWatchEnded)
 				return
 			}
+			f.settle(caughtUp)
+		case <-timerC(f.publish):
+			f.publish = nil
+			f.snapshot()
+		case <-timerC(f.check):
+			f.check = nil
+			f.inspect(ctx)
+		case <-l.ahead:
+			f.watchProgress()
 		}
 	}
+}
+
+// timerC is t's channel, nil (never ready) for no timer.
+func timerC(t *time.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
+}
+
+// stopTimers stops the timers armed.
+func (f *follower) stopTimers() {
+	for _, t := range []*time.Timer{f.publish, f.check} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// fold applies one change of the watch, and what it says of the changes
+// still to come (its delta: the messages stored after it).
+func (f *follower) fold(e jetstream.KeyValueEntry) {
+	if e == nil {
+		// The values stored when the watch started have all come: what
+		// was known to be stored then and is not in the view is no longer
+		// stored (a marker removed, say).
+		f.l.known.Store(f.st.rev)
+		return
+	}
+	if f.l.drop != nil && f.l.drop(e) {
+		return
+	}
+	f.progress = time.Now()
+	f.st.apply(e)
+	f.unpublished = true
+	f.l.noteKnown(e.Revision() + e.Delta())
+}
+
+// caughtUp reports whether e was the last change stored when the server
+// sent it.
+func (f *follower) caughtUp(e jetstream.KeyValueEntry) bool {
+	return e == nil || e.Delta() == 0
+}
+
+// settle publishes the changes folded when the view has caught up, or when
+// the last snapshot is old enough; else it arms the publish timer.
+func (f *follower) settle(caughtUp bool) {
+	if !f.unpublished {
+		return
+	}
+	gap := max(publishGap, publishCostShare*f.cost)
+	switch {
+	case caughtUp || time.Since(f.published) >= gap:
+		f.snapshot()
+	case f.publish == nil:
+		f.publish = time.NewTimer(gap - time.Since(f.published))
+	}
+	f.watchProgress()
+}
+
+// snapshot publishes the changes folded, and notes whether the view is
+// behind the bucket.
+func (f *follower) snapshot() {
+	if f.unpublished {
+		start := time.Now()
+		next := f.st.snapshot()
+		f.cost = time.Since(start)
+		f.l.publish(next)
+		f.published, f.unpublished = time.Now(), false
+		if f.publish != nil {
+			f.publish.Stop()
+			f.publish = nil
+		}
+	}
+	f.watchProgress()
+}
+
+// watchProgress marks when the view went behind the bucket, or logs that it
+// is current again; while it is behind, the check timer runs.
+func (f *follower) watchProgress() {
+	l := f.l
+	if l.Behind() == 0 {
+		if since := l.behindSince.Swap(0); since != 0 && f.warned {
+			l.log.Info("subscribers: the view is current again", "behind_for", time.Since(time.Unix(0, since)).Round(time.Millisecond),
+				"subscribers", len(l.All()), "resyncs", l.resyncs.Load())
+		}
+		f.warned = false
+		if f.check != nil {
+			f.check.Stop()
+			f.check = nil
+		}
+		return
+	}
+	l.behindSince.CompareAndSwap(0, time.Now().UnixNano())
+	if f.check == nil {
+		f.check = time.NewTimer(checkEvery)
+	}
+}
+
+// inspect runs while the view is behind: it logs once that the view has
+// been behind for BehindTolerance, and watches again when the watch has
+// delivered nothing for resyncAfter.
+func (f *follower) inspect(ctx context.Context) {
+	l := f.l
+	behind := l.Behind()
+	if behind == 0 {
+		f.watchProgress()
+		return
+	}
+	if !f.warned && l.Lagging() {
+		f.warned = true
+		l.log.Warn("subscribers: the view is behind the bucket; the fan-out holds events until it is current",
+			"behind", behind, "view_rev", l.snap.Load().rev, "bucket_rev", l.known.Load(), "subscribers", len(l.All()))
+	}
+	if time.Since(f.progress) >= resyncAfter {
+		f.resync(ctx, behind)
+	}
+	f.watchProgress()
+}
+
+// resync stops the watch and starts another from the revision after the
+// view's: every change since, deletes included, comes again. A watch that
+// cannot be started now is tried again at the next check.
+func (f *follower) resync(ctx context.Context, behind uint64) {
+	l := f.l
+	rev := f.st.rev
+	w, err := l.kv.WatchAll(ctx, jetstream.ResumeFromRevision(rev+1))
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("subscribers: watching the bucket again", "from_rev", rev+1, "err", err)
+		}
+		return
+	}
+	stopWatcher(f.w)
+	f.w = w
+	f.progress = time.Now()
+	n := l.resyncs.Add(1)
+	l.log.Warn("subscribers: the watch of the bucket delivered nothing while the view was behind; watching again from the view's revision",
+		"from_rev", rev+1, "behind", behind, "resyncs", n)
+}
+
+// noteKnown records that the bucket stores revision rev.
+func (l *Live) noteKnown(rev uint64) {
+	for {
+		cur := l.known.Load()
+		if rev <= cur || l.known.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// Behind returns how many revisions the bucket is known to hold past the
+// view's: 0 when the view is current, as far as this relay knows. It is
+// learnt from the watch (each change says how many are stored after it)
+// and from [Live.Sync], without a request of its own.
+func (l *Live) Behind() uint64 {
+	known, rev := l.known.Load(), l.snap.Load().rev
+	if known <= rev {
+		return 0
+	}
+	return known - rev
+}
+
+// Lagging reports whether the view has been behind the bucket for longer
+// than [BehindTolerance].
+func (l *Live) Lagging() bool {
+	since := l.behindSince.Load()
+	return since != 0 && l.Behind() > 0 && time.Since(time.Unix(0, since)) > BehindTolerance
+}
+
+// Resyncs returns how many times the view has watched the bucket again
+// because its watch had stopped delivering while it was behind.
+func (l *Live) Resyncs() uint64 {
+	return l.resyncs.Load()
 }
 
 // publish makes next the current snapshot, then wakes those waiting on the
@@ -305,6 +554,13 @@ func (l *Live) Sync(ctx context.Context) error {
 	if err != nil || !found {
 		return syncError(err)
 	}
+	if l.snap.Load().rev < last {
+		l.noteKnown(last)
+		select {
+		case l.ahead <- struct{}{}:
+		default:
+		}
+	}
 	stalled := time.NewTimer(syncWait)
 	defer stalled.Stop()
 	for snap := l.snap.Load(); snap.rev < last; snap = l.snap.Load() {
@@ -313,8 +569,14 @@ func (l *Live) Sync(ctx context.Context) error {
 			stalled.Reset(syncWait)
 		case <-stalled.C:
 			next, found, err := l.get(ctx, streams.DirectGet{Seq: snap.rev + 1, NextBySubj: ">"})
-			if err != nil || !found || next > last {
+			if err != nil {
 				return syncError(err)
+			}
+			if !found || next > last {
+				// Nothing the view lacks up to last is stored: it is not
+				// behind on its account.
+				l.known.CompareAndSwap(last, snap.rev)
+				return nil
 			}
 			stalled.Reset(syncWait)
 		case <-l.done:
@@ -354,9 +616,13 @@ const syncRequestTimeout = 2 * time.Second
 // and from which it builds snapshots.
 type liveState struct {
 	subs map[string]Subscriber
-	// ids are the keys of subs, kept sorted as changes come, so that a
-	// snapshot is a copy in order rather than a sort of every subscriber.
+	// ids are the keys of subs as of the last snapshot, sorted; fresh are
+	// those added since and gone those removed since, merged into ids at
+	// the next snapshot: a burst of new subscribers costs one sort of the
+	// new ones and one pass over the others, not an insertion each.
 	ids     []string
+	fresh   map[string]struct{}
+	gone    map[string]struct{}
 	invalid map[string]error
 	rev     uint64
 	// keys opens the sealed credentials of the values read.
@@ -364,14 +630,18 @@ type liveState struct {
 }
 
 func newLiveState(keys *secrets.Keyring) *liveState {
-	return &liveState{subs: map[string]Subscriber{}, invalid: map[string]error{}, keys: keys}
+	return &liveState{subs: map[string]Subscriber{}, fresh: map[string]struct{}{}, gone: map[string]struct{}{},
+		invalid: map[string]error{}, keys: keys}
 }
 
 // put stores sub under id.
 func (st *liveState) put(id string, sub Subscriber) {
 	if _, ok := st.subs[id]; !ok {
-		i, _ := slices.BinarySearch(st.ids, id)
-		st.ids = slices.Insert(st.ids, i, id)
+		if _, ok := st.gone[id]; ok {
+			delete(st.gone, id) // still in ids
+		} else {
+			st.fresh[id] = struct{}{}
+		}
 	}
 	st.subs[id] = sub
 }
@@ -382,9 +652,36 @@ func (st *liveState) remove(id string) {
 		return
 	}
 	delete(st.subs, id)
-	if i, ok := slices.BinarySearch(st.ids, id); ok {
-		st.ids = slices.Delete(st.ids, i, i+1)
+	if _, ok := st.fresh[id]; ok {
+		delete(st.fresh, id) // not in ids yet
+	} else {
+		st.gone[id] = struct{}{}
 	}
+}
+
+// sortedIDs merges the ids added and removed since the last snapshot into
+// ids, and returns them.
+func (st *liveState) sortedIDs() []string {
+	if len(st.fresh) == 0 && len(st.gone) == 0 {
+		return st.ids
+	}
+	fresh := slices.Sorted(maps.Keys(st.fresh))
+	ids := make([]string, 0, len(st.subs))
+	i := 0
+	for _, id := range st.ids {
+		if _, ok := st.gone[id]; ok {
+			continue
+		}
+		for ; i < len(fresh) && fresh[i] < id; i++ {
+			ids = append(ids, fresh[i])
+		}
+		ids = append(ids, id)
+	}
+	ids = append(ids, fresh[i:]...)
+	st.ids = ids
+	clear(st.fresh)
+	clear(st.gone)
+	return ids
 }
 
 // apply folds one change of the bucket into the state.
@@ -411,8 +708,9 @@ func (st *liveState) apply(e jetstream.KeyValueEntry) {
 
 // snapshot builds an immutable copy of the state.
 func (st *liveState) snapshot() *snapshot {
-	all := make([]Subscriber, len(st.ids))
-	for i, id := range st.ids {
+	ids := st.sortedIDs()
+	all := make([]Subscriber, len(ids))
+	for i, id := range ids {
 		all[i] = st.subs[id]
 	}
 	snap := &snapshot{
