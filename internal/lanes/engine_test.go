@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/deadletter"
@@ -436,4 +437,14 @@ func TestMaxRequestsBoundsTheRequestsOpen(t *testing.T) {
 	for i := range subs {
 		require.Equal(t, each, b.arr.count("s"+strconv.Itoa(i)))
 	}
+}
+
+// consumerInfo is the state of the consumer name on DELIVERIES now.
+func (b *bundle) consumerInfo(t *testing.T, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	cons, err := b.n.JS.Consumer(testutil.Context(t), streams.Deliveries, name)
+	require.NoError(t, err)
+	info, err := cons.Info(testutil.Context(t))
+	require.NoError(t, err)
+	return info
 }

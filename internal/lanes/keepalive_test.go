@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 // TestUnconfirmedKeepAliveLetsGoAndComesBack: a relay whose keep-alives
@@ -50,4 +53,59 @@ func TestUnconfirmedKeepAliveLetsGoAndComesBack(t *testing.T) {
 	if dropped.Load() == 0 || letGo == 0 {
 		t.Fatal("no delivery let go: the test did not test it")
 	}
+}
+
+// TestLetGoIsHeldByTheServerAloneAndNoStall is the picture of a lane that
+// stood still with deliveries "acked by no one, none pending, no pull
+// waiting", made on purpose: the server takes a lane's keep-alives but its
+// answers never come back, and the deliveries the lane still held three
+// quarters of an ack wait after their receipt are let go. Until the server's
+// ack wait for them ends they are the server's alone: the lane consumer
+// counts them unacknowledged, with nothing pending, while the lane pulls (a
+// pull request waits) and holds nothing, so the stall watch, which looks at
+// what the lane holds, says nothing. Stopped then, as a failed test's
+// cleanup stops its lanes before it logs the consumers, the same consumer
+// shows no pull waiting either: the log of a stopped relay cannot tell a
+// lane that stood still from one that waits for the server.
+func TestLetGoIsHeldByTheServerAloneAndNoStall(t *testing.T) {
+	t.Parallel()
+	const (
+		events = 10
+		shared = 4
+	)
+	b := setup(t)
+	b.ackWait = 8 * time.Second
+	b.throughProxyDropping(t, func(payload []byte) bool { return len(payload) == 0 })
+	// One a second: about seven go out within three quarters of the ack
+	// wait, and the others are let go.
+	sub := b.put(t, subscribers.Subscriber{ID: "slow", Rate: 1, Burst: 1})
+	b.enqueue(t, sub, shared, events)
+	b.flush(t)
+	stop := b.startLanes(t, shared)
+	cons := streams.LaneConsumer(sub.Lane(shared))
+
+	// Every delivery sent or let go: the lane holds none of them.
+	testutil.Eventually(t, func() bool { return b.letGo(t) > 0 && b.arr.count("slow")+b.letGo(t) >= events },
+		"%d sent, %d let go of %d", b.arr.count("slow"), b.letGo(t), events)
+	letGo := b.letGo(t)
+	require.Equal(t, events, b.arr.count("slow")+letGo, "a delivery sent twice or let go twice")
+	// Within the server's ack wait for them, which runs 8 s from the last
+	// round that renewed them (2 s before the let-go at most), the server
+	// holds them alone, and takes the acks of the others.
+	running := b.consumerInfo(t, cons)
+	testutil.Eventually(t, func() bool {
+		running = b.consumerInfo(t, cons)
+		return running.NumAckPending == letGo
+	}, "%s: ack pending %d, let go %d", cons, running.NumAckPending, letGo)
+	t.Logf("running: %d let go; %s pending %d, waiting %d, ack pending %d", letGo, cons, running.NumPending, running.NumWaiting, running.NumAckPending)
+	require.Equal(t, events, b.arr.count("slow")+letGo, "a let-go delivery came back before its ack wait ended")
+	require.Zero(t, running.NumPending, "nothing left to deliver")
+	require.Positive(t, running.NumWaiting, "the lane pulls")
+	require.Zero(t, b.stalls(t), "the stall watch reported a lane that holds nothing")
+
+	stop()
+	stopped := b.consumerInfo(t, cons)
+	t.Logf("stopped: %s pending %d, waiting %d, ack pending %d", cons, stopped.NumPending, stopped.NumWaiting, stopped.NumAckPending)
+	require.Zero(t, stopped.NumWaiting, "a stopped relay leaves a pull waiting")
+	require.Equal(t, letGo, stopped.NumAckPending)
 }
