@@ -1,7 +1,12 @@
 package lanes_test
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,4 +113,70 @@ func TestLetGoIsHeldByTheServerAloneAndNoStall(t *testing.T) {
 	t.Logf("stopped: %s pending %d, waiting %d, ack pending %d", cons, stopped.NumPending, stopped.NumWaiting, stopped.NumAckPending)
 	require.Zero(t, stopped.NumWaiting, "a stopped relay leaves a pull waiting")
 	require.Equal(t, letGo, stopped.NumAckPending)
+}
+
+// heldLog is a log handler that holds the first record whose message
+// contains hold until release is closed, and tells held when it holds it:
+// a log whose writes block (a full pipe, a slow disk).
+type heldLog struct {
+	slog.Handler
+	hold    string
+	once    *sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (h heldLog) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.hold) {
+		h.once.Do(func() {
+			close(h.held)
+			<-h.release
+		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h heldLog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(attrs)
+	return h
+}
+
+func (h heldLog) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
+}
+
+// TestLetGoWhoseLogBlocksHoldsNoLaneMate: while the log of a let-go blocks
+// (the let-go of a throttled subscriber's deliveries whose keep-alives the
+// server never confirms), the lane goes on pulling and sending: a delivery
+// of that subscriber is taken and one of a lane-mate is delivered. A let-go
+// logged under its scheduler's lock held the lane's pull loop at that
+// subscriber's next delivery, and every lane-mate behind it.
+func TestLetGoWhoseLogBlocksHoldsNoLaneMate(t *testing.T) {
+	t.Parallel()
+	const shared = 1 // one lane for all
+	b := setup(t)
+	b.ackWait = 4 * time.Second
+	b.throughProxyDropping(t, func(payload []byte) bool { return len(payload) == 0 })
+	h := heldLog{Handler: slog.NewTextHandler(io.Discard, nil), hold: "letting go", once: new(sync.Once),
+		held: make(chan struct{}), release: make(chan struct{})}
+	b.logger = slog.New(h)
+	slow := b.put(t, subscribers.Subscriber{ID: "slow", Rate: 1, Burst: 1})
+	mate := b.put(t, subscribers.Subscriber{ID: "mate"})
+	b.enqueue(t, slow, shared, 8)
+	b.flush(t)
+	b.startLanes(t, shared)
+	release := sync.OnceFunc(func() { close(h.release) })
+	t.Cleanup(release) // before the lanes stop
+	select {
+	case <-h.held:
+	case <-testutil.Context(t).Done():
+		t.Fatal("no let-go logged")
+	}
+	// The let-go's log blocks now.
+	b.enqueue(t, slow, shared, 1)
+	b.enqueue(t, mate, shared, 1)
+	b.flush(t)
+	testutil.Eventually(t, func() bool { return b.arr.count("mate") == 1 }, "the lane-mate's delivery not sent while a let-go's log blocks")
+	release()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -143,6 +144,9 @@ type bundle struct {
 	ackWait time.Duration
 	// metrics are what the bundle's relays record.
 	metrics *metrics.Metrics
+	// logger, when set before startLanes, is the relays' logger; nil takes
+	// the default.
+	logger *slog.Logger
 	// starts, when set before startLanes, records when the relays began
 	// each request.
 	starts *starts
@@ -242,7 +246,7 @@ func (b *bundle) startLanes(t testing.TB, shared int) (stop func()) {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
 			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests, Clock: b.clock, Metrics: b.metrics, AckWait: b.ackWait,
-			Disable: store.Disable,
+			Disable: store.Disable, Logger: b.logger,
 		})
 	}()
 	go func() {
