@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/deadletter"
@@ -38,9 +39,11 @@ func (b *bundle) lastSeqs(t *testing.T) (deliveries, retries uint64) {
 	return deliveries, retries
 }
 
-// overflowed returns how many deliveries of id wait in its overflow.
 // logConsumers logs every consumer of DELIVERIES with its pending, waiting
-// and unacknowledged counts.
+// and unacknowledged counts, and what the bundle's relays let go and
+// reported as stalled: an unacknowledged delivery a lane no longer holds,
+// let go, waits out its ack wait on the server (see
+// TestLetGoIsHeldByTheServerAloneAndNoStall).
 func (b *bundle) logConsumers(t *testing.T, name string) {
 	t.Helper()
 	stream, err := b.n.JS.Stream(testutil.Context(t), streams.Deliveries)
@@ -48,13 +51,15 @@ func (b *bundle) logConsumers(t *testing.T, name string) {
 		t.Logf("%s: DELIVERIES: %v", name, err)
 		return
 	}
-	t.Logf("%s: DELIVERIES holds %d messages", name, stream.CachedInfo().State.Msgs)
+	t.Logf("%s: DELIVERIES holds %d messages; the relay let go of %d deliveries, reported %d lane stalls",
+		name, stream.CachedInfo().State.Msgs, b.letGo(t), b.stalls(t))
 	for info := range stream.ListConsumers(testutil.Context(t)).Info() {
 		t.Logf("%s: %s pending %d, waiting %d, ack pending %d, delivered %d, ack floor %d",
 			name, info.Name, info.NumPending, info.NumWaiting, info.NumAckPending, info.Delivered.Stream, info.AckFloor.Stream)
 	}
 }
 
+// overflowed returns how many deliveries of id wait in its overflow.
 func (b *bundle) overflowed(t *testing.T, id string) uint64 {
 	t.Helper()
 	s, err := b.n.JS.Stream(testutil.Context(t), streams.Deliveries)
@@ -183,15 +188,18 @@ func TestThrottledSubscriberCostsItsLaneMatesNothing(t *testing.T) {
 		subs = append(subs, alone.put(t, subscribers.Subscriber{ID: id}))
 		beside.put(t, subscribers.Subscriber{ID: id})
 	}
+	alone.startLanes(t, shared)
+	beside.startLanes(t, shared)
 	t.Cleanup(func() {
 		if t.Failed() {
-			// What each lane consumer holds, for the next look at a stall.
+			// What each lane consumer holds, for the next look at a stall:
+			// logged before the lanes stop (cleanups run last first), since
+			// a stopped lane has no pull waiting and has handed back what it
+			// held.
 			alone.logConsumers(t, "alone")
 			beside.logConsumers(t, "beside")
 		}
 	})
-	alone.startLanes(t, shared)
-	beside.startLanes(t, shared)
 	alone.pulling(t, shared)
 	beside.pulling(t, shared)
 	beside.enqueue(t, slow, shared, each)
@@ -436,4 +444,14 @@ func TestMaxRequestsBoundsTheRequestsOpen(t *testing.T) {
 	for i := range subs {
 		require.Equal(t, each, b.arr.count("s"+strconv.Itoa(i)))
 	}
+}
+
+// consumerInfo is the state of the consumer name on DELIVERIES now.
+func (b *bundle) consumerInfo(t *testing.T, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	cons, err := b.n.JS.Consumer(testutil.Context(t), streams.Deliveries, name)
+	require.NoError(t, err)
+	info, err := cons.Info(testutil.Context(t))
+	require.NoError(t, err)
+	return info
 }

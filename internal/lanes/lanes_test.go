@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -143,6 +144,9 @@ type bundle struct {
 	ackWait time.Duration
 	// metrics are what the bundle's relays record.
 	metrics *metrics.Metrics
+	// logger, when set before startLanes, is the relays' logger; nil takes
+	// the default.
+	logger *slog.Logger
 	// starts, when set before startLanes, records when the relays began
 	// each request.
 	starts *starts
@@ -205,8 +209,10 @@ func (b *bundle) put(t *testing.T, sub subscribers.Subscriber) subscribers.Subsc
 	return got
 }
 
-// startLanes runs the lanes until the test ends.
-func (b *bundle) startLanes(t testing.TB, shared int) {
+// startLanes runs the lanes until the test ends, or until the stop it
+// returns is called (which waits for them to have stopped; later calls do
+// nothing).
+func (b *bundle) startLanes(t testing.TB, shared int) (stop func()) {
 	t.Helper()
 	js := b.n.JS
 	if len(b.relayJS) > 0 {
@@ -240,21 +246,26 @@ func (b *bundle) startLanes(t testing.TB, shared int) {
 		done <- lanes.Run(ctx, lanes.Config{
 			JS: js, Subscribers: live, SharedLanes: shared, Client: client, Limiter: limiter,
 			MaxAckPending: b.maxAckPending, MaxRequests: b.maxRequests, Clock: b.clock, Metrics: b.metrics, AckWait: b.ackWait,
-			Disable: store.Disable,
+			Disable: store.Disable, Logger: b.logger,
 		})
 	}()
 	go func() {
 		done <- retry.Move(ctx, retry.MoverConfig{JS: js, Subscribers: live, SharedLanes: shared})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		for range 3 {
-			if err := <-done; err != nil {
-				t.Errorf("lanes: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			for range 3 {
+				if err := <-done; err != nil {
+					t.Errorf("lanes: %v", err)
+				}
 			}
-		}
-		<-live.Done()
-	})
+			<-live.Done()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // defaultAckWait is the lanes' ack wait, which the bundles keep.
@@ -267,16 +278,29 @@ const defaultAckWait = time.Minute
 // deliveries took cannot judge a run that had any.
 func (b *bundle) letGo(t testing.TB) int {
 	t.Helper()
+	return b.counter(t, "relay_deliveries_let_go_total")
+}
+
+// stalls is how many times a lane of the bundle's relays was reported
+// stalled (see relay_lane_stalls_total).
+func (b *bundle) stalls(t testing.TB) int {
+	t.Helper()
+	return b.counter(t, "relay_lane_stalls_total")
+}
+
+// counter is the value of the bundle's counter name, which has no labels.
+func (b *bundle) counter(t testing.TB, name string) int {
+	t.Helper()
 	fams, err := b.metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range fams {
-		if f.GetName() == "relay_deliveries_let_go_total" {
+		if f.GetName() == name {
 			return int(f.GetMetric()[0].GetCounter().GetValue())
 		}
 	}
-	t.Fatal("no relay_deliveries_let_go_total")
+	t.Fatal("no " + name)
 	return 0
 }
 

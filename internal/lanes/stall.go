@@ -16,6 +16,11 @@ import (
 // that should not. Nothing a subscriber does explains it. It is logged
 // once per stall, with what each of its schedulers holds and a dump of the
 // relay's goroutines, and counted (relay_lane_stalls_total).
+//
+// Deliveries let go (see [lane.letGo]) are not the lane's any more: the
+// server holds them, unacknowledged and for nobody, until their ack wait
+// ends, while the lane pulls and holds nothing. The watch does not see
+// them; relay_deliveries_let_go_total counts them.
 
 // begin counts a request of the lane that starts.
 func (l *lane) begin() {

@@ -63,9 +63,8 @@ const (
 	HandedBack
 	// LetGo: dropped unsent, neither acked nor handed back, because its ack
 	// wait may have run out on this relay (see [lane.alive]): JetStream
-	// gives it to whichever relay pulls next. (One that the server renewed
-	// all the same, only the keep-alive's answer late, is HandedBack
-	// instead: see [lane.letGo].)
+	// gives it to whichever relay pulls next, once the ack wait it counts
+	// ends (see [lane.letGo]). Until then the server holds it for nobody.
 	LetGo
 	// Dead: its copy is in the DLQ and the original terminated; an
 	// operator lists and replays it.
