@@ -21,6 +21,10 @@ import (
 // nothing: the server ends it after MaxWait.
 const requestLife = MaxWait + MaxWait/2
 
+// lateLogEvery is how often, at most, one pull loop logs that it gave up
+// on requests the server did not end in time.
+const lateLogEvery = 10 * time.Second
+
 // pullRequest is the body of a JetStream pull request
 // ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>).
 type pullRequest struct {
@@ -133,8 +137,12 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 	failures := 0
 	// late counts the requests given up on in a row: one is a busy
 	// server's or host's moment, said at Info; more in a row are
-	// worth a warning.
-	late := 0
+	// worth a warning. A loop says so at most once per lateLogEvery,
+	// with how many it gave up on since: on a starved host every pull
+	// loop gave up several times a second, and a line each time kept
+	// the loops waiting on the log.
+	late, unsaid := 0, 0
+	var said time.Time
 	for {
 		if ctx.Err() == nil && p.wantMore() {
 			if err := p.send(p.body); err != nil {
@@ -155,7 +163,11 @@ func (p *puller) run(ctx context.Context, log *slog.Logger, handle func(jetstrea
 				if late++; late > 1 {
 					level = slog.LevelWarn
 				}
-				log.Log(ctx, level, "pull request not ended by the server in time, pulling again", "consumer", p.name, "in_a_row", late)
+				if unsaid++; said.IsZero() || time.Since(said) >= lateLogEvery {
+					log.Log(ctx, level, "pull request not ended by the server in time, pulling again",
+						"consumer", p.name, "in_a_row", late, "given_up", unsaid)
+					said, unsaid = time.Now(), 0
+				}
 				p.giveUp()
 			}
 			continue
