@@ -139,6 +139,9 @@ func (s *Shared) fold(e jetstream.KeyValueEntry) {
 	}
 	if had && !prev.state.OpenUntil.Equal(st.OpenUntil) {
 		sub.circuitMoved.Store(true)
+		if st.OpenUntil.IsZero() {
+			sub.closed.Store(true)
+		}
 	}
 	now := s.estimateNow()
 	if blocks(st, now) && (!had || !blocks(prev.state, now) || prev.state.PausedUntil != st.PausedUntil || prev.state.OpenUntil != st.OpenUntil) {

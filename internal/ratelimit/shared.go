@@ -127,7 +127,10 @@ type subscriber struct {
 	// interrupted is set by the watch when another relay stored a pause or
 	// an open circuit: the lease ends at the next Reserve.
 	interrupted atomic.Bool
-	successes   int // successes in the current AIMD window
+	// closed is set by the watch when another relay closed the circuit:
+	// the open circuit known locally ends at the next Reserve.
+	closed    atomic.Bool
+	successes int // successes in the current AIMD window
 	// win counts this relay's outcomes for the breaker and the share in
 	// flight (see [Shared.Observe]); circuitMoved is set by the watch
 	// when another relay opened or closed the circuit, which starts it
@@ -419,6 +422,9 @@ func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, err
 	if sub.interrupted.Swap(false) {
 		sub.lease = 0
 	}
+	if sub.closed.Swap(false) {
+		sub.openUntil = time.Time{}
+	}
 	if d, ok := sub.blocked(now); ok {
 		return d, nil
 	}
@@ -644,10 +650,15 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 // opens or closes the circuit this relay last knew of: the outcomes
 // before it would count against the receiver after it (the failures that
 // opened it would reopen it on the first failure after a probe closed it).
-// sub.mu is held.
+// An entry that shows the circuit closed also ends the open circuit known
+// locally, which would otherwise hold this relay until its own cool-down
+// ends. sub.mu is held.
 func (sub *subscriber) circuitSeen(st State) {
 	if !st.OpenUntil.Equal(sub.state.OpenUntil) {
 		sub.win.reset()
+	}
+	if st.OpenUntil.IsZero() {
+		sub.openUntil = time.Time{}
 	}
 }
 
@@ -810,12 +821,18 @@ func (s *Shared) throttleOnly(ctx context.Context, sub *subscriber, l Limit, r R
 	return l.Unlimited() || !sub.state.DecreaseDue(s.serverNow(ctx))
 }
 
-// successChanges reports whether a success must be written: it closes a
-// breaker that saw failures, or ends a window of successes while the
-// adaptive rate is below the configured one.
+// successChanges reports whether a success that is not a probe must be
+// written: it clears the failures of a closed breaker, or ends a window of
+// successes while the adaptive rate is below the configured one. While the
+// circuit is open or half-open only the probe's success closes it: the
+// requests on the wire when it opened still answer, and one of them
+// succeeding says nothing of the receiver the cool-down waits out.
 func (s *Shared) successChanges(sub *subscriber, l Limit) bool {
 	st := sub.state
-	if st.Failures > 0 || !st.OpenUntil.IsZero() {
+	if !st.OpenUntil.IsZero() {
+		return false
+	}
+	if st.Failures > 0 {
 		return true
 	}
 	rate := EffectiveRate(st, l)
@@ -864,7 +881,11 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result, 
 		// A probe handed back unused: another relay may probe at once.
 		st.ProbeUntil = time.Time{}
 	case r.Success:
-		st.Failures, st.Opens, st.OpenUntil, st.ProbeUntil = 0, 0, time.Time{}, time.Time{}
+		if r.Probe || st.OpenUntil.IsZero() {
+			// Only the probe closes an open or half-open circuit (see
+			// successChanges).
+			st.Failures, st.Opens, st.OpenUntil, st.ProbeUntil = 0, 0, time.Time{}, time.Time{}
+		}
 		if rate := EffectiveRate(st, l); !l.Unlimited() && rate < l.Rate && sub.successes >= SuccessWindow(rate) {
 			st.Rate = Increase(rate, l)
 			if st.Rate >= l.Rate {
