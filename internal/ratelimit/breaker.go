@@ -212,9 +212,13 @@ func (w *window) degrade(b Breaker, ended int64) {
 }
 
 // inFlight is how many requests of most the window allows in flight.
-func (w *window) inFlight(most int) int {
-	if w.allowed == 0 || most <= 1 {
+func (w *window) inFlight(most int) int { return inFlightOf(w.allowed, most) }
+
+// inFlightOf is how many requests of most a share in flight allows (see
+// [window.allowed]).
+func inFlightOf(allowed float64, most int) int {
+	if allowed == 0 || most <= 1 {
 		return most
 	}
-	return max(1, int(math.Ceil(w.allowed*float64(most))))
+	return max(1, int(math.Ceil(allowed*float64(most))))
 }

@@ -137,6 +137,11 @@ type subscriber struct {
 	// afresh.
 	win          window
 	circuitMoved atomic.Bool
+	// allowed is win.allowed as of the last outcome counted (its float64
+	// bits), for [Shared.InFlight] to read without sub.mu: the lanes ask it
+	// under their scheduler's lock, and Observe holds sub.mu across its
+	// compare-and-set.
+	allowed atomic.Uint64
 	// The last entry seen, for compare-and-set without a read.
 	state   State
 	rev     uint64
@@ -643,6 +648,7 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 	b := l.Breaker.withDefaults(s.opts.FailureThreshold)
 	span := b.bucketSpan()
 	sub.win.add(int64(now.Sub(s.epoch)/span), span, b, r.Failure)
+	sub.allowed.Store(math.Float64bits(sub.win.allowed))
 	return r.Failure && !r.Probe && now.Compare(sub.openUntil) >= 0 && sub.win.trips(b)
 }
 
@@ -664,6 +670,9 @@ func (sub *subscriber) circuitSeen(st State) {
 
 // InFlight implements Limiter: most, or fewer while this relay's window of
 // the subscriber holds enough failures to degrade it (see DegradeFrom).
+// It takes no lock but the moment's of the subscriber map: the share in
+// flight is read from sub.allowed, never from under sub.mu, which
+// Observe holds across its KV requests.
 func (s *Shared) InFlight(id string, most int) int {
 	s.mu.Lock()
 	sub := s.subs[id]
@@ -671,9 +680,7 @@ func (s *Shared) InFlight(id string, most int) int {
 	if sub == nil {
 		return most
 	}
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	return sub.win.inFlight(most)
+	return inFlightOf(math.Float64frombits(sub.allowed.Load()), most)
 }
 
 // Observe implements Limiter. Successes of a healthy subscriber cost no KV

@@ -1,0 +1,47 @@
+package ratelimit
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/relay-dev/relay/internal/clock"
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// TestInFlightTakesNoSubscriberLock: the lanes ask InFlight under their
+// scheduler's lock, so it must not wait for the subscriber's, which
+// Observe holds across its compare-and-set (a KV round trip, retried). With
+// the subscriber's lock held, as by an Observe on its way to the bucket,
+// InFlight still answers, and with the share the window degraded to.
+func TestInFlightTakesNoSubscriberLock(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	s, err := NewShared(testutil.Context(t), n.JS, Options{Clock: clock.NewFake(time.Now()), CalibrateEvery: -1})
+	if err != nil {
+		t.Fatalf("NewShared: %v", err)
+	}
+	const id = "in-flight"
+	sub := s.subscriber(id)
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	// 45 % failures at 1,000/s for 10 s: degraded to DegradeFloor (see
+	// TestWindowDegradesAndRecovers), without opening the circuit.
+	rng := rand.New(rand.NewPCG(55, 2))
+	for i := range 10_000 {
+		s.count(sub, Limit{}, outcome(rng.Float64() < 0.45), s.epoch.Add(time.Duration(i)*time.Millisecond))
+	}
+	got := make(chan int, 1)
+	go func() { got <- s.InFlight(id, 16) }()
+	select {
+	case n := <-got:
+		if n != 4 {
+			t.Fatalf("InFlight: %d of 16, want DegradeFloor's 4", n)
+		}
+	case <-testutil.Context(t).Done():
+		t.Fatal("InFlight waited for the subscriber's lock")
+	}
+}
+
+// outcome is a failure when failed, else a success.
+func outcome(failed bool) Result { return Result{Failure: failed, Success: !failed} }
