@@ -91,3 +91,50 @@ func TestSharedClosedCircuitEndsTheLocalCoolDown(t *testing.T) {
 	watchesShow(t, n, id, a, b)
 	wantGo(t, "a once its watch showed the circuit closed", reserve(t, a, id, l))
 }
+
+// TestSharedOutcomesOfAnEarlierCircuitAreNotCounted: requests sent before
+// the circuit opened that hang against the dead receiver time out after
+// the probe has closed it, on the relay that probed and on another; their
+// failures say nothing of the receiver since, and do not reopen it.
+func TestSharedOutcomesOfAnEarlierCircuitAreNotCounted(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	l := ratelimit.Limit{Rate: 100, Burst: 100, Breaker: ratelimit.Breaker{MinRequests: 1000}}
+	id := subID(t)
+	fake := newFake()
+	opts := ratelimit.Options{FailureThreshold: 5, Cooldown: 5 * time.Second, MaxCooldown: 15 * time.Minute}
+	a := newShared(t, n, fake, opts)
+	b := newShared(t, n, fake, opts)
+	hungA, hungB := reserve(t, a, id, l), reserve(t, b, id, l)
+	wantGo(t, "a", hungA)
+	wantGo(t, "b", hungB)
+	tripped(t, n, id, l, a, b)
+
+	fake.Advance(5*time.Second + skew(fake))
+	d := reserve(t, a, id, l)
+	if d.Verdict != ratelimit.Go || !d.Probe {
+		t.Fatalf("a after the cool-down: %+v, want the probe", d)
+	}
+	observe(t, a, id, l, ratelimit.Result{Success: true, Probe: true, Gen: d.Gen})
+	watchesShow(t, n, id, a, b)
+	for _, r := range []struct {
+		name string
+		s    *ratelimit.Shared
+		gen  uint64
+	}{{"a", a, hungA.Gen}, {"b", b, hungB.Gen}} {
+		for range 5 {
+			observe(t, r.s, id, l, ratelimit.Result{Failure: true, Gen: r.gen})
+		}
+		if st := entry(t, n, id); !st.OpenUntil.IsZero() {
+			t.Fatalf("%s: failures of requests sent before the circuit opened reopened it after the probe closed it: %+v", r.name, st)
+		}
+	}
+	now := reserve(t, b, id, l)
+	wantGo(t, "b after the probe closed it", now)
+	for range 5 {
+		observe(t, b, id, l, ratelimit.Result{Failure: true, Gen: now.Gen})
+	}
+	if st := entry(t, n, id); st.OpenUntil.IsZero() {
+		t.Fatalf("five failures of requests sent after the probe left the circuit closed: %+v", st)
+	}
+}

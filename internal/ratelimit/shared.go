@@ -137,6 +137,19 @@ type subscriber struct {
 	// afresh.
 	win          window
 	circuitMoved atomic.Bool
+	// gen is the circuit's generation as this relay knows it: it moves on
+	// each time an entry read, written or watched opens or closes the
+	// circuit (see [subscriber.circuitChanged]). A request is stamped with
+	// it (Decision.Gen), and an outcome of an older one is not counted:
+	// requests hanging against a dead receiver that time out after the
+	// probe closed the circuit say nothing of the receiver since. circuit
+	// and circuitRev, under circMu (never held across I/O), are the
+	// circuit's OpenUntil (zero: closed) and the revision of the entry it
+	// was last seen in.
+	gen        atomic.Uint64
+	circMu     sync.Mutex
+	circuit    time.Time
+	circuitRev uint64
 	// allowed is win.allowed as of the last outcome counted (its float64
 	// bits), for [Shared.InFlight] to read without sub.mu: the lanes ask it
 	// under their scheduler's lock, and Observe holds sub.mu across its
@@ -321,6 +334,8 @@ func (s *Shared) subscriber(id string) *subscriber {
 	sub, ok := s.subs[id]
 	if !ok {
 		sub = &subscriber{}
+		// From 1: an outcome without a generation (0) is always counted.
+		sub.gen.Store(1)
 		s.subs[id] = sub
 	}
 	return sub
@@ -344,7 +359,7 @@ func (s *Shared) read(ctx context.Context, id string, sub *subscriber, l Limit) 
 		st = State{Tokens: l.capacity()}
 	}
 	s.learn(e.Created())
-	sub.circuitSeen(st)
+	sub.circuitSeen(st, e.Revision())
 	sub.state, sub.rev, sub.written = st, e.Revision(), e.Created()
 	return nil
 }
@@ -373,7 +388,7 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 		}
 		return false, fmt.Errorf("%w: writing %s: %w", ErrBucket, id, err)
 	}
-	sub.circuitSeen(st)
+	sub.circuitSeen(st, rev)
 	sub.state, sub.rev = st, rev
 	sub.written = sent
 	return true, nil
@@ -418,11 +433,21 @@ func (sub *subscriber) blocked(now time.Time) (Decision, bool) {
 	return Decision{}, false
 }
 
-// Reserve implements Limiter.
+// Reserve implements Limiter. A Go is stamped with the circuit's
+// generation (see [subscriber.gen]).
 func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, error) {
 	sub := s.subscriber(id)
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
+	d, err := s.reserve(ctx, id, sub, l)
+	if err == nil && d.Verdict == Go {
+		d.Gen = sub.gen.Load()
+	}
+	return d, err
+}
+
+// reserve is Reserve with sub.mu held.
+func (s *Shared) reserve(ctx context.Context, id string, sub *subscriber, l Limit) (Decision, error) {
 	now := s.opts.Clock.Now()
 	if sub.interrupted.Swap(false) {
 		sub.lease = 0
@@ -645,6 +670,10 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 	if !r.Success && !r.Failure {
 		return false
 	}
+	if r.Gen != 0 && r.Gen != sub.gen.Load() && !r.Probe {
+		// A request sent before the circuit last opened or closed.
+		return false
+	}
 	b := l.Breaker.withDefaults(s.opts.FailureThreshold)
 	span := b.bucketSpan()
 	sub.win.add(int64(now.Sub(s.epoch)/span), span, b, r.Failure)
@@ -659,13 +688,34 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 // An entry that shows the circuit closed also ends the open circuit known
 // locally, which would otherwise hold this relay until its own cool-down
 // ends. sub.mu is held.
-func (sub *subscriber) circuitSeen(st State) {
-	if !st.OpenUntil.Equal(sub.state.OpenUntil) {
+func (sub *subscriber) circuitSeen(st State, rev uint64) {
+	if sub.circuitChanged(st.OpenUntil, rev) {
 		sub.win.reset()
+		sub.circuitMoved.Store(false)
 	}
 	if st.OpenUntil.IsZero() {
 		sub.openUntil = time.Time{}
 	}
+}
+
+// circuitChanged records the circuit of the entry at revision rev, open
+// until until (zero: closed), and reports whether it opened or closed
+// since the one this relay last saw: then the generation moves on. An
+// entry older than the last one seen (the watch behind a read) changes
+// nothing.
+func (sub *subscriber) circuitChanged(until time.Time, rev uint64) bool {
+	sub.circMu.Lock()
+	defer sub.circMu.Unlock()
+	if rev != 0 && rev <= sub.circuitRev {
+		return false
+	}
+	sub.circuitRev = max(sub.circuitRev, rev)
+	if until.Equal(sub.circuit) {
+		return false
+	}
+	sub.circuit = until
+	sub.gen.Add(1)
+	return true
 }
 
 // InFlight implements Limiter: most, or fewer while this relay's window of
