@@ -126,7 +126,12 @@ func (w *window) reset() {
 }
 
 // advance moves the window to bucket n, dropping the buckets that left it,
-// and adjusts the share in flight once for each bucket that ended.
+// and adjusts the share in flight once for each bucket that ended, on the
+// window as it was at that bucket's end: a bucket that left the window by
+// then is not judged again, so that a quiet spell after failures recovers
+// the share rather than halving it on failures long past. Past a whole
+// window of ended buckets the window is empty, and each further one
+// recovers it (see [recovered]).
 func (w *window) advance(n int64, span time.Duration, b Breaker) {
 	if !w.begun || span != w.span {
 		allowed := w.allowed
@@ -137,19 +142,30 @@ func (w *window) advance(n int64, span time.Duration, b Breaker) {
 		return
 	}
 	ended := n - w.head
-	w.degrade(b, ended)
-	if ended >= WindowBuckets {
-		w.slots = [WindowBuckets]struct{ ok, failed int }{}
-		w.ok, w.failed = 0, 0
-	} else {
-		for i := w.head + 1; i <= n; i++ {
-			s := &w.slots[i%WindowBuckets]
-			w.ok -= s.ok
-			w.failed -= s.failed
-			*s = struct{ ok, failed int }{}
-		}
+	for i := int64(1); i <= min(ended, WindowBuckets); i++ {
+		w.degrade(b)
+		s := &w.slots[(w.head+i)%WindowBuckets]
+		w.ok -= s.ok
+		w.failed -= s.failed
+		*s = struct{ ok, failed int }{}
+	}
+	if ended > WindowBuckets {
+		w.allowed = recovered(w.allowed, ended-WindowBuckets)
 	}
 	w.head = n
+}
+
+// recovered is the share in flight allowed (see [window.allowed]) after
+// buckets ended with an empty window: up by DegradeStep each.
+func recovered(allowed float64, buckets int64) float64 {
+	if allowed == 0 || buckets <= 0 {
+		return allowed
+	}
+	allowed += DegradeStep * float64(min(buckets, int64(math.Ceil(1/DegradeStep))))
+	if allowed >= 1 {
+		return 0
+	}
+	return allowed
 }
 
 // add counts one outcome in bucket n.
@@ -191,10 +207,10 @@ func (w *window) thin(b Breaker) bool {
 	return int64(n)*WindowBuckets < int64(b.MinRequests)*counted
 }
 
-// degrade is the AIMD of the share in flight after ended buckets: halved
-// once when the window's failures reach DegradeFrom of the breaker's
-// share, else raised by DegradeStep a bucket.
-func (w *window) degrade(b Breaker, ended int64) {
+// degrade is the AIMD of the share in flight after a bucket ended: halved
+// when the window's failures reach DegradeFrom of the breaker's share,
+// else raised by DegradeStep.
+func (w *window) degrade(b Breaker) {
 	allowed := w.allowed
 	if allowed == 0 {
 		allowed = 1
@@ -203,7 +219,7 @@ func (w *window) degrade(b Breaker, ended int64) {
 	if n >= b.MinRequests && float64(w.failed) >= DegradeFrom*b.FailureRate*float64(n) {
 		allowed = math.Max(DegradeFloor, allowed/2)
 	} else {
-		allowed = math.Min(1, allowed+DegradeStep*float64(min(ended, WindowBuckets)))
+		allowed = math.Min(1, allowed+DegradeStep)
 	}
 	if allowed >= 1 {
 		allowed = 0

@@ -129,3 +129,26 @@ func TestWindowDegradesAndRecovers(t *testing.T) {
 		t.Fatalf("30 s without failures: %d of 16 in flight, want all", got)
 	}
 }
+
+// TestWindowRecoversAfterAQuietSpell: a window degraded by failures and
+// then told nothing for a while is judged, at its next outcome, on what
+// the buckets held as each ended, not on failures long past: after twenty
+// quiet buckets it is back to all of --max-in-flight, not halved again.
+func TestWindowRecoversAfterAQuietSpell(t *testing.T) {
+	t.Parallel()
+	b := Breaker{}.withDefaults(DefaultConsecutive)
+	span := b.bucketSpan()
+	rng := rand.New(rand.NewPCG(55, 3))
+	var w window
+	for i := range 10_000 {
+		at := time.Duration(i) * time.Millisecond
+		w.add(int64(at/span), span, b, rng.Float64() < 0.45)
+	}
+	if got := w.inFlight(16); got != 4 {
+		t.Fatalf("45 %% failures for 10 s: %d of 16 in flight, want DegradeFloor's 4", got)
+	}
+	w.add(w.head+2*WindowBuckets, span, b, false)
+	if got := w.inFlight(16); got != 16 {
+		t.Fatalf("after %d buckets without an outcome: %d of 16 in flight, want all", 2*WindowBuckets, got)
+	}
+}

@@ -153,8 +153,13 @@ type subscriber struct {
 	// allowed is win.allowed as of the last outcome counted (its float64
 	// bits), for [Shared.InFlight] to read without sub.mu: the lanes ask it
 	// under their scheduler's lock, and Observe holds sub.mu across its
-	// compare-and-set.
-	allowed atomic.Uint64
+	// compare-and-set. allowedAt is the bucket it was judged in, and
+	// span the bucket's span in nanoseconds: read later, a share judged
+	// before a whole window without outcomes recovers by the buckets
+	// since (see [recovered]), as the next outcome would find it.
+	allowed   atomic.Uint64
+	allowedAt atomic.Int64
+	span      atomic.Int64
 	// The last entry seen, for compare-and-set without a read.
 	state   State
 	rev     uint64
@@ -678,6 +683,8 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 	span := b.bucketSpan()
 	sub.win.add(int64(now.Sub(s.epoch)/span), span, b, r.Failure)
 	sub.allowed.Store(math.Float64bits(sub.win.allowed))
+	sub.allowedAt.Store(sub.win.head)
+	sub.span.Store(int64(span))
 	return r.Failure && !r.Probe && now.Compare(sub.openUntil) >= 0 && sub.win.trips(b)
 }
 
@@ -722,7 +729,9 @@ func (sub *subscriber) circuitChanged(until time.Time, rev uint64) bool {
 // the subscriber holds enough failures to degrade it (see DegradeFrom).
 // It takes no lock but the moment's of the subscriber map: the share in
 // flight is read from sub.allowed, never from under sub.mu, which
-// Observe holds across its KV requests.
+// Observe holds across its KV requests. A subscriber degraded and then
+// sent nothing recovers as time passes, not only with outcomes: a whole
+// window after its last one, by DegradeStep a bucket.
 func (s *Shared) InFlight(id string, most int) int {
 	s.mu.Lock()
 	sub := s.subs[id]
@@ -730,7 +739,12 @@ func (s *Shared) InFlight(id string, most int) int {
 	if sub == nil {
 		return most
 	}
-	return inFlightOf(math.Float64frombits(sub.allowed.Load()), most)
+	allowed := math.Float64frombits(sub.allowed.Load())
+	if span := sub.span.Load(); allowed != 0 && span > 0 {
+		quiet := int64(s.opts.Clock.Now().Sub(s.epoch))/span - sub.allowedAt.Load()
+		allowed = recovered(allowed, quiet-WindowBuckets)
+	}
+	return inFlightOf(allowed, most)
 }
 
 // Observe implements Limiter. Successes of a healthy subscriber cost no KV
