@@ -72,10 +72,14 @@ const (
 	DegradeStep  = 0.1
 )
 
-// withDefaults fills the zero fields of b; fallback is the Consecutive a
-// zero one takes (Options.FailureThreshold).
-func (b Breaker) withDefaults(fallback int) Breaker {
-	if b.FailureRate <= 0 || b.FailureRate > 1 {
+// WithDefaults fills the zero fields of b; fallback is the Consecutive a
+// zero one takes (Options.FailureThreshold, or DefaultConsecutive). It is
+// the one rule of the breaker's defaults: a subscriber's are filled by it
+// when stored (subscribers.Subscriber.SetDefaults), and a Limit built
+// without them when counted. Whether the values are in range is the
+// subscriber's rule (subscribers.Subscriber.ValidateBreaker).
+func (b Breaker) WithDefaults(fallback int) Breaker {
+	if b.FailureRate <= 0 {
 		b.FailureRate = DefaultFailureRate
 	}
 	if b.MinRequests <= 0 {

@@ -10,7 +10,7 @@ import (
 // second, each failing with probability p, from rng, and returns the
 // request (from 1) that opened the circuit, 0 if none did.
 func run(rng *rand.Rand, rate, requests int, p float64) int {
-	b := Breaker{}.withDefaults(DefaultConsecutive)
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
 	span := b.bucketSpan()
 	var w window
 	for i := range requests {
@@ -60,7 +60,7 @@ func TestBreakerRuleByMeasure(t *testing.T) {
 // successes are outnumbered.
 func TestBreakerOpensAfterAHealthySpell(t *testing.T) {
 	t.Parallel()
-	b := Breaker{}.withDefaults(DefaultConsecutive)
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
 	span := b.bucketSpan()
 	var w window
 	i := 0
@@ -92,7 +92,7 @@ func TestBreakerOpensAfterAHealthySpell(t *testing.T) {
 // flight climbs back by DegradeStep a bucket to all of it.
 func TestWindowDegradesAndRecovers(t *testing.T) {
 	t.Parallel()
-	b := Breaker{}.withDefaults(DefaultConsecutive)
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
 	span := b.bucketSpan()
 	rng := rand.New(rand.NewPCG(55, 2))
 	feed := func(w *window, from, seconds int, p float64, each func(second int)) {
@@ -136,7 +136,7 @@ func TestWindowDegradesAndRecovers(t *testing.T) {
 // quiet buckets it is back to all of --max-in-flight, not halved again.
 func TestWindowRecoversAfterAQuietSpell(t *testing.T) {
 	t.Parallel()
-	b := Breaker{}.withDefaults(DefaultConsecutive)
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
 	span := b.bucketSpan()
 	rng := rand.New(rand.NewPCG(55, 3))
 	var w window

@@ -679,7 +679,7 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 		// A request sent before the circuit last opened or closed.
 		return false
 	}
-	b := l.Breaker.withDefaults(s.opts.FailureThreshold)
+	b := l.Breaker.WithDefaults(s.opts.FailureThreshold)
 	span := b.bucketSpan()
 	sub.win.add(int64(now.Sub(s.epoch)/span), span, b, r.Failure)
 	sub.allowed.Store(math.Float64bits(sub.win.allowed))
