@@ -187,11 +187,20 @@ func (w *window) add(n int64, span time.Duration, b Breaker, failed bool) {
 	w.streak = 0
 }
 
-// trips reports whether the outcomes counted open the circuit under b.
+// trips reports whether the outcomes counted open the circuit under b. A
+// thin subscriber's run of Consecutive failures opens it only while they
+// are at least FailureRate of the window too: a relay among several sees
+// a share of the subscriber's requests, so one busy over the cluster may
+// be thin on each relay (12 a second over three relays is 4 on each),
+// where a receiver failing 20 % at random runs into 5 failures in a row
+// every few minutes; a run among as many successes is chance, not a
+// receiver down, which fails every request and so passes the share at
+// once. BusyRun × Consecutive in a row opens it whatever the share.
 func (w *window) trips(b Breaker) bool {
 	n := w.ok + w.failed
 	if w.thin(b) {
-		return w.streak >= b.Consecutive
+		return w.streak >= BusyRun*b.Consecutive ||
+			(w.streak >= b.Consecutive && float64(w.failed) >= b.FailureRate*float64(n))
 	}
 	return w.streak >= BusyRun*b.Consecutive || (n >= b.MinRequests && float64(w.failed) >= b.FailureRate*float64(n))
 }

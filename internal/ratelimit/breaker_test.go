@@ -152,3 +152,20 @@ func TestWindowRecoversAfterAQuietSpell(t *testing.T) {
 		t.Fatalf("after %d buckets without an outcome: %d of 16 in flight, want all", 2*WindowBuckets, got)
 	}
 }
+
+// TestThinBreakerIgnoresARunAmongSuccesses: a subscriber busy over the
+// cluster is thin on each of its relays (12 requests a second over three
+// relays, 4 on each); a receiver failing 20 % at random runs into five
+// failures in a row there every few minutes, which must not open the
+// circuit while the window holds four times as many successes. One that
+// fails everything still opens it at its Consecutive-th failure.
+func TestThinBreakerIgnoresARunAmongSuccesses(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(55, 4))
+	if at := run(rng, 4, 4*3600, 0.2); at != 0 {
+		t.Fatalf("20 %% failures at 4/s: an hour opened the circuit at request %d", at)
+	}
+	if at := run(rng, 4, 100, 1); at != DefaultConsecutive {
+		t.Errorf("every request failing at 4/s opened the circuit at request %d, want %d", at, DefaultConsecutive)
+	}
+}

@@ -763,10 +763,13 @@ func (s *Shared) InFlight(id string, most int) int {
 // a share of failures over a window is the same on each relay, within
 // chance, and a receiver that is down fails every request of every relay,
 // so the first relay to count it opens the circuit for all. What is lost
-// is the sum: with R relays sharing a thin subscriber, each sees about
-// 1/R of its requests, so a run of Consecutive failures may take up to R
-// times as many requests to appear on one relay (a receiver that fails
-// everything still opens it on every relay's Consecutive-th failure).
+// is the sum: with R relays sharing a subscriber, each sees about 1/R of
+// its requests, so one busy over the cluster may be thin on each relay,
+// judged by its run of failures; a run of Consecutive among a window of
+// successes is chance at that pace, so a thin window's run counts only
+// with the share of failures at FailureRate too (see [window.trips]),
+// and a receiver that fails everything still opens it on the first
+// relay's Consecutive-th failure.
 func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) error {
 	sub := s.subscriber(id)
 	sub.mu.Lock()
