@@ -43,6 +43,13 @@ func TestInvalidCommandLinesExit2WithOneLineAndWriteNothing(t *testing.T) {
 		{"timeout not a duration", add(append([]string{"s", "--timeout", "soon"}, ok...)...), "timeout"},
 		{"zero max attempts", add(append([]string{"s", "--max-attempts", "0"}, ok...)...), "--max-attempts"},
 		{"zero in flight", add(append([]string{"s", "--max-in-flight", "0"}, ok...)...), "--max-in-flight"},
+		// The breaker's flags: one rule, the subscriber's, in its words.
+		{"breaker window too short", add(append([]string{"s", "--breaker-window", "500ms"}, ok...)...), "--breaker-window: must be from 1s to 10m0s, got 500ms"},
+		{"breaker rate above 1", add(append([]string{"s", "--breaker-failure-rate", "2"}, ok...)...), "--breaker-failure-rate: must be a share of requests above 0 and at most 1, such as 0.5, got 2"},
+		{"zero breaker rate", add(append([]string{"s", "--breaker-failure-rate", "0"}, ok...)...), "--breaker-failure-rate: must be a share of requests above 0 and at most 1, such as 0.5, got 0"},
+		{"zero breaker min requests", add(append([]string{"s", "--breaker-min-requests", "0"}, ok...)...), "--breaker-min-requests: must be from 1 to 100000, got 0"},
+		{"zero breaker consecutive", add(append([]string{"s", "--breaker-consecutive", "0"}, ok...)...), "--breaker-consecutive: must be from 1 to 100000, got 0"},
+		{"zero breaker window", add(append([]string{"s", "--breaker-window", "0s"}, ok...)...), "--breaker-window: must be from 1s to 10m0s, got 0s"},
 		{"bad filter", add(append([]string{"s", "--events", "video.>.x"}, ok...)...), "--events"},
 		{"bad header", add(append([]string{"s", "--header", "no colon"}, ok...)...), "--header"},
 		{"reserved header", add(append([]string{"s", "--header", "webhook-id: x"}, ok...)...), "--header"},

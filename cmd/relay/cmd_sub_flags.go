@@ -138,17 +138,10 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if given("max-backlog") && f.maxBacklog <= 0 {
 		return nil, "", usagef("--max-backlog: must be at least 1, got %d", f.maxBacklog)
 	}
-	if given("breaker-failure-rate") && !(f.breaker.failureRate > 0) {
-		return nil, "", usagef("--breaker-failure-rate: must be above 0, got %v", f.breaker.failureRate)
-	}
-	if given("breaker-min-requests") && f.breaker.minRequests <= 0 {
-		return nil, "", usagef("--breaker-min-requests: must be at least 1, got %d", f.breaker.minRequests)
-	}
-	if given("breaker-window") && f.breaker.window <= 0 {
-		return nil, "", usagef("--breaker-window: must be a positive duration such as 10s, got %s", f.breaker.window)
-	}
-	if given("breaker-consecutive") && f.breaker.consecutive <= 0 {
-		return nil, "", usagef("--breaker-consecutive: must be at least 1, got %d", f.breaker.consecutive)
+	breaker := subscribers.Subscriber{BreakerFailureRate: f.breaker.failureRate, BreakerMinRequests: f.breaker.minRequests,
+		BreakerWindow: subscribers.Duration(f.breaker.window), BreakerConsecutive: f.breaker.consecutive}
+	if err := breaker.ValidateBreaker(func(flag string) bool { return given(strings.TrimPrefix(flag, "--")) }); err != nil {
+		return nil, "", usagef("%w", err)
 	}
 	if given("deadline-after") && f.deadline < 0 {
 		return nil, "", usagef("--deadline-after: must be 0 (none) or a positive duration such as 1h, got %s", f.deadline)

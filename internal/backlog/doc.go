@@ -11,10 +11,17 @@
 //     keep up: the bound is for a subscriber that cannot take its traffic
 //     (paused, down, slower than its events), never one whose deliveries
 //     outpace its events. One keeps up when it is not paused nor disabled
-//     and the last read of the streams found fewer of its deliveries
-//     waiting than the read before: over every relay, more left than were
-//     queued. It costs no more per copy than the map lookup, the judgement
-//     being made once a read; or
+//     and [DrainReads] reads of the streams in a row each found its
+//     waiting deliveries fallen since the read before by more than the
+//     copies this relay shed for it meanwhile: over every relay, more left
+//     (delivered or dead-lettered) than were queued, and more than were
+//     shed, so that a count falling only because its copies are shed is
+//     not keeping up. Such a subscriber is queued past its bound up to its
+//     bound plus what left it over the last interval, no further: a
+//     backlog stays within an interval's drain of its bound (of each
+//     relay's, with several). A read that fails, or that does not count
+//     RETRIES, ends the judgement. It costs no more per copy than a map
+//     lookup and a count, the judgement being made once a read; or
 //   - DELIVERIES is fuller than [ShareFrom] of its max_bytes and the
 //     subscriber has a held backlog (deliveries in its overflow) and more
 //     waiting than its fair share: [ShareFrom] of the stream's room, in

@@ -47,6 +47,11 @@ const (
 	// message, so the answer grows with them. Above it, parked and
 	// scheduled deliveries are left out of the counts (logged once).
 	retriesReadMax = 100_000
+	// DrainReads is how many reads in a row must find a subscriber
+	// draining (see [Gauge.draining]) before copies past its bound are
+	// queued: a single fall is what shedding itself, or a delivery moving
+	// between the two streams while they are read, makes.
+	DrainReads = 3
 )
 
 // Verdict is what the fan-out does with one copy.
@@ -119,10 +124,21 @@ type Gauge struct {
 	// idle holds the subscribers paused or disabled at the last read: no
 	// relay sends to them, so their held backlog is evicted first.
 	idle map[string]bool
-	// draining holds the subscribers that keep up: not idle, and fewer of
-	// their deliveries waiting at the last read than at the read before
-	// (see [Gauge.Admit]).
-	draining map[string]bool
+	// draining holds the subscribers that keep up, with how many
+	// deliveries left them over the last interval: not idle, and for
+	// DrainReads reads in a row their waiting count fell by more than the
+	// copies this relay shed for them meanwhile, so that what left them
+	// (delivered, dead-lettered) outpaced what came, shed or not: a count
+	// that falls because copies are shed is not draining. Past its bound
+	// such a subscriber is queued up to its bound plus that departure,
+	// one interval's drain (see [Gauge.Admit]). drainRuns counts the
+	// reads in a row; shed the copies this relay shed (or evicted), by
+	// subscriber, since the read in progress began. counted is set when the last
+	// read counted both streams, which a judgement needs of both reads.
+	draining         map[string]uint64
+	drainRuns        map[string]int
+	shed, shedBefore map[string]uint64
+	counted          bool
 	// since counts the copies this relay queued for each subscriber since
 	// the read began, and before those of the read before: a subscriber
 	// found in neither nor in counts has no claim on the stream's room.
@@ -195,7 +211,7 @@ func New(cfg Config) (*Gauge, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real
 	}
-	return &Gauge{cfg: cfg, log: log, since: map[string]uint64{},
+	return &Gauge{cfg: cfg, log: log, since: map[string]uint64{}, shed: map[string]uint64{},
 		inflight: map[string]uint64{}, settled: map[string]uint64{}, kick: make(chan struct{}, 1)}, nil
 }
 
@@ -227,6 +243,8 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 	g.reading, g.margin = true, math.MaxUint64
 	sinceBefore := g.since
 	g.since = map[string]uint64{}
+	shedBefore := g.shed
+	g.shed = map[string]uint64{}
 	bytesBefore, msgsBefore := g.sinceBytes, g.sinceMsgs
 	g.sinceBytes, g.sinceMsgs = 0, 0
 	// From here the read may see what is stored: settled copies start
@@ -253,8 +271,14 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 			g.settled[id] += n
 		}
 		g.settledBefore = nil
+		for id, n := range shedBefore {
+			g.shed[id] += n
+		}
 		g.sinceBytes += bytesBefore
 		g.sinceMsgs += msgsBefore
+		// Nothing is known of the pace now: no copy past a bound goes
+		// until reads in a row show the subscriber draining again.
+		g.draining, g.drainRuns, g.counted = nil, nil, false
 		return err
 	}
 	g.drained = drainedOf(g.drained, g.counts, g.settledBefore, r.counts, r.subscribers)
@@ -266,7 +290,8 @@ func (g *Gauge) Refresh(ctx context.Context) error {
 			g.kickLocked()
 		}
 	}
-	g.draining = drainingOf(g.counts, r)
+	g.draining, g.drainRuns = drainingOf(g.counts, g.counted, r, sinceBefore, shedBefore, g.drainRuns)
+	g.counted = r.countedAll
 	g.counts, g.held, g.idle, g.bytes, g.maxBytes, g.msgs = r.counts, r.held, r.idle, r.bytes, r.maxBytes, r.msgs
 	g.before = sinceBefore
 	g.claimants = len(r.counts)
@@ -317,26 +342,37 @@ func drainedOf(drained map[string]float64, prev, added, now map[string]uint64, n
 	return drained
 }
 
-// drainingOf is the subscribers that keep up, by a read r and the counts
-// of the read before (prev): taking deliveries (not paused nor disabled)
-// and fewer of them waiting than then. The counts are the streams', so
-// every relay's copies are in both: a subscriber whose count fell had
-// more leave it, over the cluster, than were queued for it. Nil when
-// either read did not count.
-func drainingOf(prev map[string]uint64, r reading) map[string]bool {
-	if prev == nil || r.counts == nil {
-		return nil
+// drainingOf judges, by a read r and the counts of the read before
+// (prev, which counted both streams when prevAll), which subscribers
+// drain (see [Gauge.draining]): taking deliveries (not paused nor
+// disabled) and, for DrainReads reads in a row, fewer waiting than at the
+// read before by more than the copies this relay shed for them (shed).
+// The counts are the streams', so every relay's copies are in both: what
+// left a subscriber is its fall plus what was queued meanwhile, at least
+// queued, this relay's. It returns the subscribers that drain, with what
+// left each, and the runs so far. A read or a read before that did not
+// count both streams ends every run: a count without RETRIES falls by
+// what RETRIES holds.
+func drainingOf(prev map[string]uint64, prevAll bool, r reading, queued, shed map[string]uint64, runs map[string]int) (map[string]uint64, map[string]int) {
+	if prev == nil || !prevAll || r.counts == nil || !r.countedAll {
+		return nil, nil
 	}
-	var out map[string]bool
+	var out map[string]uint64
+	next := map[string]int{}
 	for id, n := range r.counts {
-		if n < prev[id] && !r.idle[id] {
+		p := prev[id]
+		if r.idle[id] || p <= n || p-n <= shed[id] {
+			continue
+		}
+		next[id] = runs[id] + 1
+		if next[id] >= DrainReads {
 			if out == nil {
-				out = map[string]bool{}
+				out = map[string]uint64{}
 			}
-			out[id] = true
+			out[id] = p - n + queued[id]
 		}
 	}
-	return out
+	return out, next
 }
 
 // reading is what one read of the streams found.
@@ -348,6 +384,8 @@ type reading struct {
 	bytes, maxBytes   int64
 	msgs, retriesMsgs uint64
 	retriesSkipped    bool
+	// countedAll is set when counts holds both streams' subjects.
+	countedAll bool
 }
 
 // read takes the streams' state: their infos, and their per-subject counts
@@ -397,6 +435,7 @@ func (g *Gauge) read(ctx context.Context, queued map[string]uint64) (reading, er
 		near = near || r.counts[s.ID]+r.retriesMsgs+queued[s.ID] >= uint64(s.Backlog())
 	}
 	if !near {
+		// No subscriber is near its bound: none is judged by this read.
 		return r, nil
 	}
 	if r.retriesMsgs > retriesReadMax {
@@ -408,6 +447,7 @@ func (g *Gauge) read(ctx context.Context, queued map[string]uint64) (reading, er
 			return r, err
 		}
 	}
+	r.countedAll = true
 	return r, nil
 }
 
@@ -444,9 +484,11 @@ func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why str
 	defer g.mu.Unlock()
 	waiting := g.waitingLocked(sub.ID, !sub.PausedAt(g.cfg.Clock.Now()))
 	bound := uint64(sub.Backlog())
-	if waiting >= bound && !g.draining[sub.ID] {
-		// A subscriber that drains its backlog is not shed at its bound:
-		// the bound is for one that cannot take its traffic.
+	if extra := g.draining[sub.ID]; waiting >= bound && waiting >= bound+extra {
+		// A subscriber that drains its backlog is not shed at its bound,
+		// but at its bound plus what it drained in an interval: the bound
+		// is for one that cannot take its traffic.
+		g.shed[sub.ID]++
 		return Shed, fmt.Sprintf("%d deliveries wait for subscriber %s, its --max-backlog is %d", waiting, sub.ID, bound)
 	}
 	if g.counts == nil && waiting+1+g.unread >= bound {
@@ -459,6 +501,7 @@ func (g *Gauge) Admit(sub *subscribers.Subscriber, size int) (v Verdict, why str
 		g.margin = min(g.margin, bound-waiting-1)
 	}
 	if full, share := g.shareLocked(sub.ID); full >= ShareFrom && g.held[sub.ID] > 0 && float64(waiting) >= share {
+		g.shed[sub.ID]++
 		return Shed, fmt.Sprintf("DELIVERIES is %.0f%% full and %d deliveries wait for subscriber %s, its fair share is %.0f",
 			100*full, waiting, sub.ID, share)
 	}

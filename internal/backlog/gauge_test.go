@@ -441,50 +441,103 @@ func TestRefusedCopyStopsCounting(t *testing.T) {
 	require.Zero(t, g.Waiting("a"))
 }
 
+// deliver deletes the k oldest deliveries of DELIVERIES, as their
+// deliveries would.
+func deliver(t *testing.T, js jetstream.JetStream, k int) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	deliveries, err := js.Stream(ctx, streams.Deliveries)
+	require.NoError(t, err)
+	info, err := deliveries.Info(ctx)
+	require.NoError(t, err)
+	for seq := info.State.FirstSeq; k > 0; seq++ {
+		if err := deliveries.DeleteMsg(ctx, seq); err == nil {
+			k--
+		}
+	}
+}
+
+// drainTo has a subscriber at bound 3 with 10 waiting drain two a read,
+// one copy shed meanwhile, for DrainReads reads: the first reads do not
+// make it draining yet, the last does.
+func drainTo(t *testing.T, js jetstream.JetStream, g *backlog.Gauge, a *subscribers.Subscriber) {
+	t.Helper()
+	ctx := testutil.Context(t)
+	for i := range backlog.DrainReads {
+		v, _ := g.Admit(a, 10)
+		require.Equal(t, backlog.Shed, v, "read %d of %d in a row that found it falling", i, backlog.DrainReads)
+		deliver(t, js, 2)
+		require.NoError(t, g.Refresh(ctx))
+	}
+}
+
 // TestDrainingSubscriberIsNotShedAtItsBound: the bound sheds a subscriber
 // that cannot take its traffic, never one whose deliveries outpace its
-// events. Past its bound, one whose waiting deliveries fell between the
-// last two reads is queued; once they no longer fall, or while it is
-// paused, it is shed again.
+// events. Past its bound, one whose waiting deliveries fell, by more than
+// the copies shed meanwhile, over DrainReads reads in a row is queued, up
+// to its bound plus what it drained over the last interval; while it is
+// paused, it is shed.
 func TestDrainingSubscriberIsNotShedAtItsBound(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 3}
+	put(t, n.JS, "deliveries.s00.a", 10, 10)
+	g := newGauge(t, n.JS, a)
+	drainTo(t, n.JS, g, &a)
+	require.EqualValues(t, 4, g.Waiting("a"))
+	v, why := g.Admit(&a, 10)
+	require.Equal(t, backlog.Queue, v, "four wait, past the bound of 3, but draining two a read: %s", why)
+	put(t, n.JS, "deliveries.s00.a", 1, 10) // the copy just queued
+	g.Settled("a", true)
+	v, why = g.Admit(&a, 10)
+	require.Equal(t, backlog.Shed, v, "five wait: the bound and the two drained in the last interval")
+	require.Contains(t, why, "5 deliveries wait for subscriber a")
+
+	paused := a
+	paused.Paused = true
+	put(t, n.JS, "deliveries.s00.a", 5, 10) // ten wait
+	g = newGauge(t, n.JS, paused)
+	for range backlog.DrainReads {
+		deliver(t, n.JS, 1)
+		require.NoError(t, g.Refresh(testutil.Context(t)))
+	}
+	v, _ = g.Admit(&paused, 10)
+	require.Equal(t, backlog.Shed, v, "falling, but paused: nothing is taking them")
+}
+
+// TestShedCopiesDoNotMakeASubscriberDraining: a subscriber offered more
+// than it delivers sees its count fall while it is shed (what it delivers
+// leaves, what is shed never came); that fall is not draining, or it
+// would be shed and admitted by turns and its backlog grow without bound.
+func TestShedCopiesDoNotMakeASubscriberDraining(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	a := subscribers.Subscriber{ID: "a", MaxBacklog: 3}
+	put(t, n.JS, "deliveries.s00.a", 20, 10)
+	g := newGauge(t, n.JS, a)
+	for read := range backlog.DrainReads + 2 {
+		for range 4 {
+			v, _ := g.Admit(&a, 10)
+			require.Equal(t, backlog.Shed, v, "read %d: offered four, delivered two", read)
+		}
+		deliver(t, n.JS, 2)
+		require.NoError(t, g.Refresh(testutil.Context(t)))
+	}
+}
+
+// TestFailedReadEndsDraining: a read that fails says nothing of the
+// subscriber's pace now, so a subscriber judged draining before it is
+// shed at its bound again.
+func TestFailedReadEndsDraining(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
 	ctx := testutil.Context(t)
 	a := subscribers.Subscriber{ID: "a", MaxBacklog: 3}
-	put(t, n.JS, "deliveries.s00.a", 6, 10)
+	put(t, n.JS, "deliveries.s00.a", 10, 10)
 	g := newGauge(t, n.JS, a)
+	drainTo(t, n.JS, g, &a)
+	require.NoError(t, n.JS.DeleteStream(ctx, streams.Retries))
+	require.Error(t, g.Refresh(ctx))
 	v, _ := g.Admit(&a, 10)
-	require.Equal(t, backlog.Shed, v, "six wait, nothing known of their pace")
-
-	deliveries, err := n.JS.Stream(ctx, streams.Deliveries)
-	require.NoError(t, err)
-	drain := func(k int) {
-		t.Helper()
-		info, err := deliveries.Info(ctx)
-		require.NoError(t, err)
-		for seq := info.State.FirstSeq; k > 0; seq++ {
-			if err := deliveries.DeleteMsg(ctx, seq); err == nil {
-				k--
-			}
-		}
-	}
-	drain(2) // delivered: four wait, fewer than at the read before
-	require.NoError(t, g.Refresh(ctx))
-	require.EqualValues(t, 4, g.Waiting("a"))
-	v, why := g.Admit(&a, 10)
-	require.Equal(t, backlog.Queue, v, "four wait, past the bound of 3, but falling: %s", why)
-	put(t, n.JS, "deliveries.s00.a", 1, 10) // the copy just queued
-	g.Settled("a", true)
-
-	require.NoError(t, g.Refresh(ctx)) // five wait: no longer falling
-	v, _ = g.Admit(&a, 10)
-	require.Equal(t, backlog.Shed, v, "past its bound and not falling")
-
-	paused := a
-	paused.Paused = true
-	g = newGauge(t, n.JS, paused) // five wait
-	drain(1)
-	require.NoError(t, g.Refresh(ctx))
-	v, _ = g.Admit(&paused, 10)
-	require.Equal(t, backlog.Shed, v, "falling, but paused: nothing is taking them")
+	require.Equal(t, backlog.Shed, v, "four wait past the bound of 3, and the last read failed")
 }

@@ -13,7 +13,8 @@
 // Inside a lane, every subscriber has its own scheduler: a queue of held messages, at most
 // max-in-flight requests at once (fewer while its failures degrade it: the
 // limiter's InFlight, ratelimit.DegradeFrom; its deliveries stay Held
-// meanwhile, no state of their own), a request slot of the relay's
+// meanwhile, no state of their own, and its hold in the lane follows the
+// lowered figure), a request slot of the relay's
 // --max-requests shared round-robin among subscribers (package requests), and
 // a decision of the rate limiter (a token, or a pause or an open breaker to
 // wait out) before each request. The lane's pull loop never waits on a

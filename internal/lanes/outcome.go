@@ -98,11 +98,12 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 // whole subscriber; every 429, with a Retry-After or without, is a throttle
 // signal that lowers its rate in force (the limiter makes at most one
 // decrease per lease window of them); a connection failure, a timeout or
-// another 5xx counts toward the breaker.
-func resultOf(out deliver.Outcome, probe bool) ratelimit.Result {
+// another 5xx counts toward the breaker. It repeats the request's probe and
+// circuit generation from its decision dec.
+func resultOf(out deliver.Outcome, dec ratelimit.Decision) ratelimit.Result {
 	// Any answer but a 408, 425, 429 or 5xx shows the endpoint up: for the
 	// breaker a 404 is as good as a 200.
-	r := ratelimit.Result{Probe: probe, Status: out.Status,
+	r := ratelimit.Result{Probe: dec.Probe, Gen: dec.Gen, Status: out.Status,
 		Success: out.Class == deliver.Delivered || out.Class == deliver.Rejected || out.Class == deliver.Gone}
 	switch {
 	case out.RetryAfterSet && out.RetryAfter > 0:

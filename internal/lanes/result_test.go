@@ -34,6 +34,6 @@ func TestResultOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		tt.want.Status = tt.out.Status // told to the operational events
-		require.Equal(t, tt.want, resultOf(tt.out, false), tt.name)
+		require.Equal(t, tt.want, resultOf(tt.out, ratelimit.Decision{}), tt.name)
 	}
 }

@@ -274,10 +274,10 @@ func (s *scheduler) loop(ctx context.Context) {
 			// The loop would exit as soon as this request is out: it sends
 			// it itself rather than start a goroutine for it, one hand-off
 			// less for every event that finds its subscriber idle.
-			s.attempt(ctx, d, fresh, dec.Probe, release)
+			s.attempt(ctx, d, fresh, dec, release)
 			return
 		}
-		s.lane.work.Go(func() { s.attempt(ctx, d, fresh, dec.Probe, release) })
+		s.lane.work.Go(func() { s.attempt(ctx, d, fresh, dec, release) })
 	}
 }
 

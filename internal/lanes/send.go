@@ -29,14 +29,14 @@ import (
 // An in-flight request finishes even when the relay is stopping, within
 // --shutdown-timeout: its outcome is then acked, parked or dead-lettered,
 // never lost; one still open then is abandoned and handed back.
-func (s *scheduler) attempt(ctx context.Context, d delivery, sub *subscribers.Subscriber, probe bool, release func()) {
+func (s *scheduler) attempt(ctx context.Context, d delivery, sub *subscribers.Subscriber, dec ratelimit.Decision, release func()) {
 	defer release()
 	defer s.lane.end()
 	start := s.lane.cfg.Clock.Now()
 	s.mu.Lock()
 	localIsAttempt := s.localStreak >= maxLocalStreak
 	s.mu.Unlock()
-	out := s.lane.send(context.WithoutCancel(ctx), s.lane.env.finishing, d, sub, probe, localIsAttempt)
+	out := s.lane.send(context.WithoutCancel(ctx), s.lane.env.finishing, d, sub, dec, localIsAttempt)
 	took := s.lane.cfg.Clock.Now().Sub(start)
 	s.mu.Lock()
 	s.landedLocked(d)
@@ -93,11 +93,11 @@ func eventIDOf(d delivery) string {
 // The request runs under reqCtx, which --shutdown-timeout cancels; the
 // settling runs under ctx, so that a request answered just before the
 // timeout is still acked, parked or dead-lettered by its outcome.
-func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Subscriber, probe, localIsAttempt bool) (out deliver.Outcome) {
+func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Subscriber, dec ratelimit.Decision, localIsAttempt bool) (out deliver.Outcome) {
 	defer func() {
 		// A probe that ends without a request must be given back, or this
 		// relay would wait for its outcome for ever.
-		if probe && !d.attempted {
+		if dec.Probe && !d.attempted {
 			_ = l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(*sub), ratelimit.Result{Probe: true})
 		}
 	}()
@@ -162,7 +162,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	d.attempts++
 	d.attempted = true
 	l.cfg.Metrics.Attempt(sub.ID, out.Class.String(), out.Duration)
-	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(*sub), resultOf(out, probe)); err != nil {
+	if err := l.cfg.Limiter.Observe(ctx, sub.ID, limitOf(*sub), resultOf(out, dec)); err != nil {
 		l.log.Warn("lanes: recording the outcome for the rate limiter", "subscriber", sub.ID, "err", err)
 	}
 	if out.Class != deliver.Delivered {

@@ -56,7 +56,16 @@ func (s *scheduler) share() int {
 // anyPace is a subscriber whose hold only its share of the lane bounds.
 var anyPace = subscribers.Subscriber{MaxInFlight: math.MaxInt}
 
+// holdLimit is HoldLimit for sub on this lane, at the --max-in-flight in
+// force: fewer while its failures degrade it (ratelimit.DegradeFrom), so
+// that a struggling receiver's queue holds a few seconds of what it is
+// sent now, not of what it was sent healthy.
 func (s *scheduler) holdLimit(sub *subscribers.Subscriber) int {
+	if most := s.lane.cfg.Limiter.InFlight(s.id, sub.MaxInFlight); most < sub.MaxInFlight {
+		degraded := *sub
+		degraded.MaxInFlight = most
+		sub = &degraded
+	}
 	return HoldLimit(sub, s.lane.cfg.MaxAckPending, int(s.lane.busy.Load()), s.drainRate(sub))
 }
 

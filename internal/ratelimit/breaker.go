@@ -72,10 +72,14 @@ const (
 	DegradeStep  = 0.1
 )
 
-// withDefaults fills the zero fields of b; fallback is the Consecutive a
-// zero one takes (Options.FailureThreshold).
-func (b Breaker) withDefaults(fallback int) Breaker {
-	if b.FailureRate <= 0 || b.FailureRate > 1 {
+// WithDefaults fills the zero fields of b; fallback is the Consecutive a
+// zero one takes (Options.FailureThreshold, or DefaultConsecutive). It is
+// the one rule of the breaker's defaults: a subscriber's are filled by it
+// when stored (subscribers.Subscriber.SetDefaults), and a Limit built
+// without them when counted. Whether the values are in range is the
+// subscriber's rule (subscribers.Subscriber.ValidateBreaker).
+func (b Breaker) WithDefaults(fallback int) Breaker {
+	if b.FailureRate <= 0 {
 		b.FailureRate = DefaultFailureRate
 	}
 	if b.MinRequests <= 0 {
@@ -126,7 +130,12 @@ func (w *window) reset() {
 }
 
 // advance moves the window to bucket n, dropping the buckets that left it,
-// and adjusts the share in flight once for each bucket that ended.
+// and adjusts the share in flight once for each bucket that ended, on the
+// window as it was at that bucket's end: a bucket that left the window by
+// then is not judged again, so that a quiet spell after failures recovers
+// the share rather than halving it on failures long past. Past a whole
+// window of ended buckets the window is empty, and each further one
+// recovers it (see [recovered]).
 func (w *window) advance(n int64, span time.Duration, b Breaker) {
 	if !w.begun || span != w.span {
 		allowed := w.allowed
@@ -137,19 +146,30 @@ func (w *window) advance(n int64, span time.Duration, b Breaker) {
 		return
 	}
 	ended := n - w.head
-	w.degrade(b, ended)
-	if ended >= WindowBuckets {
-		w.slots = [WindowBuckets]struct{ ok, failed int }{}
-		w.ok, w.failed = 0, 0
-	} else {
-		for i := w.head + 1; i <= n; i++ {
-			s := &w.slots[i%WindowBuckets]
-			w.ok -= s.ok
-			w.failed -= s.failed
-			*s = struct{ ok, failed int }{}
-		}
+	for i := int64(1); i <= min(ended, WindowBuckets); i++ {
+		w.degrade(b)
+		s := &w.slots[(w.head+i)%WindowBuckets]
+		w.ok -= s.ok
+		w.failed -= s.failed
+		*s = struct{ ok, failed int }{}
+	}
+	if ended > WindowBuckets {
+		w.allowed = recovered(w.allowed, ended-WindowBuckets)
 	}
 	w.head = n
+}
+
+// recovered is the share in flight allowed (see [window.allowed]) after
+// buckets ended with an empty window: up by DegradeStep each.
+func recovered(allowed float64, buckets int64) float64 {
+	if allowed == 0 || buckets <= 0 {
+		return allowed
+	}
+	allowed += DegradeStep * float64(min(buckets, int64(math.Ceil(1/DegradeStep))))
+	if allowed >= 1 {
+		return 0
+	}
+	return allowed
 }
 
 // add counts one outcome in bucket n.
@@ -167,11 +187,20 @@ func (w *window) add(n int64, span time.Duration, b Breaker, failed bool) {
 	w.streak = 0
 }
 
-// trips reports whether the outcomes counted open the circuit under b.
+// trips reports whether the outcomes counted open the circuit under b. A
+// thin subscriber's run of Consecutive failures opens it only while they
+// are at least FailureRate of the window too: a relay among several sees
+// a share of the subscriber's requests, so one busy over the cluster may
+// be thin on each relay (12 a second over three relays is 4 on each),
+// where a receiver failing 20 % at random runs into 5 failures in a row
+// every few minutes; a run among as many successes is chance, not a
+// receiver down, which fails every request and so passes the share at
+// once. BusyRun × Consecutive in a row opens it whatever the share.
 func (w *window) trips(b Breaker) bool {
 	n := w.ok + w.failed
 	if w.thin(b) {
-		return w.streak >= b.Consecutive
+		return w.streak >= BusyRun*b.Consecutive ||
+			(w.streak >= b.Consecutive && float64(w.failed) >= b.FailureRate*float64(n))
 	}
 	return w.streak >= BusyRun*b.Consecutive || (n >= b.MinRequests && float64(w.failed) >= b.FailureRate*float64(n))
 }
@@ -191,10 +220,10 @@ func (w *window) thin(b Breaker) bool {
 	return int64(n)*WindowBuckets < int64(b.MinRequests)*counted
 }
 
-// degrade is the AIMD of the share in flight after ended buckets: halved
-// once when the window's failures reach DegradeFrom of the breaker's
-// share, else raised by DegradeStep a bucket.
-func (w *window) degrade(b Breaker, ended int64) {
+// degrade is the AIMD of the share in flight after a bucket ended: halved
+// when the window's failures reach DegradeFrom of the breaker's share,
+// else raised by DegradeStep.
+func (w *window) degrade(b Breaker) {
 	allowed := w.allowed
 	if allowed == 0 {
 		allowed = 1
@@ -203,7 +232,7 @@ func (w *window) degrade(b Breaker, ended int64) {
 	if n >= b.MinRequests && float64(w.failed) >= DegradeFrom*b.FailureRate*float64(n) {
 		allowed = math.Max(DegradeFloor, allowed/2)
 	} else {
-		allowed = math.Min(1, allowed+DegradeStep*float64(min(ended, WindowBuckets)))
+		allowed = math.Min(1, allowed+DegradeStep)
 	}
 	if allowed >= 1 {
 		allowed = 0
@@ -212,9 +241,13 @@ func (w *window) degrade(b Breaker, ended int64) {
 }
 
 // inFlight is how many requests of most the window allows in flight.
-func (w *window) inFlight(most int) int {
-	if w.allowed == 0 || most <= 1 {
+func (w *window) inFlight(most int) int { return inFlightOf(w.allowed, most) }
+
+// inFlightOf is how many requests of most a share in flight allows (see
+// [window.allowed]).
+func inFlightOf(allowed float64, most int) int {
+	if allowed == 0 || most <= 1 {
 		return most
 	}
-	return max(1, int(math.Ceil(w.allowed*float64(most))))
+	return max(1, int(math.Ceil(allowed*float64(most))))
 }

@@ -10,7 +10,7 @@ import (
 // second, each failing with probability p, from rng, and returns the
 // request (from 1) that opened the circuit, 0 if none did.
 func run(rng *rand.Rand, rate, requests int, p float64) int {
-	b := Breaker{}.withDefaults(DefaultConsecutive)
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
 	span := b.bucketSpan()
 	var w window
 	for i := range requests {
@@ -60,7 +60,7 @@ func TestBreakerRuleByMeasure(t *testing.T) {
 // successes are outnumbered.
 func TestBreakerOpensAfterAHealthySpell(t *testing.T) {
 	t.Parallel()
-	b := Breaker{}.withDefaults(DefaultConsecutive)
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
 	span := b.bucketSpan()
 	var w window
 	i := 0
@@ -92,7 +92,7 @@ func TestBreakerOpensAfterAHealthySpell(t *testing.T) {
 // flight climbs back by DegradeStep a bucket to all of it.
 func TestWindowDegradesAndRecovers(t *testing.T) {
 	t.Parallel()
-	b := Breaker{}.withDefaults(DefaultConsecutive)
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
 	span := b.bucketSpan()
 	rng := rand.New(rand.NewPCG(55, 2))
 	feed := func(w *window, from, seconds int, p float64, each func(second int)) {
@@ -127,5 +127,45 @@ func TestWindowDegradesAndRecovers(t *testing.T) {
 	})
 	if got := w.inFlight(16); got != 16 {
 		t.Fatalf("30 s without failures: %d of 16 in flight, want all", got)
+	}
+}
+
+// TestWindowRecoversAfterAQuietSpell: a window degraded by failures and
+// then told nothing for a while is judged, at its next outcome, on what
+// the buckets held as each ended, not on failures long past: after twenty
+// quiet buckets it is back to all of --max-in-flight, not halved again.
+func TestWindowRecoversAfterAQuietSpell(t *testing.T) {
+	t.Parallel()
+	b := Breaker{}.WithDefaults(DefaultConsecutive)
+	span := b.bucketSpan()
+	rng := rand.New(rand.NewPCG(55, 3))
+	var w window
+	for i := range 10_000 {
+		at := time.Duration(i) * time.Millisecond
+		w.add(int64(at/span), span, b, rng.Float64() < 0.45)
+	}
+	if got := w.inFlight(16); got != 4 {
+		t.Fatalf("45 %% failures for 10 s: %d of 16 in flight, want DegradeFloor's 4", got)
+	}
+	w.add(w.head+2*WindowBuckets, span, b, false)
+	if got := w.inFlight(16); got != 16 {
+		t.Fatalf("after %d buckets without an outcome: %d of 16 in flight, want all", 2*WindowBuckets, got)
+	}
+}
+
+// TestThinBreakerIgnoresARunAmongSuccesses: a subscriber busy over the
+// cluster is thin on each of its relays (12 requests a second over three
+// relays, 4 on each); a receiver failing 20 % at random runs into five
+// failures in a row there every few minutes, which must not open the
+// circuit while the window holds four times as many successes. One that
+// fails everything still opens it at its Consecutive-th failure.
+func TestThinBreakerIgnoresARunAmongSuccesses(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(55, 4))
+	if at := run(rng, 4, 4*3600, 0.2); at != 0 {
+		t.Fatalf("20 %% failures at 4/s: an hour opened the circuit at request %d", at)
+	}
+	if at := run(rng, 4, 100, 1); at != DefaultConsecutive {
+		t.Errorf("every request failing at 4/s opened the circuit at request %d, want %d", at, DefaultConsecutive)
 	}
 }

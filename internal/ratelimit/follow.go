@@ -137,8 +137,13 @@ func (s *Shared) fold(e jetstream.KeyValueEntry) {
 	if sub == nil {
 		return
 	}
-	if had && !prev.state.OpenUntil.Equal(st.OpenUntil) {
+	if sub.circuitChanged(st.OpenUntil, e.Revision()) {
+		// Another relay opened or closed it (or this relay's watch shows
+		// it first): the window starts afresh at the next outcome.
 		sub.circuitMoved.Store(true)
+		if st.OpenUntil.IsZero() {
+			sub.closed.Store(true)
+		}
 	}
 	now := s.estimateNow()
 	if blocks(st, now) && (!had || !blocks(prev.state, now) || prev.state.PausedUntil != st.PausedUntil || prev.state.OpenUntil != st.OpenUntil) {
@@ -166,6 +171,7 @@ func (s *Shared) load(ctx context.Context, id string, sub *subscriber, l Limit, 
 	s.mu.Unlock()
 	switch {
 	case ok && e.rev > sub.rev:
+		sub.circuitSeen(e.state, e.rev)
 		sub.state, sub.rev, sub.written = e.state, e.rev, e.written
 	case !ok && sub.rev == 0:
 		sub.state, sub.written = State{Tokens: l.capacity()}, s.serverNow(ctx)

@@ -45,6 +45,9 @@ type Decision struct {
 	// Probe marks the one request a half-open breaker lets through; its
 	// outcome closes or reopens the breaker.
 	Probe bool
+	// Gen is the generation of the circuit the request was let through
+	// in; Result.Gen repeats it.
+	Gen uint64
 }
 
 // Result is what an attempt told about the subscriber.
@@ -69,6 +72,10 @@ type Result struct {
 	PauseFor time.Duration
 	// Probe repeats Decision.Probe of the request.
 	Probe bool
+	// Gen repeats Decision.Gen of the request: the breaker does not count
+	// the outcome of a request sent before the circuit last opened or
+	// closed. Zero is always counted.
+	Gen uint64
 	// Status is the HTTP status of the answer, 0 without one; told to
 	// Options.Notify.
 	Status int

@@ -127,13 +127,39 @@ type subscriber struct {
 	// interrupted is set by the watch when another relay stored a pause or
 	// an open circuit: the lease ends at the next Reserve.
 	interrupted atomic.Bool
-	successes   int // successes in the current AIMD window
+	// closed is set by the watch when another relay closed the circuit:
+	// the open circuit known locally ends at the next Reserve.
+	closed    atomic.Bool
+	successes int // successes in the current AIMD window
 	// win counts this relay's outcomes for the breaker and the share in
 	// flight (see [Shared.Observe]); circuitMoved is set by the watch
 	// when another relay opened or closed the circuit, which starts it
 	// afresh.
 	win          window
 	circuitMoved atomic.Bool
+	// gen is the circuit's generation as this relay knows it: it moves on
+	// each time an entry read, written or watched opens or closes the
+	// circuit (see [subscriber.circuitChanged]). A request is stamped with
+	// it (Decision.Gen), and an outcome of an older one is not counted:
+	// requests hanging against a dead receiver that time out after the
+	// probe closed the circuit say nothing of the receiver since. circuit
+	// and circuitRev, under circMu (never held across I/O), are the
+	// circuit's OpenUntil (zero: closed) and the revision of the entry it
+	// was last seen in.
+	gen        atomic.Uint64
+	circMu     sync.Mutex
+	circuit    time.Time
+	circuitRev uint64
+	// allowed is win.allowed as of the last outcome counted (its float64
+	// bits), for [Shared.InFlight] to read without sub.mu: the lanes ask it
+	// under their scheduler's lock, and Observe holds sub.mu across its
+	// compare-and-set. allowedAt is the bucket it was judged in, and
+	// span the bucket's span in nanoseconds: read later, a share judged
+	// before a whole window without outcomes recovers by the buckets
+	// since (see [recovered]), as the next outcome would find it.
+	allowed   atomic.Uint64
+	allowedAt atomic.Int64
+	span      atomic.Int64
 	// The last entry seen, for compare-and-set without a read.
 	state   State
 	rev     uint64
@@ -313,6 +339,8 @@ func (s *Shared) subscriber(id string) *subscriber {
 	sub, ok := s.subs[id]
 	if !ok {
 		sub = &subscriber{}
+		// From 1: an outcome without a generation (0) is always counted.
+		sub.gen.Store(1)
 		s.subs[id] = sub
 	}
 	return sub
@@ -336,7 +364,7 @@ func (s *Shared) read(ctx context.Context, id string, sub *subscriber, l Limit) 
 		st = State{Tokens: l.capacity()}
 	}
 	s.learn(e.Created())
-	sub.circuitSeen(st)
+	sub.circuitSeen(st, e.Revision())
 	sub.state, sub.rev, sub.written = st, e.Revision(), e.Created()
 	return nil
 }
@@ -365,7 +393,7 @@ func (s *Shared) write(ctx context.Context, id string, sub *subscriber, st State
 		}
 		return false, fmt.Errorf("%w: writing %s: %w", ErrBucket, id, err)
 	}
-	sub.circuitSeen(st)
+	sub.circuitSeen(st, rev)
 	sub.state, sub.rev = st, rev
 	sub.written = sent
 	return true, nil
@@ -410,14 +438,27 @@ func (sub *subscriber) blocked(now time.Time) (Decision, bool) {
 	return Decision{}, false
 }
 
-// Reserve implements Limiter.
+// Reserve implements Limiter. A Go is stamped with the circuit's
+// generation (see [subscriber.gen]).
 func (s *Shared) Reserve(ctx context.Context, id string, l Limit) (Decision, error) {
 	sub := s.subscriber(id)
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
+	d, err := s.reserve(ctx, id, sub, l)
+	if err == nil && d.Verdict == Go {
+		d.Gen = sub.gen.Load()
+	}
+	return d, err
+}
+
+// reserve is Reserve with sub.mu held.
+func (s *Shared) reserve(ctx context.Context, id string, sub *subscriber, l Limit) (Decision, error) {
 	now := s.opts.Clock.Now()
 	if sub.interrupted.Swap(false) {
 		sub.lease = 0
+	}
+	if sub.closed.Swap(false) {
+		sub.openUntil = time.Time{}
 	}
 	if d, ok := sub.blocked(now); ok {
 		return d, nil
@@ -634,9 +675,16 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 	if !r.Success && !r.Failure {
 		return false
 	}
-	b := l.Breaker.withDefaults(s.opts.FailureThreshold)
+	if r.Gen != 0 && r.Gen != sub.gen.Load() && !r.Probe {
+		// A request sent before the circuit last opened or closed.
+		return false
+	}
+	b := l.Breaker.WithDefaults(s.opts.FailureThreshold)
 	span := b.bucketSpan()
 	sub.win.add(int64(now.Sub(s.epoch)/span), span, b, r.Failure)
+	sub.allowed.Store(math.Float64bits(sub.win.allowed))
+	sub.allowedAt.Store(sub.win.head)
+	sub.span.Store(int64(span))
 	return r.Failure && !r.Probe && now.Compare(sub.openUntil) >= 0 && sub.win.trips(b)
 }
 
@@ -644,15 +692,46 @@ func (s *Shared) count(sub *subscriber, l Limit, r Result, now time.Time) bool {
 // opens or closes the circuit this relay last knew of: the outcomes
 // before it would count against the receiver after it (the failures that
 // opened it would reopen it on the first failure after a probe closed it).
-// sub.mu is held.
-func (sub *subscriber) circuitSeen(st State) {
-	if !st.OpenUntil.Equal(sub.state.OpenUntil) {
+// An entry that shows the circuit closed also ends the open circuit known
+// locally, which would otherwise hold this relay until its own cool-down
+// ends. sub.mu is held.
+func (sub *subscriber) circuitSeen(st State, rev uint64) {
+	if sub.circuitChanged(st.OpenUntil, rev) {
 		sub.win.reset()
+		sub.circuitMoved.Store(false)
 	}
+	if st.OpenUntil.IsZero() {
+		sub.openUntil = time.Time{}
+	}
+}
+
+// circuitChanged records the circuit of the entry at revision rev, open
+// until until (zero: closed), and reports whether it opened or closed
+// since the one this relay last saw: then the generation moves on. An
+// entry older than the last one seen (the watch behind a read) changes
+// nothing.
+func (sub *subscriber) circuitChanged(until time.Time, rev uint64) bool {
+	sub.circMu.Lock()
+	defer sub.circMu.Unlock()
+	if rev != 0 && rev <= sub.circuitRev {
+		return false
+	}
+	sub.circuitRev = max(sub.circuitRev, rev)
+	if until.Equal(sub.circuit) {
+		return false
+	}
+	sub.circuit = until
+	sub.gen.Add(1)
+	return true
 }
 
 // InFlight implements Limiter: most, or fewer while this relay's window of
 // the subscriber holds enough failures to degrade it (see DegradeFrom).
+// It takes no lock but the moment's of the subscriber map: the share in
+// flight is read from sub.allowed, never from under sub.mu, which
+// Observe holds across its KV requests. A subscriber degraded and then
+// sent nothing recovers as time passes, not only with outcomes: a whole
+// window after its last one, by DegradeStep a bucket.
 func (s *Shared) InFlight(id string, most int) int {
 	s.mu.Lock()
 	sub := s.subs[id]
@@ -660,9 +739,12 @@ func (s *Shared) InFlight(id string, most int) int {
 	if sub == nil {
 		return most
 	}
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	return sub.win.inFlight(most)
+	allowed := math.Float64frombits(sub.allowed.Load())
+	if span := sub.span.Load(); allowed != 0 && span > 0 {
+		quiet := int64(s.opts.Clock.Now().Sub(s.epoch))/span - sub.allowedAt.Load()
+		allowed = recovered(allowed, quiet-WindowBuckets)
+	}
+	return inFlightOf(allowed, most)
 }
 
 // Observe implements Limiter. Successes of a healthy subscriber cost no KV
@@ -681,10 +763,13 @@ func (s *Shared) InFlight(id string, most int) int {
 // a share of failures over a window is the same on each relay, within
 // chance, and a receiver that is down fails every request of every relay,
 // so the first relay to count it opens the circuit for all. What is lost
-// is the sum: with R relays sharing a thin subscriber, each sees about
-// 1/R of its requests, so a run of Consecutive failures may take up to R
-// times as many requests to appear on one relay (a receiver that fails
-// everything still opens it on every relay's Consecutive-th failure).
+// is the sum: with R relays sharing a subscriber, each sees about 1/R of
+// its requests, so one busy over the cluster may be thin on each relay,
+// judged by its run of failures; a run of Consecutive among a window of
+// successes is chance at that pace, so a thin window's run counts only
+// with the share of failures at FailureRate too (see [window.trips]),
+// and a receiver that fails everything still opens it on the first
+// relay's Consecutive-th failure.
 func (s *Shared) Observe(ctx context.Context, id string, l Limit, r Result) error {
 	sub := s.subscriber(id)
 	sub.mu.Lock()
@@ -810,12 +895,18 @@ func (s *Shared) throttleOnly(ctx context.Context, sub *subscriber, l Limit, r R
 	return l.Unlimited() || !sub.state.DecreaseDue(s.serverNow(ctx))
 }
 
-// successChanges reports whether a success must be written: it closes a
-// breaker that saw failures, or ends a window of successes while the
-// adaptive rate is below the configured one.
+// successChanges reports whether a success that is not a probe must be
+// written: it clears the failures of a closed breaker, or ends a window of
+// successes while the adaptive rate is below the configured one. While the
+// circuit is open or half-open only the probe's success closes it: the
+// requests on the wire when it opened still answer, and one of them
+// succeeding says nothing of the receiver the cool-down waits out.
 func (s *Shared) successChanges(sub *subscriber, l Limit) bool {
 	st := sub.state
-	if st.Failures > 0 || !st.OpenUntil.IsZero() {
+	if !st.OpenUntil.IsZero() {
+		return false
+	}
+	if st.Failures > 0 {
 		return true
 	}
 	rate := EffectiveRate(st, l)
@@ -864,7 +955,11 @@ func (s *Shared) apply(ctx context.Context, sub *subscriber, l Limit, r Result, 
 		// A probe handed back unused: another relay may probe at once.
 		st.ProbeUntil = time.Time{}
 	case r.Success:
-		st.Failures, st.Opens, st.OpenUntil, st.ProbeUntil = 0, 0, time.Time{}, time.Time{}
+		if r.Probe || st.OpenUntil.IsZero() {
+			// Only the probe closes an open or half-open circuit (see
+			// successChanges).
+			st.Failures, st.Opens, st.OpenUntil, st.ProbeUntil = 0, 0, time.Time{}, time.Time{}
+		}
 		if rate := EffectiveRate(st, l); !l.Unlimited() && rate < l.Rate && sub.successes >= SuccessWindow(rate) {
 			st.Rate = Increase(rate, l)
 			if st.Rate >= l.Rate {

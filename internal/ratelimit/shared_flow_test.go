@@ -649,7 +649,7 @@ func (n *notices) CircuitClosed(id string, _ time.Time) { n.add("closed " + id) 
 // failures, pause and recovery, the Notifier of the one whose write made
 // each change is told of it, once: a pause (not the failure that repeats
 // it), the circuit's opening at the threshold (not a failure during the
-// cool-down), its closing by a success.
+// cool-down), its closing by the probe's success.
 func TestNotifierIsToldEachChangeOnce(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
@@ -670,7 +670,13 @@ func TestNotifierIsToldEachChangeOnce(t *testing.T) {
 		observe(t, b, id, l, ratelimit.Result{Failure: true, Status: 503})
 	}
 	observe(t, a, id, l, ratelimit.Result{Failure: true, Status: 503}) // during the cool-down
-	observe(t, b, id, l, ratelimit.Result{Success: true, Status: 200})
+	observe(t, b, id, l, ratelimit.Result{Success: true, Status: 200}) // sent before: closes nothing
+	fake.Advance(time.Minute + skew(fake))
+	d := reserve(t, b, id, l)
+	if d.Verdict != ratelimit.Go || !d.Probe {
+		t.Fatalf("b after the pause and the cool-down: %+v, want the probe", d)
+	}
+	observe(t, b, id, l, ratelimit.Result{Success: true, Probe: true, Status: 200})
 	got := append(na.all(), nb.all()...)
 	want := []string{"closed " + id, "opened " + id + " 1 503", "paused " + id + " 429"}
 	slices.Sort(got)

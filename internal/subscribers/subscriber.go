@@ -290,18 +290,21 @@ func (s *Subscriber) SetDefaults() {
 	if s.MaxBacklog == 0 {
 		s.MaxBacklog = DefaultMaxBacklog
 	}
-	if s.BreakerFailureRate == 0 {
-		s.BreakerFailureRate = DefaultBreakerFailureRate
+	s.setBreakerDefaults()
+}
+
+// setBreakerDefaults fills the breaker's zero fields by the breaker's own
+// rule (ratelimit.Breaker.WithDefaults); a field out of range stays, for
+// Validate to refuse.
+func (s *Subscriber) setBreakerDefaults() {
+	b := ratelimit.Breaker{FailureRate: s.BreakerFailureRate, MinRequests: s.BreakerMinRequests,
+		Window: s.BreakerWindow.Std(), Consecutive: s.BreakerConsecutive}
+	if b.FailureRate < 0 || b.MinRequests < 0 || b.Window < 0 || b.Consecutive < 0 || math.IsNaN(b.FailureRate) {
+		return
 	}
-	if s.BreakerMinRequests == 0 {
-		s.BreakerMinRequests = DefaultBreakerMinRequests
-	}
-	if s.BreakerWindow == 0 {
-		s.BreakerWindow = Duration(DefaultBreakerWindow)
-	}
-	if s.BreakerConsecutive == 0 {
-		s.BreakerConsecutive = DefaultBreakerConsecutive
-	}
+	b = b.WithDefaults(DefaultBreakerConsecutive)
+	s.BreakerFailureRate, s.BreakerMinRequests = b.FailureRate, b.MinRequests
+	s.BreakerWindow, s.BreakerConsecutive = Duration(b.Window), b.Consecutive
 }
 
 // Backlog is the subscriber's bound on waiting deliveries: MaxBacklog, or
@@ -397,7 +400,7 @@ func (s Subscriber) Validate() error {
 	if s.MaxBacklog < 0 || s.MaxBacklog > maxMaxBacklog {
 		return invalid("--max-backlog", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxBacklog, s.MaxBacklog))
 	}
-	if err := s.validateBreaker(); err != nil {
+	if err := s.ValidateBreaker(nil); err != nil {
 		return err
 	}
 	if s.DeadlineAfter < 0 || (s.DeadlineAfter > 0 && s.DeadlineAfter.Std() < time.Second) {
@@ -422,20 +425,25 @@ func (s Subscriber) Validate() error {
 	return validateOAuth2(s.OAuth2, s.Headers, sealed)
 }
 
-// validateBreaker checks the circuit-breaker rule: a failure rate above 0
-// and at most 1, a window from 1s to 10m, min requests and consecutive
-// failures from 1 to 100,000. Zero fields (defaults not filled) pass.
-func (s Subscriber) validateBreaker() error {
-	if r := s.BreakerFailureRate; math.IsNaN(r) || r < 0 || r > 1 {
+// ValidateBreaker is the one rule of the circuit breaker's fields: a
+// failure rate above 0 and at most 1, a window from 1s to 10m, min
+// requests and consecutive failures from 1 to 100,000. A zero field takes
+// its default (see SetDefaults) and passes, unless given reports its flag
+// ("--breaker-window") given: relay sub add|update refuses a flag given as
+// 0 in the same words as any value out of range. Validate calls it with
+// given nil.
+func (s Subscriber) ValidateBreaker(given func(flag string) bool) error {
+	checked := func(flag string, zero bool) bool { return !zero || (given != nil && given(flag)) }
+	if r := s.BreakerFailureRate; checked("--breaker-failure-rate", r == 0) && !(r > 0 && r <= 1) {
 		return invalid("--breaker-failure-rate", fmt.Sprintf("must be a share of requests above 0 and at most 1, such as 0.5, got %v", r))
 	}
-	if w := s.BreakerWindow.Std(); w != 0 && (w < minBreakerWindow || w > maxBreakerWindow) {
+	if w := s.BreakerWindow.Std(); checked("--breaker-window", w == 0) && (w < minBreakerWindow || w > maxBreakerWindow) {
 		return invalid("--breaker-window", fmt.Sprintf("must be from %v to %v, got %v", minBreakerWindow, maxBreakerWindow, s.BreakerWindow))
 	}
-	if n := s.BreakerMinRequests; n < 0 || n > maxBreakerRequests {
+	if n := s.BreakerMinRequests; checked("--breaker-min-requests", n == 0) && (n < 1 || n > maxBreakerRequests) {
 		return invalid("--breaker-min-requests", fmt.Sprintf("must be from 1 to %d, got %d", maxBreakerRequests, n))
 	}
-	if n := s.BreakerConsecutive; n < 0 || n > maxBreakerRequests {
+	if n := s.BreakerConsecutive; checked("--breaker-consecutive", n == 0) && (n < 1 || n > maxBreakerRequests) {
 		return invalid("--breaker-consecutive", fmt.Sprintf("must be from 1 to %d, got %d", maxBreakerRequests, n))
 	}
 	return nil
