@@ -547,19 +547,17 @@ func (l *Live) Err() error {
 // can put it seconds behind: Sync then waits, until ctx ends. A revision
 // removed from the stream before the watch reached it (`nats kv purge
 // --deletes` removes delete markers) never comes: when the view has not
-// moved for syncWait, Sync asks whether anything up to the awaited
-// revision is still stored after the view's, and returns if nothing is.
+// moved for syncWait, Sync asks for the first revision stored after the
+// view's, and returns if there is none. A later one than awaited does not
+// end the wait: the bucket keeps one value per key, so it may be the write
+// that replaced the revision the view lacks, and Sync waits for it instead.
 func (l *Live) Sync(ctx context.Context) error {
 	last, found, err := l.get(ctx, streams.DirectGet{LastBySubj: ">"})
 	if err != nil || !found {
 		return syncError(err)
 	}
 	if l.snap.Load().rev < last {
-		l.noteKnown(last)
-		select {
-		case l.ahead <- struct{}{}:
-		default:
-		}
+		l.noteAhead(last)
 	}
 	stalled := time.NewTimer(syncWait)
 	defer stalled.Stop()
@@ -572,11 +570,18 @@ func (l *Live) Sync(ctx context.Context) error {
 			if err != nil {
 				return syncError(err)
 			}
-			if !found || next > last {
-				// Nothing the view lacks up to last is stored: it is not
-				// behind on its account.
+			if !found {
+				// Nothing the view lacks is stored: it is not behind on
+				// its account.
 				l.known.CompareAndSwap(last, snap.rev)
 				return nil
+			}
+			if next > last {
+				// The bucket keeps one value per key: what the view lacks
+				// up to last may have been replaced by next, a later write
+				// of the same key. Wait for next.
+				last = next
+				l.noteAhead(last)
 			}
 			stalled.Reset(syncWait)
 		case <-l.done:
@@ -586,6 +591,16 @@ func (l *Live) Sync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// noteAhead records that the bucket stores rev, past the view's, and wakes
+// the watch goroutine to keep an eye on its progress.
+func (l *Live) noteAhead(rev uint64) {
+	l.noteKnown(rev)
+	select {
+	case l.ahead <- struct{}{}:
+	default:
+	}
 }
 
 // syncError wraps an error of a request Sync made; nil stays nil.
