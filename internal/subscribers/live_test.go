@@ -165,6 +165,7 @@ func TestWatchStopsWithContext(t *testing.T) {
 	}
 	require.ErrorIs(t, l.Err(), context.Canceled)
 	require.Equal(t, []string{"a"}, ids(l.All()), "the last state stays readable")
+	require.True(t, l.Lagging(), "a view that follows the bucket no more says it lags")
 }
 
 func TestWatchStopsWhenConnectionCloses(t *testing.T) {

@@ -29,6 +29,11 @@ const (
 	// or whose consumer is gone delivers nothing more, and nats.go's own
 	// recovery waits for a heartbeat it may never get.
 	resyncAfter = 3 * time.Second
+	// resyncRetry is the first wait before a watch that could not be
+	// started (during a NATS outage, say) is tried again; each failure
+	// doubles it, up to resyncRetryMax.
+	resyncRetry    = time.Second
+	resyncRetryMax = 30 * time.Second
 	// BehindTolerance is how long the view may be behind the bucket before
 	// the relay says so: /readyz answers 503 and one warning is logged
 	// ([Live.Lagging]). A burst of writes puts it behind for a moment; the
