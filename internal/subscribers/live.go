@@ -65,6 +65,10 @@ type Live struct {
 	// behindSince is when the view was first seen behind, in Unix
 	// nanoseconds; 0 while it is current.
 	behindSince atomic.Int64
+	// wanted is the highest revision a Sync has waited for: the watch
+	// goroutine publishes as soon as it has folded it, however recent its
+	// last snapshot.
+	wanted atomic.Uint64
 	// resyncs counts the watches started again from the view's revision.
 	resyncs atomic.Uint64
 	// ahead wakes the watch goroutine when Sync learns that the bucket is
@@ -279,6 +283,9 @@ func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, st *liveState) {
 				f.watchAgain(ctx, "subscribers: the bucket's revisions are older than the view's; loading it again")
 			}
 		case <-l.ahead:
+			if f.unpublished && !f.loading && f.awaited() {
+				f.snapshot()
+			}
 			f.watchProgress()
 		}
 	}
@@ -358,12 +365,20 @@ func (f *follower) settle(caughtUp bool) {
 	}
 	gap := max(publishGap, publishCostShare*f.cost)
 	switch {
-	case caughtUp || time.Since(f.published) >= gap:
+	case caughtUp || time.Since(f.published) >= gap || f.awaited():
 		f.snapshot()
 	case f.publish == nil:
 		f.publish = time.NewTimer(gap - time.Since(f.published))
 	}
 	f.watchProgress()
+}
+
+// awaited reports whether the state folded holds a revision a Sync waits
+// for and the view does not: a Sync gives up after a bounded wait, which a
+// long gap between snapshots would outlast.
+func (f *follower) awaited() bool {
+	wanted := f.l.wanted.Load()
+	return wanted > f.l.snap.Load().rev && f.st.rev >= wanted
 }
 
 // snapshot publishes the changes folded, and notes whether the view is
@@ -694,10 +709,17 @@ func (l *Live) Sync(ctx context.Context) error {
 	return nil
 }
 
-// noteAhead records that the bucket stores rev, past the view's, and wakes
-// the watch goroutine to keep an eye on its progress.
+// noteAhead records that the bucket stores rev, past the view's, and that a
+// Sync waits for it, and wakes the watch goroutine to keep an eye on its
+// progress.
 func (l *Live) noteAhead(rev uint64) {
 	l.noteKnown(rev)
+	for {
+		cur := l.wanted.Load()
+		if rev <= cur || l.wanted.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
 	select {
 	case l.ahead <- struct{}{}:
 	default:

@@ -402,3 +402,35 @@ func waitKnown(ctx context.Context, t *testing.T, l *Live, done <-chan error, re
 		}
 	}
 }
+
+// TestWatchPublishesWhatSyncWaitsFor: while a burst of writes comes, the
+// view publishes a snapshot at most every publishGap or more (more as the
+// snapshots cost more), which may outlast the fan-out's bounded wait. Once
+// the changes folded reach the revision a Sync waits for, the view
+// publishes at once, whatever its gap: here one of an hour.
+func TestWatchPublishesWhatSyncWaitsFor(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	l, ls := frozenView(t, st)
+	require.NoError(t, st.Put(ctx, valid("x")))
+	e, err := st.kv.Get(ctx, "x")
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() { done <- l.Sync(ctx) }()
+	waitKnown(ctx, t, l, done, e.Revision(), "Sync did not note the bucket's last revision")
+	f := &follower{l: l, st: ls, published: time.Now(), cost: time.Hour, progress: time.Now()}
+	defer f.stopTimers()
+	f.fold(e)
+	f.settle(false) // more changes are on their way
+	require.Equal(t, e.Revision(), l.snap.Load().rev, "the view did not publish the revision Sync waited for")
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the view did not publish the revision Sync waited for")
+	}
+	_, ok := l.Get("x")
+	require.True(t, ok)
+}
