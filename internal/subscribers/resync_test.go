@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -155,4 +156,27 @@ func TestViewLoadsABucketCreatedAgain(t *testing.T) {
 	require.False(t, errors.Is(last, errBucketReset))
 	require.Equal(t, []string{"z"}, ids(l.All()))
 	require.Zero(t, l.Behind())
+}
+
+// TestWatchAgainKeepsWhatSyncLearnt: a watch started again (a resync) ends
+// its initial values with the view at some revision; what the bucket was
+// known to store then and the view lacks is no longer stored. But a Sync
+// that learnt meanwhile of a later revision keeps it: the view is still
+// behind, not taken as current.
+func TestWatchAgainKeepsWhatSyncLearnt(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	l, ls := frozenView(t, st)
+	require.NoError(t, st.Put(ctx, valid("a")))
+	a, err := st.kv.Get(ctx, "a")
+	require.NoError(t, err)
+	f := &follower{l: l, st: ls, published: time.Now(), progress: time.Now(), knownAt: l.known.Load()}
+	defer f.stopTimers()
+	f.fold(a)
+	f.snapshot()
+	l.noteAhead(a.Revision() + 1) // Sync learns of a later write
+	f.fold(nil)                   // the watch's initial values have all come
+	require.Equal(t, a.Revision()+1, l.known.Load())
+	require.Equal(t, uint64(1), l.Behind())
 }
