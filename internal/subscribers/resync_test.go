@@ -1,9 +1,12 @@
 package subscribers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -179,4 +182,33 @@ func TestWatchAgainKeepsWhatSyncLearnt(t *testing.T) {
 	f.fold(nil)                   // the watch's initial values have all come
 	require.Equal(t, a.Revision()+1, l.known.Load())
 	require.Equal(t, uint64(1), l.Behind())
+}
+
+// TestWatchAgainBacksOffAndLogsOnce: while a watch cannot be started (the
+// connection down), each try waits twice as long as the last, up to
+// resyncRetryMax, and the failure is logged once, not at every try.
+func TestWatchAgainBacksOffAndLogsOnce(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	nc := testutil.Connect(t, n.URL)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := Open(testutil.Context(t), js)
+	require.NoError(t, err)
+	var logged bytes.Buffer
+	l, ls := frozenView(t, st)
+	l.log = slog.New(slog.NewTextHandler(&logged, nil))
+	nc.Close()
+
+	f := &follower{l: l, st: ls, published: time.Now(), progress: time.Now()}
+	defer f.stopTimers()
+	var waits []time.Duration
+	for range 8 {
+		f.watchAgain(testutil.Context(t), "watching again")
+		require.NotNil(t, f.retry, "no try armed after a failure")
+		waits = append(waits, f.backoff)
+	}
+	require.Equal(t, []time.Duration{resyncRetry, 2 * resyncRetry, 4 * resyncRetry, 8 * resyncRetry, 16 * resyncRetry,
+		resyncRetryMax, resyncRetryMax, resyncRetryMax}, waits)
+	require.Equal(t, 1, strings.Count(logged.String(), "cannot watch the bucket"), logged.String())
 }
