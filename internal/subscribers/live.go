@@ -276,6 +276,10 @@ func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, st *liveState) {
 			f.inspect(ctx)
 		case <-timerC(f.retry):
 			f.retry = nil
+			if l.nc.IsClosed() {
+				l.err = errWatchEnded
+				return
+			}
 			f.watchAgain(ctx, "subscribers: watching the bucket again")
 		case <-l.reload:
 			if !f.loading {
