@@ -43,9 +43,11 @@ var errBucketReset = errors.New("its last revision is older than the view's (res
 // with flow control, which nats.go fetches again from the last message it
 // delivered when the client dropped some; and when nothing arrives from it
 // for resyncAfter while the view is known to be behind, the view watches
-// again from the last revision it holds (see [Live.Resyncs]). Every change
-// after that revision comes again, deletes included, so a resync loses
-// none, as long as the bucket still stores its marker.
+// again from the last revision it holds (see [Live.Resyncs]); so it does
+// when its watch ends while the connection is up. Every change after that
+// revision comes again, deletes included, so a resync loses none, as long
+// as the bucket still stores its marker. A bucket whose revisions are older
+// than the view's (restored, or created again) is loaded again whole.
 type Live struct {
 	kv jetstream.KeyValue
 	nc *nats.Conn
@@ -524,8 +526,9 @@ func (l *Live) Lagging() bool {
 	return since != 0 && l.Behind() > 0 && time.Since(time.Unix(0, since)) > BehindTolerance
 }
 
-// Resyncs returns how many times the view has watched the bucket again
-// because its watch had stopped delivering while it was behind.
+// Resyncs returns how many times the view has watched the bucket again:
+// because its watch had stopped delivering while it was behind, or had
+// ended, or because the bucket's revisions were older than the view's.
 func (l *Live) Resyncs() uint64 {
 	return l.resyncs.Load()
 }
