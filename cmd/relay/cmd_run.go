@@ -596,6 +596,16 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	select {
 	case <-ctx.Done():
 	case first = <-errs:
+	case <-live.Done():
+		// The view watches the bucket again whenever its watch ends, so
+		// it stops for good only with the relay or its connection (said
+		// below); else a relay copying events with a frozen view would
+		// lose them, so it stops.
+		first = fmt.Errorf("relay: the subscriber view stopped following the bucket: %w", live.Err())
+		if nc.IsClosed() {
+			<-closed
+			first = refused.explain(errors.New("the NATS connection was closed"))
+		}
 	case <-closed:
 		// Only a refusal closes the connection before the relay's own
 		// stop (it reconnects for ever otherwise).

@@ -33,6 +33,9 @@ const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // view. Before the view caught up by itself and the fan-out held events
 // back, a relay copied the event with the view it had, which lacked the new
 // subscriber: its copy was lost for good.
+//
+// With -tags scale a run may take up to burstTimeout (10 minutes), as long
+// as go test's default timeout: run it with -timeout 30m.
 func TestSubscriberAddedAfterABurstGetsItsEvent(t *testing.T) {
 	t.Parallel()
 	bin := testutil.Build(t, "github.com/relay-dev/relay/cmd/relay")
@@ -91,6 +94,8 @@ func burst(t *testing.T, bin string, relays int) {
 			v, ok := testutil.SeriesValue(testutil.Scrape(t, addr), "relay_subscribers_view_behind")
 			return ok && v == 0
 		}, "relay at %s: its view of the subscribers is not current", addr)
+		resyncs, _ := testutil.SeriesValue(testutil.Scrape(t, addr), "relay_subscribers_view_resyncs_total")
+		t.Logf("relay at %s: %v resyncs", addr, resyncs)
 	}
 }
 

@@ -296,7 +296,7 @@ func NewWith(opts Options) *Metrics {
 	}, m.viewBehind)
 	viewResyncs := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "relay_subscribers_view_resyncs_total",
-		Help: "Times this relay's view of the subscribers watched the bucket again, from the last revision it held, because its watch delivered nothing while the view was behind.",
+		Help: "Times this relay's view of the subscribers watched the bucket again: from the last revision it held, because its watch delivered nothing while the view was behind or ended; or whole, because the bucket's revisions were older than the view's.",
 	}, m.viewResyncs)
 	m.subs.init(m)
 	m.gauge.init(m)

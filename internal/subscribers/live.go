@@ -22,6 +22,10 @@ import (
 // to, which happens when its connection is closed.
 var errWatchEnded = errors.New("subscribers: KV watch ended (connection closed)")
 
+// errBucketReset means the bucket's last revision is older than the view's:
+// the bucket was restored or created again, and the view is loaded again.
+var errBucketReset = errors.New("its last revision is older than the view's (restored or created again): loading it again")
+
 // Live is a continuously updated view of the relay_subscribers bucket, fed
 // by a KV watch. The fan-out and the lanes read it on every message, so
 // reads take no lock: they load an atomic pointer to an immutable snapshot,
@@ -39,9 +43,11 @@ var errWatchEnded = errors.New("subscribers: KV watch ended (connection closed)"
 // with flow control, which nats.go fetches again from the last message it
 // delivered when the client dropped some; and when nothing arrives from it
 // for resyncAfter while the view is known to be behind, the view watches
-// again from the last revision it holds (see [Live.Resyncs]). Every change
-// after that revision comes again, deletes included, so a resync loses
-// none, as long as the bucket still stores its marker.
+// again from the last revision it holds (see [Live.Resyncs]); so it does
+// when its watch ends while the connection is up. Every change after that
+// revision comes again, deletes included, so a resync loses none, as long
+// as the bucket still stores its marker. A bucket whose revisions are older
+// than the view's (restored, or created again) is loaded again whole.
 type Live struct {
 	kv jetstream.KeyValue
 	nc *nats.Conn
@@ -61,11 +67,21 @@ type Live struct {
 	// behindSince is when the view was first seen behind, in Unix
 	// nanoseconds; 0 while it is current.
 	behindSince atomic.Int64
+	// wanted is the highest revision a Sync has waited for: the watch
+	// goroutine publishes as soon as it has folded it, however recent its
+	// last snapshot.
+	wanted atomic.Uint64
 	// resyncs counts the watches started again from the view's revision.
 	resyncs atomic.Uint64
 	// ahead wakes the watch goroutine when Sync learns that the bucket is
 	// ahead of the view, so that it keeps an eye on its progress.
 	ahead chan struct{}
+	// reload asks the watch goroutine to load the whole bucket again, when
+	// Sync finds its revisions older than the view's.
+	reload chan struct{}
+	// watching, when set, is given each watch the view starts. Tests use
+	// it to end a watch as a server may.
+	watching func(jetstream.KeyWatcher)
 	// drop, when set, discards the changes of the watch for which it
 	// returns true, before they are folded in, as a slow consumer's
 	// client drops messages. Tests use it to make the view lose what it
@@ -114,7 +130,8 @@ func WatchLog(log *slog.Logger) WatchOption {
 // ctx is cancelled or the connection is closed, after which [Live.Done] is
 // closed and the view keeps its last state.
 func (s *Store) Watch(ctx context.Context, opts ...WatchOption) (*Live, error) {
-	l := &Live{kv: s.kv, nc: s.nc, done: make(chan struct{}), ahead: make(chan struct{}, 1), log: slog.Default()}
+	l := &Live{kv: s.kv, nc: s.nc, done: make(chan struct{}), ahead: make(chan struct{}, 1), reload: make(chan struct{}, 1),
+		log: slog.Default()}
 	for _, opt := range opts {
 		opt(l)
 	}
@@ -150,6 +167,9 @@ func (l *Live) start(ctx context.Context, st *liveState) error {
 	}
 	l.snap.Store(st.snapshot())
 	l.known.Store(st.rev)
+	if l.watching != nil {
+		l.watching(w)
+	}
 	go l.run(ctx, w, st)
 	return nil
 }
@@ -188,8 +208,20 @@ type follower struct {
 	progress time.Time
 	warned   bool
 	// publish fires when unpublished changes are due in a snapshot, check
-	// while the view is behind; each is nil while not armed.
-	publish, check *time.Timer
+	// while the view is behind, retry when a watch that could not be
+	// started is tried again; each is nil while not armed.
+	publish, check, retry *time.Timer
+	// w is nil while no watch runs (one is to be retried). full says that
+	// the next watch loads the whole bucket into an empty state; loading,
+	// that the current one does, and nothing is published until its
+	// initial values have all come. knownAt is known when the current
+	// watch began: the end of its initial values lowers known only from it.
+	full, loading bool
+	knownAt       uint64
+	// backoff is the wait before the next try of a watch that could not be
+	// started; failing says that its failure has been logged.
+	backoff time.Duration
+	failing bool
 }
 
 // run applies changes until ctx is cancelled or the watch ends.
@@ -203,10 +235,14 @@ func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, st *liveState) {
 		case <-ctx.Done():
 			l.err = ctx.Err()
 			return
-		case e, ok := <-f.w.Updates():
+		case e, ok := <-updates(f.w):
 			if !ok {
-				l.err = cmp.Or(ctx.Err(), errWatchEnded)
-				return
+				f.snapshot()
+				if !f.lost(ctx) {
+					l.err = cmp.Or(ctx.Err(), errWatchEnded)
+					return
+				}
+				continue
 			}
 			f.fold(e)
 			// Fold what is already queued before looking at the clock, so
@@ -227,8 +263,11 @@ func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, st *liveState) {
 			}
 			if !ok {
 				f.snapshot()
-				l.err = cmp.Or(ctx.Err(), errWatchEnded)
-				return
+				if !f.lost(ctx) {
+					l.err = cmp.Or(ctx.Err(), errWatchEnded)
+					return
+				}
+				continue
 			}
 			f.settle(caughtUp)
 		case <-timerC(f.publish):
@@ -237,10 +276,46 @@ func (l *Live) run(ctx context.Context, w jetstream.KeyWatcher, st *liveState) {
 		case <-timerC(f.check):
 			f.check = nil
 			f.inspect(ctx)
+		case <-timerC(f.retry):
+			f.retry = nil
+			if l.nc.IsClosed() {
+				l.err = errWatchEnded
+				return
+			}
+			f.watchAgain(ctx, "subscribers: watching the bucket again")
+		case <-l.reload:
+			if !f.loading {
+				f.full = true
+				f.watchAgain(ctx, "subscribers: the bucket's revisions are older than the view's; loading it again")
+			}
 		case <-l.ahead:
+			if f.unpublished && !f.loading && f.awaited() {
+				f.snapshot()
+			}
 			f.watchProgress()
 		}
 	}
+}
+
+// updates is w's channel, nil (never ready) for no watch.
+func updates(w jetstream.KeyWatcher) <-chan jetstream.KeyValueEntry {
+	if w == nil {
+		return nil
+	}
+	return w.Updates()
+}
+
+// lost handles a watch that ended without being asked to: unless ctx has
+// ended or the connection is closed for good, it watches again, and reports
+// whether it did (or will try).
+func (f *follower) lost(ctx context.Context) bool {
+	if ctx.Err() != nil || f.l.nc.IsClosed() {
+		return false
+	}
+	stopWatcher(f.w)
+	f.w = nil
+	f.watchAgain(ctx, "subscribers: the watch of the bucket ended; watching again from the view's revision")
+	return true
 }
 
 // timerC is t's channel, nil (never ready) for no timer.
@@ -253,7 +328,7 @@ func timerC(t *time.Timer) <-chan time.Time {
 
 // stopTimers stops the timers armed.
 func (f *follower) stopTimers() {
-	for _, t := range []*time.Timer{f.publish, f.check} {
+	for _, t := range []*time.Timer{f.publish, f.check, f.retry} {
 		if t != nil {
 			t.Stop()
 		}
@@ -266,8 +341,11 @@ func (f *follower) fold(e jetstream.KeyValueEntry) {
 	if e == nil {
 		// The values stored when the watch started have all come: what
 		// was known to be stored then and is not in the view is no longer
-		// stored (a marker removed, say).
-		f.l.known.Store(f.st.rev)
+		// stored (a marker removed, say), unless known has moved since.
+		f.l.known.CompareAndSwap(f.knownAt, f.st.rev)
+		if f.loading {
+			f.loading, f.unpublished = false, true
+		}
 		return
 	}
 	if f.l.drop != nil && f.l.drop(e) {
@@ -288,17 +366,25 @@ func (f *follower) caughtUp(e jetstream.KeyValueEntry) bool {
 // settle publishes the changes folded when the view has caught up, or when
 // the last snapshot is old enough; else it arms the publish timer.
 func (f *follower) settle(caughtUp bool) {
-	if !f.unpublished {
+	if !f.unpublished || f.loading {
 		return
 	}
 	gap := max(publishGap, publishCostShare*f.cost)
 	switch {
-	case caughtUp || time.Since(f.published) >= gap:
+	case caughtUp || time.Since(f.published) >= gap || f.awaited():
 		f.snapshot()
 	case f.publish == nil:
 		f.publish = time.NewTimer(gap - time.Since(f.published))
 	}
 	f.watchProgress()
+}
+
+// awaited reports whether the state folded holds a revision a Sync waits
+// for and the view does not: a Sync gives up after a bounded wait, which a
+// long gap between snapshots would outlast.
+func (f *follower) awaited() bool {
+	wanted := f.l.wanted.Load()
+	return wanted > f.l.snap.Load().rev && f.st.rev >= wanted
 }
 
 // snapshot publishes the changes folded, and notes whether the view is
@@ -355,31 +441,55 @@ func (f *follower) inspect(ctx context.Context) {
 		l.log.Warn("subscribers: the view is behind the bucket; the fan-out holds events until it is current",
 			"behind", behind, "view_rev", l.snap.Load().rev, "bucket_rev", l.known.Load(), "subscribers", len(l.All()))
 	}
-	if time.Since(f.progress) >= resyncAfter {
-		f.resync(ctx, behind)
+	if time.Since(f.progress) >= resyncAfter && f.retry == nil {
+		f.watchAgain(ctx, "subscribers: the watch of the bucket delivered nothing while the view was behind; watching again from the view's revision")
 	}
 	f.watchProgress()
 }
 
-// resync stops the watch and starts another from the revision after the
-// view's: every change since, deletes included, comes again. A watch that
-// cannot be started now is tried again at the next check.
-func (f *follower) resync(ctx context.Context, behind uint64) {
+// watchAgain stops the watch and starts another, logging why: from the
+// revision after the view's, so that every change since, deletes included,
+// comes again; or, when full, of the whole bucket into an empty state. A
+// watch that cannot be started now is tried again after a backoff that
+// doubles up to resyncRetryMax, its failure logged once.
+func (f *follower) watchAgain(ctx context.Context, why string) {
 	l := f.l
-	rev := f.st.rev
-	w, err := l.kv.WatchAll(ctx, jetstream.ResumeFromRevision(rev+1))
+	if f.retry != nil {
+		f.retry.Stop()
+		f.retry = nil
+	}
+	var opts []jetstream.WatchOpt
+	from := uint64(1)
+	if !f.full {
+		from = f.st.rev + 1
+		opts = append(opts, jetstream.ResumeFromRevision(from))
+	}
+	knownAt := l.known.Load()
+	w, err := l.kv.WatchAll(ctx, opts...)
 	if err != nil {
-		if ctx.Err() == nil {
-			l.log.Warn("subscribers: watching the bucket again", "from_rev", rev+1, "err", err)
+		if ctx.Err() != nil {
+			return
 		}
+		if !f.failing {
+			f.failing = true
+			l.log.Warn("subscribers: cannot watch the bucket; trying again", "from_rev", from, "err", err)
+		}
+		f.backoff = min(max(2*f.backoff, resyncRetry), resyncRetryMax)
+		f.retry = time.NewTimer(f.backoff)
 		return
 	}
+	f.failing, f.backoff = false, 0
 	stopWatcher(f.w)
-	f.w = w
-	f.progress = time.Now()
+	f.w, f.knownAt, f.progress = w, knownAt, time.Now()
+	if f.full {
+		f.full, f.loading, f.unpublished = false, true, false
+		f.st = newLiveState(f.st.keys)
+	}
+	if l.watching != nil {
+		l.watching(w)
+	}
 	n := l.resyncs.Add(1)
-	l.log.Warn("subscribers: the watch of the bucket delivered nothing while the view was behind; watching again from the view's revision",
-		"from_rev", rev+1, "behind", behind, "resyncs", n)
+	l.log.Warn(why, "from_rev", from, "behind", l.Behind(), "resyncs", n)
 }
 
 // noteKnown records that the bucket stores revision rev.
@@ -405,14 +515,20 @@ func (l *Live) Behind() uint64 {
 }
 
 // Lagging reports whether the view has been behind the bucket for longer
-// than [BehindTolerance].
+// than [BehindTolerance], or has stopped following it ([Live.Done]).
 func (l *Live) Lagging() bool {
+	select {
+	case <-l.done:
+		return true // it follows the bucket no more
+	default:
+	}
 	since := l.behindSince.Load()
 	return since != 0 && l.Behind() > 0 && time.Since(time.Unix(0, since)) > BehindTolerance
 }
 
-// Resyncs returns how many times the view has watched the bucket again
-// because its watch had stopped delivering while it was behind.
+// Resyncs returns how many times the view has watched the bucket again:
+// because its watch had stopped delivering while it was behind, or had
+// ended, or because the bucket's revisions were older than the view's.
 func (l *Live) Resyncs() uint64 {
 	return l.resyncs.Load()
 }
@@ -547,19 +663,24 @@ func (l *Live) Err() error {
 // can put it seconds behind: Sync then waits, until ctx ends. A revision
 // removed from the stream before the watch reached it (`nats kv purge
 // --deletes` removes delete markers) never comes: when the view has not
-// moved for syncWait, Sync asks whether anything up to the awaited
-// revision is still stored after the view's, and returns if nothing is.
+// moved for syncWait, Sync asks for the first revision stored after the
+// view's, and returns if there is none. A later one than awaited does not
+// end the wait: the bucket keeps one value per key, so it may be the write
+// that replaced the revision the view lacks, and Sync waits for it instead.
 func (l *Live) Sync(ctx context.Context) error {
 	last, found, err := l.get(ctx, streams.DirectGet{LastBySubj: ">"})
 	if err != nil || !found {
 		return syncError(err)
 	}
-	if l.snap.Load().rev < last {
-		l.noteKnown(last)
+	if last < l.snap.Load().rev {
 		select {
-		case l.ahead <- struct{}{}:
+		case l.reload <- struct{}{}:
 		default:
 		}
+		return fmt.Errorf("subscribers: bucket %s: %w", streams.SubscribersBucket, errBucketReset)
+	}
+	if l.snap.Load().rev < last {
+		l.noteAhead(last)
 	}
 	stalled := time.NewTimer(syncWait)
 	defer stalled.Stop()
@@ -572,11 +693,18 @@ func (l *Live) Sync(ctx context.Context) error {
 			if err != nil {
 				return syncError(err)
 			}
-			if !found || next > last {
-				// Nothing the view lacks up to last is stored: it is not
-				// behind on its account.
+			if !found {
+				// Nothing the view lacks is stored: it is not behind on
+				// its account.
 				l.known.CompareAndSwap(last, snap.rev)
 				return nil
+			}
+			if next > last {
+				// The bucket keeps one value per key: what the view lacks
+				// up to last may have been replaced by next, a later write
+				// of the same key. Wait for next.
+				last = next
+				l.noteAhead(last)
 			}
 			stalled.Reset(syncWait)
 		case <-l.done:
@@ -586,6 +714,23 @@ func (l *Live) Sync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// noteAhead records that the bucket stores rev, past the view's, and that a
+// Sync waits for it, and wakes the watch goroutine to keep an eye on its
+// progress.
+func (l *Live) noteAhead(rev uint64) {
+	l.noteKnown(rev)
+	for {
+		cur := l.wanted.Load()
+		if rev <= cur || l.wanted.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
+	select {
+	case l.ahead <- struct{}{}:
+	default:
+	}
 }
 
 // syncError wraps an error of a request Sync made; nil stays nil.
@@ -746,6 +891,9 @@ func (st *liveState) snapshot() *snapshot {
 // blocks when it is full; draining lets that goroutine finish instead of
 // leaking.
 func stopWatcher(w jetstream.KeyWatcher) {
+	if w == nil {
+		return
+	}
 	_ = w.Stop() // fails only when the subscription is already closed
 	for range w.Updates() {
 	}

@@ -165,6 +165,7 @@ func TestWatchStopsWithContext(t *testing.T) {
 	}
 	require.ErrorIs(t, l.Err(), context.Canceled)
 	require.Equal(t, []string{"a"}, ids(l.All()), "the last state stays readable")
+	require.True(t, l.Lagging(), "a view that follows the bucket no more says it lags")
 }
 
 func TestWatchStopsWhenConnectionCloses(t *testing.T) {
@@ -344,4 +345,92 @@ func TestWatchCompilesAFilterOnceAndReportsABadOne(t *testing.T) {
 	s.Filter = ""
 	require.NoError(t, st.Put(ctx, s))
 	waitFor(t, l, "a's filter removed", func() bool { got, _ := l.Get("a"); return got.Content() == nil && l.Invalid()["a"] == nil })
+}
+
+// TestSyncWaitsForAKeyRewrittenWhileItWaits: the bucket keeps one value per
+// key, so a key written again removes the revision the view lacks. Sync
+// learns the bucket's last revision, the key is written again, and the
+// revision Sync finds stored after the view's is later than the one it
+// waited for: the view still lacks the key, so Sync waits for that later
+// revision rather than return, and returns once the view holds it.
+func TestSyncWaitsForAKeyRewrittenWhileItWaits(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	l, ls := frozenView(t, st)
+	require.NoError(t, st.Put(ctx, valid("x")))
+	e, err := st.kv.Get(ctx, "x")
+	require.NoError(t, err)
+	first := e.Revision()
+
+	done := make(chan error, 1)
+	go func() { done <- l.Sync(ctx) }()
+	waitKnown(ctx, t, l, done, first, "Sync did not note the bucket's last revision")
+	second, err := st.kv.Put(ctx, "x", e.Value())
+	require.NoError(t, err)
+	// Sync looks at what is stored once the view has not moved for a while:
+	// it then finds the second revision, and waits for it.
+	waitKnown(ctx, t, l, done, second, "Sync did not wait for the revision that replaced the one it waited for")
+
+	e, err = st.kv.Get(ctx, "x")
+	require.NoError(t, err)
+	ls.apply(e)
+	l.publish(ls.snapshot())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Sync did not return once the view held the key")
+	}
+	_, ok := l.Get("x")
+	require.True(t, ok)
+}
+
+// waitKnown waits until the view knows the bucket stores rev, failing if the
+// Sync running meanwhile returns first.
+func waitKnown(ctx context.Context, t *testing.T, l *Live, done <-chan error, rev uint64, msg string) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for l.known.Load() < rev {
+		select {
+		case err := <-done:
+			t.Fatalf("Sync returned (%v) while the view lacked a stored write", err)
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal(msg)
+		}
+	}
+}
+
+// TestWatchPublishesWhatSyncWaitsFor: while a burst of writes comes, the
+// view publishes a snapshot at most every publishGap or more (more as the
+// snapshots cost more), which may outlast the fan-out's bounded wait. Once
+// the changes folded reach the revision a Sync waits for, the view
+// publishes at once, whatever its gap: here one of an hour.
+func TestWatchPublishesWhatSyncWaitsFor(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	l, ls := frozenView(t, st)
+	require.NoError(t, st.Put(ctx, valid("x")))
+	e, err := st.kv.Get(ctx, "x")
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() { done <- l.Sync(ctx) }()
+	waitKnown(ctx, t, l, done, e.Revision(), "Sync did not note the bucket's last revision")
+	f := &follower{l: l, st: ls, published: time.Now(), cost: time.Hour, progress: time.Now()}
+	defer f.stopTimers()
+	f.fold(e)
+	f.settle(false) // more changes are on their way
+	require.Equal(t, e.Revision(), l.snap.Load().rev, "the view did not publish the revision Sync waited for")
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the view did not publish the revision Sync waited for")
+	}
+	_, ok := l.Get("x")
+	require.True(t, ok)
 }
