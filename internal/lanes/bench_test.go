@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,4 +136,92 @@ func naiveDrain(b *testing.B, js jetstream.JetStream, sub subscribers.Subscriber
 		})
 	}
 	p.Wait()
+}
+
+// BenchmarkSpreadOne puts b.N subscribers, one delivery each, on 16 shared
+// lanes of one relay before it starts (the scale scenario's one event to
+// all, without the fan-out) and reports what the relay held at its peak
+// while it delivered them: goroutines, heap in use, and the time to the
+// last delivery.
+//
+//	go test -run '^$' -bench SpreadOne -benchtime 10000x ./internal/lanes/
+//
+// RELAY_BENCH_HEAP names a file for a heap profile taken at the heap's
+// peak.
+func BenchmarkSpreadOne(b *testing.B) {
+	const shared = 16
+	bd, got := drainBundle(b)
+	ctx := testutil.Context(b)
+	p := pool.New().WithMaxGoroutines(32).WithErrors()
+	for i := range b.N {
+		p.Go(func() error {
+			sub := subscribers.Subscriber{ID: fmt.Sprintf("one-%06d", i), URL: bd.rcv.URL + "/one", Secrets: []string{secret}, MaxInFlight: 64}
+			return bd.store.Put(ctx, sub)
+		})
+	}
+	if err := p.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	for i := range b.N {
+		sub := subscribers.Subscriber{ID: fmt.Sprintf("one-%06d", i)}
+		bd.enqueue(b, sub, shared, 1)
+		if i%1000 == 999 {
+			bd.flush(b)
+		}
+	}
+	bd.flush(b)
+	runtime.GC()
+
+	stop := make(chan struct{})
+	sampled := make(chan peaks, 1)
+	go func() { sampled <- samplePeaks(stop, os.Getenv("RELAY_BENCH_HEAP")) }()
+	b.ResetTimer()
+	start := time.Now()
+	bd.startLanes(b, shared)
+	for got.Load() < int64(b.N) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(start)
+	close(stop)
+	pk := <-sampled
+	b.ReportMetric(took.Seconds(), "s-to-last")
+	b.ReportMetric(float64(pk.goroutines), "goroutines-peak")
+	b.ReportMetric(float64(pk.heap)/(1<<20), "heap-MB-peak")
+	b.ReportMetric(float64(pk.stacks)/(1<<20), "stack-MB-peak")
+}
+
+type peaks struct {
+	goroutines   int
+	heap, stacks uint64
+}
+
+// samplePeaks samples the process's goroutines, heap in use and stacks
+// until stop closes, and returns their peaks; with a file name, it writes a
+// heap profile there as the heap reaches a new peak (at most once a second).
+func samplePeaks(stop <-chan struct{}, heapFile string) peaks {
+	var pk peaks
+	var ms runtime.MemStats
+	var profiled time.Time
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return pk
+		case <-t.C:
+		}
+		pk.goroutines = max(pk.goroutines, runtime.NumGoroutine())
+		runtime.ReadMemStats(&ms)
+		pk.stacks = max(pk.stacks, ms.StackInuse)
+		if ms.HeapInuse > pk.heap {
+			pk.heap = ms.HeapInuse
+			if heapFile != "" && time.Since(profiled) > time.Second {
+				profiled = time.Now()
+				if f, err := os.Create(heapFile); err == nil {
+					_ = pprof.WriteHeapProfile(f)
+					_ = f.Close()
+				}
+			}
+		}
+	}
 }

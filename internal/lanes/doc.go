@@ -15,7 +15,10 @@
 // limiter's InFlight, ratelimit.DegradeFrom; its deliveries stay Held
 // meanwhile, no state of their own, and its hold in the lane follows the
 // lowered figure), a request slot of the relay's
-// --max-requests shared round-robin among subscribers (package requests), and
+// --max-requests shared round-robin among subscribers (package requests;
+// while they are all taken, the scheduler waits its turn in the gate with
+// no goroutine of its own, and its loop starts again with the slot; its
+// deliveries stay Held), and
 // a decision of the rate limiter (a token, or a pause or an open breaker to
 // wait out) before each request. The lane's pull loop never waits on a
 // subscriber, nor on the server: what a message needs written (a move to

@@ -39,6 +39,12 @@ type lane struct {
 	// busy counts the schedulers that hold, send or have a backlog: they
 	// share the lane's MaxAckPending.
 	busy atomic.Int64
+	// active holds those busy schedulers (see [scheduler.syncLocked]):
+	// what a keep-alive round renews is theirs alone, so that a lane of a
+	// hundred thousand idle subscribers renews nothing for them. activeMu
+	// comes after every scheduler's mu.
+	activeMu sync.Mutex
+	active   map[*scheduler]struct{}
 	// confirmed is when the last keep-alive round that the server is known
 	// to have received began (unix nanoseconds, real time).
 	confirmed atomic.Int64
@@ -65,6 +71,10 @@ type lane struct {
 	// stops, kept alive with the held messages until handBackAll returns
 	// them all at once.
 	returning []jetstream.Msg
+	// spare holds the request slots handed to its schedulers once it
+	// stopped, given back when spareDone (see [lane.unqueue]).
+	spare     []func()
+	spareDone bool
 	// work owns every scheduler loop and every request goroutine.
 	work conc.WaitGroup
 	// puts makes the lane's moves to overflow; it stops after work.
@@ -157,8 +167,10 @@ func (l *lane) run(ctx context.Context) {
 	l.starting.Lock()
 	l.stopping.Store(true)
 	l.starting.Unlock()
+	l.unqueue()
 	l.handBackAll()
 	l.work.Wait()
+	l.giveBackSpare()
 	l.puts.stop()
 	l.flight.Close()
 }
@@ -286,6 +298,18 @@ func (l *lane) schedulers() []*scheduler {
 	return out
 }
 
+// busySchedulers lists the schedulers that hold, send, or bring back a
+// backlog (see [scheduler.syncLocked]).
+func (l *lane) busySchedulers() []*scheduler {
+	l.activeMu.Lock()
+	defer l.activeMu.Unlock()
+	out := make([]*scheduler, 0, len(l.active))
+	for s := range l.active {
+		out = append(out, s)
+	}
+	return out
+}
+
 // keepAliveLoop extends the ack wait of every held and in-flight message
 // every quarter of it, so a message waiting for its subscriber is not
 // redelivered to another relay and POSTed twice at once. The last
@@ -316,7 +340,9 @@ func (l *lane) keepAliveLoop(ctx context.Context) {
 		oldest := l.oldestSinceConfirmed
 		l.stamps.Unlock()
 		var msgs []jetstream.Msg
-		for _, s := range l.schedulers() {
+		// Only a busy scheduler holds or sends; one held by hold before
+		// start is among them (syncLocked, under dispatching).
+		for _, s := range l.busySchedulers() {
 			msgs = append(msgs, s.outstanding()...)
 		}
 		l.mu.Lock()
@@ -415,6 +441,54 @@ func (l *lane) handBackAll() {
 		msgs = append(msgs, s.drain()...)
 	}
 	l.handBack(msgs...)
+}
+
+// unqueue withdraws every request for a request slot its schedulers queued
+// in the gate (see [scheduler.acquire]) once the lane stops: no loop
+// starts again. A slot handed over meanwhile is kept aside by
+// [scheduler.granted] until giveBackSpare.
+func (l *lane) unqueue() {
+	for _, s := range l.schedulers() {
+		s.mu.Lock()
+		cancel := s.queued
+		s.queued = nil
+		s.mu.Unlock()
+		if cancel != nil && cancel() {
+			l.waiting.Add(-1)
+		}
+	}
+}
+
+// resume starts loop, a scheduler's loop with a request slot, unless the
+// lane stops: the slot is then kept aside (see [lane.unqueue]), or, once
+// the lane gave back what it kept, refused: false, and the caller gives it
+// back.
+func (l *lane) resume(loop, release func()) bool {
+	l.starting.RLock()
+	defer l.starting.RUnlock()
+	if !l.stopping.Load() {
+		l.work.Go(loop)
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spareDone {
+		return false
+	}
+	l.spare = append(l.spare, release)
+	return true
+}
+
+// giveBackSpare gives back the request slots handed to the lane's
+// schedulers as it stopped, and any handed to them from now on at once.
+func (l *lane) giveBackSpare() {
+	l.mu.Lock()
+	spare := l.spare
+	l.spare, l.spareDone = nil, true
+	l.mu.Unlock()
+	for _, release := range spare {
+		release()
+	}
 }
 
 // subscriberOf returns the subscriber token of deliveries.<lane>.<subscriber>;

@@ -91,7 +91,7 @@ func (s *scheduler) kick(ctx context.Context, backlog bool) {
 	s.running = s.running || start
 	s.mu.Unlock()
 	if start {
-		s.lane.work.Go(func() { s.loop(ctx) })
+		s.lane.work.Go(func() { s.loop(ctx, nil) })
 	} else {
 		s.signal()
 	}

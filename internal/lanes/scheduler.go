@@ -66,6 +66,10 @@ type scheduler struct {
 	cautious bool
 	// localStreak counts its requests in a row that failed locally.
 	localStreak int
+	// queued withdraws its request for a slot of the relay's
+	// --max-requests while it waits for one, no goroutine of its own
+	// waiting (see [scheduler.acquire]); nil otherwise.
+	queued func() bool
 }
 
 func newScheduler(l *lane, id string) *scheduler {
@@ -128,7 +132,7 @@ func (s *scheduler) offer(ctx context.Context, d delivery, sub subscribers.Subsc
 	s.running = true
 	s.mu.Unlock()
 	if start {
-		s.lane.work.Go(func() { s.loop(ctx) })
+		s.lane.work.Go(func() { s.loop(ctx, nil) })
 	} else {
 		s.signal()
 	}
@@ -155,129 +159,212 @@ func (s *scheduler) deadLetterAll(ctx context.Context, ds []delivery) {
 // loop sends held messages while there are any, each after a request slot
 // of the relay, a token and a free in-flight slot; brings the backlog back
 // when the queue runs low; and exits when there is nothing left to do.
-func (s *scheduler) loop(ctx context.Context) {
+//
+// slot, when not nil, is a request slot the gate has handed it (see
+// [scheduler.acquire]): the loop goes straight to its request.
+func (s *scheduler) loop(ctx context.Context, slot func()) {
 	for {
-		// The view's own entry, by pointer, never modified: this loop runs
-		// for every delivery, and a copy of the subscriber would be one
-		// more allocation each time (and a larger stack for every send
-		// that starts here).
-		sub, ok := s.lane.cfg.Subscribers.Lookup(s.id)
-		now := s.lane.cfg.Clock.Now()
-		s.mu.Lock()
-		if s.stopped || ctx.Err() != nil {
-			s.running = false
-			s.mu.Unlock()
-			return
-		}
-		if !ok || sub.Disabled || sub.PausedAt(now) {
-			s.leaveLocked(ctx, ok)
-			return
-		}
-		if s.expect > 0 && !now.Before(s.expectUntil) {
-			s.expect = 0
-		}
-		if now.Before(s.pausedUntil) {
-			s.pauseLocked(ctx, now)
-			continue
-		}
-		hold := s.holdLimit(sub)
-		share := s.share()
-		if len(s.queue) <= share {
-			s.kept = 0
-		}
-		if len(s.queue) > 2*share && len(s.queue) > s.kept {
-			// Its share shrank, lane-mates got busy: the excess waits in
-			// overflow rather than in their way. (Only the share: a hold
-			// that follows the response time would move messages out and
-			// back whenever the response time moved.)
-			excess := s.takeLocked(share, true)
-			s.kept = len(s.queue) // what stayed was brought back: not again
-			s.syncLocked()
-			s.mu.Unlock()
-			s.toOverflow(excess)
-			continue
-		}
-		s.refillLocked(ctx, sub, hold, now)
-		if len(s.queue) == 0 {
-			if s.stopIfIdleLocked(now) {
-				s.mu.Unlock()
+		release := slot
+		slot = nil
+		if release == nil {
+			var again bool
+			if release, again = s.ready(ctx); release == nil {
+				if again {
+					continue
+				}
 				return
 			}
-			s.mu.Unlock()
-			s.sleep(ctx, expectFor/4, true)
-			continue
 		}
-		if late := s.takeLateLocked(now); len(late) > 0 {
-			// Past their deadline while they waited their turn: they die
-			// without a token or a slot, so that what is behind them still
-			// gets its chance.
-			s.syncLocked()
-			s.mu.Unlock()
-			s.deadLetterAll(ctx, late)
-			continue
-		}
-		if len(s.inFlight) >= s.lane.cfg.Limiter.InFlight(s.id, sub.MaxInFlight) {
-			// --max-in-flight, or fewer while the subscriber's failures
-			// degrade it (ratelimit.DegradeFrom): a struggling receiver
-			// gets less, not nothing.
-			s.mu.Unlock()
-			s.sleep(ctx, -1, true)
-			continue
-		}
-		headDeadline := s.queue[0].deadline
-		s.mu.Unlock()
-
-		// The waits for a request slot and the limiter's word are the
-		// subscriber's: not a stall (see stall.go).
-		s.lane.waiting.Add(1)
-		release, err := s.lane.env.gate.Acquire(ctx, s.id)
-		if err != nil {
-			s.lane.waiting.Add(-1)
-			continue // stopping
-		}
-		dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
-		s.lane.waiting.Add(-1)
-		if err != nil {
-			s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
-			dec = ratelimit.Decision{Verdict: ratelimit.Token, Wait: limiterRetry}
-		}
-		if dec.Verdict != ratelimit.Go {
-			release()
-			s.wait(ctx, dec, headDeadline)
-			continue
-		}
-
-		// The waits for a request slot and a token may have outlasted a
-		// change of the subscriber: a pause or a disable that returned
-		// must stop this request, and a rotated secret must sign it.
-		fresh, ok := s.lane.cfg.Subscribers.Lookup(s.id)
-		held := !ok || fresh.Disabled || fresh.PausedAt(s.lane.cfg.Clock.Now())
-		if ok {
-			sub = fresh
-		}
-		var d delivery
-		found := false
-		if !held {
-			d, found = s.pop()
-		}
-		if !found {
-			release()
-			if dec.Probe {
-				// Nothing to probe with after all (or held now, which the
-				// loop's first check settles): let the probe go.
-				_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(*sub), ratelimit.Result{Probe: true})
-			}
-			continue
-		}
-		s.lane.begin()
-		if s.lastOut() {
-			// The loop would exit as soon as this request is out: it sends
-			// it itself rather than start a goroutine for it, one hand-off
-			// less for every event that finds its subscriber idle.
-			s.attempt(ctx, d, fresh, dec, release)
+		if s.request(ctx, release) {
 			return
 		}
-		s.lane.work.Go(func() { s.attempt(ctx, d, fresh, dec, release) })
+	}
+}
+
+// ready makes one turn of the loop up to a request slot: it settles what
+// must be settled before the head of the queue can go (a pause, an excess,
+// a refill, late ones) and returns the slot for its request. Without one,
+// again tells whether the loop takes another turn (something was settled,
+// or waited for) or exits: nothing left to do, the lane stopping, or the
+// gate full, with the scheduler queued for a slot, no goroutine waiting.
+func (s *scheduler) ready(ctx context.Context) (release func(), again bool) {
+	// The view's own entry, by pointer, never modified: this loop runs
+	// for every delivery, and a copy of the subscriber would be one
+	// more allocation each time (and a larger stack for every send
+	// that starts here).
+	sub, ok := s.lane.cfg.Subscribers.Lookup(s.id)
+	now := s.lane.cfg.Clock.Now()
+	s.mu.Lock()
+	if s.stopped || ctx.Err() != nil {
+		s.running = false
+		s.mu.Unlock()
+		return nil, false
+	}
+	if !ok || sub.Disabled || sub.PausedAt(now) {
+		s.leaveLocked(ctx, ok)
+		return nil, false
+	}
+	if s.expect > 0 && !now.Before(s.expectUntil) {
+		s.expect = 0
+	}
+	if now.Before(s.pausedUntil) {
+		s.pauseLocked(ctx, now)
+		return nil, true
+	}
+	hold := s.holdLimit(sub)
+	share := s.share()
+	if len(s.queue) <= share {
+		s.kept = 0
+	}
+	if len(s.queue) > 2*share && len(s.queue) > s.kept {
+		// Its share shrank, lane-mates got busy: the excess waits in
+		// overflow rather than in their way. (Only the share: a hold
+		// that follows the response time would move messages out and
+		// back whenever the response time moved.)
+		excess := s.takeLocked(share, true)
+		s.kept = len(s.queue) // what stayed was brought back: not again
+		s.syncLocked()
+		s.mu.Unlock()
+		s.toOverflow(excess)
+		return nil, true
+	}
+	s.refillLocked(ctx, sub, hold, now)
+	if len(s.queue) == 0 {
+		if s.stopIfIdleLocked(now) {
+			s.mu.Unlock()
+			return nil, false
+		}
+		s.mu.Unlock()
+		s.sleep(ctx, expectFor/4, true)
+		return nil, true
+	}
+	if late := s.takeLateLocked(now); len(late) > 0 {
+		// Past their deadline while they waited their turn: they die
+		// without a token or a slot, so that what is behind them still
+		// gets its chance.
+		s.syncLocked()
+		s.mu.Unlock()
+		s.deadLetterAll(ctx, late)
+		return nil, true
+	}
+	if len(s.inFlight) >= s.lane.cfg.Limiter.InFlight(s.id, sub.MaxInFlight) {
+		// --max-in-flight, or fewer while the subscriber's failures
+		// degrade it (ratelimit.DegradeFrom): a struggling receiver
+		// gets less, not nothing.
+		s.mu.Unlock()
+		s.sleep(ctx, -1, true)
+		return nil, true
+	}
+	s.mu.Unlock()
+	// Queued for a slot (nil): the loop ends, and the gate starts it again.
+	return s.acquire(ctx), false
+}
+
+// request makes the request of the head of the queue with the slot
+// release, once the limiter allows; it reports whether the loop exits (it
+// made the last request itself).
+func (s *scheduler) request(ctx context.Context, release func()) bool {
+	sub, ok := s.lane.cfg.Subscribers.Lookup(s.id)
+	s.mu.Lock()
+	var headDeadline time.Time
+	if len(s.queue) > 0 {
+		headDeadline = s.queue[0].deadline
+	}
+	s.mu.Unlock()
+	if !ok {
+		// Gone while the slot was on its way: the loop's next turn
+		// settles it.
+		release()
+		return false
+	}
+
+	// The limiter's word is the subscriber's wait: not a stall (see
+	// stall.go).
+	s.lane.waiting.Add(1)
+	dec, err := s.lane.cfg.Limiter.Reserve(ctx, s.id, limitOf(*sub))
+	s.lane.waiting.Add(-1)
+	if err != nil {
+		s.lane.log.Warn("lanes: rate limiter", "subscriber", s.id, "err", err)
+		dec = ratelimit.Decision{Verdict: ratelimit.Token, Wait: limiterRetry}
+	}
+	if dec.Verdict != ratelimit.Go {
+		release()
+		s.wait(ctx, dec, headDeadline)
+		return false
+	}
+
+	// The waits for a request slot and a token may have outlasted a
+	// change of the subscriber: a pause or a disable that returned
+	// must stop this request, and a rotated secret must sign it.
+	fresh, ok := s.lane.cfg.Subscribers.Lookup(s.id)
+	held := !ok || fresh.Disabled || fresh.PausedAt(s.lane.cfg.Clock.Now())
+	if ok {
+		sub = fresh
+	}
+	var d delivery
+	found := false
+	if !held {
+		d, found = s.pop()
+	}
+	if !found {
+		release()
+		if dec.Probe {
+			// Nothing to probe with after all (or held now, which the
+			// loop's first check settles): let the probe go.
+			_ = s.lane.cfg.Limiter.Observe(context.WithoutCancel(ctx), s.id, limitOf(*sub), ratelimit.Result{Probe: true})
+		}
+		return false
+	}
+	s.lane.begin()
+	if s.lastOut() {
+		// The loop would exit as soon as this request is out: it sends
+		// it itself rather than start a goroutine for it, one hand-off
+		// less for every event that finds its subscriber idle.
+		s.attempt(ctx, d, fresh, dec, release)
+		return true
+	}
+	s.lane.work.Go(func() { s.attempt(ctx, d, fresh, dec, release) })
+	return false
+}
+
+// acquire returns a request slot of the relay's --max-requests for the
+// head of the queue, or nil while they are all taken: the scheduler then
+// waits its turn for one in the gate with no goroutine of its own, its loop
+// ended but still marked as running, and the gate starts its loop again
+// with the slot (see [scheduler.granted]). A burst over a hundred thousand
+// subscribers then costs a waiter of the gate for each, not a goroutine and
+// its stack.
+func (s *scheduler) acquire(ctx context.Context) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.lane.stopping.Load() {
+		// Stopping: what it held is handed back by the stop, and a
+		// waiter queued now would be withdrawn by no one.
+		return nil
+	}
+	// Under s.mu, so that granted, which takes it, finds queued set.
+	release, cancel := s.lane.env.gate.Queue(s.id, func(release func()) { s.granted(ctx, release) })
+	if release != nil {
+		return release
+	}
+	// The wait for a request slot is the subscriber's: not a stall (see
+	// stall.go).
+	s.lane.waiting.Add(1)
+	s.queued = cancel
+	return nil
+}
+
+// granted starts the loop again with the slot the gate handed over, in the
+// goroutine that released it (never one holding a scheduler's lock). A lane
+// that stops keeps the slot aside, and gives it back once it no longer
+// waits for its goroutines (see [lane.unqueue]).
+func (s *scheduler) granted(ctx context.Context, release func()) {
+	s.mu.Lock()
+	s.queued = nil
+	s.mu.Unlock()
+	s.lane.waiting.Add(-1)
+	if !s.lane.resume(func() { s.loop(ctx, release) }, release) {
+		release()
 	}
 }
 

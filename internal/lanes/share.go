@@ -87,11 +87,18 @@ func (s *scheduler) syncLocked() {
 	busy := len(s.queue) > 0 || len(s.inFlight) > 0 || s.refilling || s.expect > 0
 	if busy != s.busy {
 		s.busy = busy
+		s.lane.activeMu.Lock()
+		if s.lane.active == nil {
+			s.lane.active = make(map[*scheduler]struct{})
+		}
 		if busy {
 			s.lane.busy.Add(1)
+			s.lane.active[s] = struct{}{}
 		} else {
 			s.lane.busy.Add(-1)
+			delete(s.lane.active, s)
 		}
+		s.lane.activeMu.Unlock()
 	}
 	if s.backlog != s.marked {
 		s.marked = s.backlog

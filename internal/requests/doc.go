@@ -28,8 +28,10 @@
 // Acquire and release are O(1): the FIFO of keys and each key's waiters are
 // doubly linked lists, and a key is in the map only while it has waiters, so
 // nothing ever scans all keys and idle subscribers cost no memory. A waiter
-// is its caller's own goroutine, blocked on a channel; the gate starts no
-// goroutine of its own.
+// of Acquire is its caller's own goroutine, blocked on a channel; one of
+// [Gate.Queue] is only a func the slot is handed to, so that a caller with
+// a hundred thousand keys waiting pays no goroutine for each. The gate
+// starts no goroutine of its own.
 //
 // # Cancellation
 //

@@ -91,15 +91,17 @@ func (g *Gate) Acquire(ctx context.Context, key string) (release func(), err err
 	}
 
 	g.mu.Lock()
+	var next *waiter
 	if w.granted {
 		// The slot was handed over as ctx ended, and select picked ctx.
 		// Pass the slot on rather than start a request for a caller that
 		// has given up.
-		g.releaseLocked()
+		next = g.releaseLocked()
 	} else {
 		g.dequeue(w)
 	}
 	g.mu.Unlock()
+	next.notify(g)
 	return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
 }
 
@@ -125,31 +127,81 @@ func (g *Gate) releaser() func() {
 			return
 		}
 		g.mu.Lock()
-		g.releaseLocked()
+		w := g.releaseLocked()
 		g.mu.Unlock()
+		w.notify(g)
 	}
 }
 
 // releaseLocked gives one slot back: to the oldest waiter of the key whose
 // turn it is, which then goes to the back of the turns if it still has
-// waiters, or to the gate when nobody waits. g.mu must be held.
-func (g *Gate) releaseLocked() {
+// waiters, or to the gate when nobody waits. g.mu must be held. It returns
+// the waiter given the slot, whose notify the caller calls once g.mu is
+// released; nil when nobody waited.
+func (g *Gate) releaseLocked() *waiter {
 	front := g.turns.Front()
 	if front == nil {
 		g.inFlight--
-		return
+		return nil
 	}
 	q := front.Value.(*keyQueue)
 	w := q.waiters.Remove(q.waiters.Front()).(*waiter)
 	g.waiting--
 	w.granted = true
-	close(w.ready)
+	if w.ready != nil {
+		close(w.ready)
+	}
 	if q.waiters.Len() == 0 {
 		g.turns.Remove(q.turn)
 		delete(g.keys, q.key)
-		return
+		return w
 	}
 	g.turns.MoveToBack(q.turn)
+	return w
+}
+
+// notify hands a slot just given to w to its grant func, if it waits with
+// one rather than in Acquire. g.mu must not be held: the func may release
+// a slot. A nil w does nothing.
+func (w *waiter) notify(g *Gate) {
+	if w == nil || w.grant == nil {
+		return
+	}
+	w.grant(g.releaser())
+}
+
+// Queue is Acquire without a goroutine waiting: it takes a free slot at
+// once and returns its release func, or, while the gate is full, queues
+// for one in key's turn as Acquire does and returns a nil release. The slot
+// is then handed to grant once it is key's, in the goroutine that released
+// it and after the gate's lock is released: grant should do little (start
+// a goroutine) and must give the slot back one way or another. A caller
+// with many keys waiting thus costs the gate a waiter each, and no
+// goroutine.
+//
+// cancel withdraws a queued request and reports whether it did; false when
+// the slot was given already (grant is called, or was) or nothing was
+// queued.
+func (g *Gate) Queue(key string, grant func(release func())) (release func(), cancel func() bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.limit <= 0 || g.inFlight < g.limit {
+		g.inFlight++
+		return g.releaser(), func() bool { return false }
+	}
+	w := g.enqueue(key)
+	w.ready = nil
+	w.grant = grant
+	return nil, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if w.granted || w.cancelled {
+			return false
+		}
+		w.cancelled = true
+		g.dequeue(w)
+		return true
+	}
 }
 
 // enqueue adds a waiter for key at the back of key's queue, and key at the
@@ -182,10 +234,14 @@ func (g *Gate) dequeue(w *waiter) {
 	}
 }
 
-// waiter is one caller blocked in Acquire.
+// waiter is one caller blocked in Acquire, or one request of Queue.
 type waiter struct {
-	// ready is closed when a slot is handed to this waiter.
+	// ready is closed when a slot is handed to a waiter of Acquire; nil
+	// for one of Queue, whose grant takes the slot instead.
 	ready chan struct{}
+	grant func(release func())
+	// cancelled: the request of Queue was withdrawn.
+	cancelled bool
 	// granted is set, under Gate.mu, when ready is closed; a waiter whose
 	// ctx ended reads it to know whether it holds a slot it must pass on.
 	granted bool
