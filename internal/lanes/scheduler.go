@@ -340,6 +340,7 @@ func (s *scheduler) acquire(ctx context.Context) func() {
 	if s.stopped || s.lane.stopping.Load() {
 		// Stopping: what it held is handed back by the stop, and a
 		// waiter queued now would be withdrawn by no one.
+		s.running = false
 		return nil
 	}
 	// Under s.mu, so that granted, which takes it, finds queued set.
