@@ -379,7 +379,7 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			logFormat: r.str("log-format"), dlqMaxAge: r.duration("dlq-max-age"), shutdownTimeout: r.duration("shutdown-timeout"),
 			eventsMaxAge: r.duration("events-max-age"), proxy: r.str("proxy"), noProxy: r.str("no-proxy"),
 			proxyGiven: cmd.Flags().Changed("proxy"), recordAttempts: r.bool("record-attempts"),
-			attemptsMaxAge: r.duration("attempts-max-age"),
+			attemptsMaxAge: r.duration("attempts-max-age"), metricsSubscribers: r.str("metrics-subscribers"),
 			service: &serviceFlags{creds: r.str("service-creds"), nkey: r.str("service-nkey"), user: r.str("service-user"),
 				password: r.str("service-password")},
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relay-dev/relay/internal/clock"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/internal/testutil"
 )
@@ -38,7 +39,10 @@ func TestPruneNeverDropsASchedulerBeingOffered(t *testing.T) {
 	}()
 	testutil.Eventually(t, func() bool { _, ok := live.Get("again"); return ok }, "the view never held the subscriber")
 
-	l := &lane{cfg: Config{Subscribers: live, Clock: clock.Real, AckWait: time.Minute, MaxAckPending: 1000, Backlogs: noMarks{}},
+	limiter, err := ratelimit.NewShared(ctx, n.JS, ratelimit.Options{})
+	require.NoError(t, err)
+	l := &lane{cfg: Config{Subscribers: live, Clock: clock.Real, AckWait: time.Minute, MaxAckPending: 1000, Backlogs: noMarks{},
+		Limiter: limiter},
 		scheds: make(map[string]*scheduler)}
 	l.oldestSinceConfirmed, l.oldestSinceRound = noStamp, noStamp
 	// The loop an offer starts returns at once: the delivery stays held.
