@@ -5,25 +5,12 @@
 package subscriberview
 
 import (
-	"fmt"
 	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/relay-dev/relay/internal/testutil"
 )
 
 // TestMain removes the relay binary once every test is done with it, and
 // fails a green run that left a goroutine behind.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testutil.RemoveBuilds()
-	if code == 0 {
-		if err := goleak.Find(testutil.IgnoreSpawner()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testutil.RunBuilt(m)) }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // built is one binary Build made, or why it could not.
@@ -61,4 +63,20 @@ func RemoveBuilds() {
 			_ = os.RemoveAll(filepath.Dir(b.path))
 		}
 	}
+}
+
+// RunBuilt is the TestMain of a package whose tests run built binaries: it
+// runs the tests, removes the binaries once every test is done with them,
+// and fails a green run that left a goroutine behind. It returns the exit
+// code for os.Exit.
+func RunBuilt(m *testing.M) int {
+	code := m.Run()
+	RemoveBuilds()
+	if code == 0 {
+		if err := goleak.Find(IgnoreSpawner()); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
 }
