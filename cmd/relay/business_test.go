@@ -44,9 +44,10 @@ func publishDue(t *testing.T, js jetstream.JetStream, eventType, prefix string, 
 // running, one of them stopped and started again while the events wait.
 // Nothing is sent before the due time, and every event arrives within
 // 1.5 s after it (the server's schedules fire within about a second), and
-// what the host takes to deliver an event published at the due time, due
-// at once, to a subscriber of its own: on a loaded host that path alone
-// takes a good part of a second.
+// what the host takes to deliver an event due at once to a subscriber of
+// its own, the slowest of those published one after another while the due
+// events fire: on a loaded host that path alone takes a good part of a
+// second, and one sample of it can miss the host's worst moment.
 func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 	t.Parallel()
 	const events = 50
@@ -64,14 +65,16 @@ func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 	require.Zero(t, second.stop(), second.stderr.String())
 	startReadyRelay(t, n.URL)
 
+	// While the due events fire, events due at once go to the control
+	// subscriber one after another: the slowest of them is what the host
+	// gave a delivery in the same seconds.
 	time.Sleep(time.Until(due))
-	published := time.Now()
-	publish(t, n.JS, "check.now", "check-1", []byte(`{}`))
-	testutil.Eventually(t, func() bool { return control.distinct() == 1 }, "the event due at once was not delivered")
 	var path time.Duration
-	arrived, _ := control.arrivals()
-	for _, at := range arrived {
-		path = at.Sub(published)
+	for i := 0; i == 0 || (rcv.distinct() < events && i < 40); i++ {
+		published := time.Now()
+		publish(t, n.JS, "check.now", fmt.Sprintf("check-%d", i), []byte(`{}`))
+		testutil.Eventually(t, func() bool { return control.distinct() == i+1 }, "the event due at once was not delivered")
+		path = max(path, time.Since(published))
 	}
 
 	testutil.Eventually(t, func() bool { return rcv.distinct() == events }, "%d of %d delivered", rcv.distinct(), events)
@@ -82,7 +85,7 @@ func TestDeliverAtAcrossRelaysAndARestart(t *testing.T) {
 		require.GreaterOrEqual(t, late, time.Duration(0), "%s arrived %v before its due time", id, -late)
 		worst = max(worst, late)
 	}
-	t.Logf("%d events, %d requests; latest arrival %v after the due time; an event due at once took %v", events, len(all),
+	t.Logf("%d events, %d requests; latest arrival %v after the due time; an event due at once took up to %v", events, len(all),
 		worst.Round(time.Millisecond), path.Round(time.Millisecond))
 	require.LessOrEqual(t, worst, 1500*time.Millisecond+path, "an event arrived more than 1.5 s and the host's %v after its due time", path)
 }
