@@ -106,8 +106,8 @@ func newSubAddCmd(conn *connFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "add ID --url URL [--secret whsec_...|--secret-file PATH|--secret-env NAME]",
-		Short: "Create or replace a subscriber",
-		Long: `Creates a subscriber, or replaces the one with the same ID. A running relay
+		Short: "Create a subscriber",
+		Long: `Creates a subscriber. A running relay
 picks the change up within a second, without a restart. The subscriber receives
 the events published after it was added whose type matches --events (NATS
 wildcards: video.* matches video.trending, video.> matches video.a.b; no
@@ -136,11 +136,12 @@ A URL on a loopback or private address (127.0.0.1, 10.0.0.5, localhost) is
 stored, with a note: a relay refuses to deliver there unless it runs with
 --allow-private-targets.
 
-Replacing a subscriber with another --url needs --force: an add repeated with
-an id already taken would otherwise send that subscriber's events elsewhere.
-To change some settings of a subscriber and keep the others, use relay sub
-update. Replacing keeps the subscriber's state: disabled, paused, and the old
-secrets of a rotation still in its grace.
+An id that exists is refused (exit 2) and changes nothing, so that an add
+repeated by a script never changes a secret the receiver holds nor sends the
+subscriber's events elsewhere: change some settings and keep the others with
+relay sub update. --force replaces it with what is given, a new secret
+included; replacing keeps the subscriber's state: disabled, paused, and the
+old secrets of a rotation still in its grace.
 
 --lane dedicated gives the subscriber a JetStream consumer of its own; at most
 ` + fmt.Sprint(subscribers.MaxDedicated) + ` subscribers may have one.`,
@@ -163,21 +164,21 @@ secrets of a rotation still in its grace.
 			}
 			var opts []subscribers.PutOption
 			if !force {
-				opts = append(opts, subscribers.SameURL())
+				opts = append(opts, subscribers.Create())
 			}
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				err := s.Put(ctx, sub, opts...)
-				var changed *subscribers.URLChangedError
+				var exists *subscribers.ExistsError
 				switch {
-				case err != nil && len(generated) > 0 && !errors.Is(err, subscribers.ErrInvalid) && !errors.As(err, &changed) &&
+				case err != nil && len(generated) > 0 && !errors.Is(err, subscribers.ErrInvalid) && !errors.As(err, &exists) &&
 					!errors.Is(err, subscribers.ErrTooManyDedicated):
 					// The write may have landed with its reply lost: then
 					// nobody but this command knows the secret.
 					printGenerated(cmd.OutOrStdout(), generated)
 					return fmt.Errorf("adding subscriber %s: %w; the key printed may or may not be stored: relay sub get %s shows whether it is", sub.ID, err, sub.ID)
-				case errors.As(err, &changed):
-					return usagef("subscriber %s exists with URL %s, not %s: add --force to replace it, or change only what you give with relay sub update %s",
-						sub.ID, subscribers.RedactURL(changed.Stored), subscribers.RedactURL(changed.Given), sub.ID)
+				case errors.As(err, &exists):
+					return usagef("%s: change what you give, keeping its secret, with relay sub update %s; or replace it, secret included, with --force",
+						exists, sub.ID)
 				case errors.Is(err, subscribers.ErrTooManyDedicated):
 					return usageError{err}
 				case err != nil:
@@ -197,7 +198,7 @@ secrets of a rotation still in its grace.
 	}
 	fl := cmd.Flags()
 	f.register(fl, true)
-	fl.BoolVar(&force, "force", false, "replace a subscriber stored with another --url")
+	fl.BoolVar(&force, "force", false, "replace a subscriber that exists, its secret included")
 	_ = cmd.MarkFlagRequired("url")
 	return cmd
 }

@@ -78,21 +78,22 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 type PutOption func(*putOptions)
 
 type putOptions struct {
-	sameURL bool
+	create bool
 }
 
-// SameURL makes [Store.Put] refuse, with a [*URLChangedError], to replace a
-// subscriber stored with another URL: `relay sub add` without --force, so
-// that an add repeated with a reused id or a stale URL does not silently
-// send someone else's events elsewhere. The URL is compared with the value
-// Put would replace, in the same compare-and-set, so that a concurrent
-// change of URL cannot slip in between the check and the write.
-func SameURL() PutOption {
-	return func(o *putOptions) { o.sameURL = true }
+// Create makes [Store.Put] refuse, with an [*ExistsError], to replace a
+// subscriber that exists: `relay sub add` without --force, so that an add
+// repeated by a provisioning script never changes a secret (the receiver
+// would reject every request signed with the new one) nor sends someone
+// else's events elsewhere. The check is made on the value Put would
+// replace, in the same compare-and-set, so that a subscriber added between
+// the check and the write is refused as well.
+func Create() PutOption {
+	return func(o *putOptions) { o.create = true }
 }
 
 // Put creates the subscriber or replaces the one with the same ID, as `relay
-// sub add` does. It applies [Subscriber.SetDefaults], then
+// sub add --force` does ([Create] refuses to replace). It applies [Subscriber.SetDefaults], then
 // [Subscriber.Validate], and stores nothing when the subscriber is invalid.
 //
 // Replacing keeps what belongs to the stored subscriber rather than to the
@@ -132,13 +133,13 @@ func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) erro
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
 			return err
 		}
+		if exists && o.create {
+			return &ExistsError{ID: sub.ID, URL: cur.URL}
+		}
 		if exists && cur.sealedWith != "" {
 			// Replacing it would drop the retired secrets it keeps signing
 			// with, which this store cannot read.
 			return cur.sealedError()
-		}
-		if exists && o.sameURL && cur.URL != sub.URL {
-			return &URLChangedError{ID: sub.ID, Stored: cur.URL, Given: sub.URL}
 		}
 		now := s.now().UTC()
 		next := sub.clone()
