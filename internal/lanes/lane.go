@@ -268,6 +268,14 @@ func (l *lane) scheduler(id string) *scheduler {
 	return s
 }
 
+// existing returns the subscriber's scheduler in the lane, nil when it has
+// none.
+func (l *lane) existing(id string) *scheduler {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.scheds[id]
+}
+
 // prune drops the idle schedulers of subscribers that are gone. It takes
 // dispatching first, as hold does: a scheduler that hold has just looked up
 // is idle until its offer, and dropped then it would take the delivery
