@@ -427,22 +427,49 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 }
 
 func newSubRmCmd(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm ID",
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "rm ID [--yes]",
 		Short: "Remove a subscriber and drop its queued, parked and scheduled deliveries",
-		Args:  exactArgs(1, "a subscriber ID"),
+		Long: `Removes a subscriber. Its deliveries have nowhere to go any more, so they are
+dropped: those queued or waiting in its overflow, those parked for a retry,
+those scheduled for later, and those a relay holds in memory. Dropped, not
+dead-lettered: no dead letter, no relay.delivery.dead event, no alert; this
+command prints how many it dropped, and each relay counts those it held in
+relay_deliveries_removed_total.
+
+When deliveries wait, it removes nothing without --yes: it says how many
+would be dropped and exits 2, as relay dlq purge does. To keep them, pause the
+subscriber instead (relay sub pause), or change its URL (relay sub update).`,
+		Example: `  relay sub rm demo
+  relay sub rm demo --yes`,
+		Args: exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
+				if !yes {
+					if _, err := s.Get(ctx, id); err != nil && !errors.Is(err, subscribers.ErrCorrupt) {
+						return notFound(err, id)
+					}
+					w, err := waiting(ctx, js, id)
+					if err != nil {
+						return err
+					}
+					if n := w.queued + w.parked + w.scheduled; n > 0 {
+						return usagef("subscriber %s has %d deliveries waiting (%d queued, %d parked, %d scheduled): add --yes to remove it and drop them (they are not dead-lettered), or pause it with relay sub pause %s",
+							id, n, w.queued, w.parked, w.scheduled, id)
+					}
+				}
 				if err := s.Delete(ctx, id); err != nil {
 					return err
 				}
 				// Its deliveries have nowhere to go any more; leaving them
-				// would hold stream space for ever, and a lane would take
-				// each for unroutable.
+				// would hold stream space for ever. What a relay holds, or
+				// brings back later, it drops as well (its subscriber was
+				// removed), never as a dead letter.
 				n, err := purgeQueues(ctx, js, id)
 				if err != nil {
-					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s again): %w", id, id, err)
+					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s --yes again): %w", id, id, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued, %d parked and %d scheduled deliveries dropped\n",
 					id, n.queued, n.parked, n.scheduled)
@@ -457,35 +484,63 @@ func newSubRmCmd(conn *connFlags) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "remove it even though deliveries wait, and drop them")
+	return cmd
 }
 
-// dropped is what [purgeQueues] dropped of a removed subscriber.
+// dropped is what [purgeQueues] dropped of a removed subscriber, or what
+// [waiting] found it would.
 type dropped struct {
 	queued, parked, scheduled uint64
 }
 
-// purgeQueues drops a removed subscriber's deliveries: those queued on its
-// lane or waiting in its overflow (deliveries.*.<id>), those parked for a
-// retry (retries.wait.<id>.> and retries.due.<id>), and those scheduled
-// until their Relay-Deliver-At (retries.at.<id>.>), which would otherwise
-// come back when due to be dead-lettered as unroutable. It returns how many
-// of each it dropped.
+// queueSubjects are the subjects that hold a subscriber's deliveries: those
+// queued on its lane or waiting in its overflow (deliveries.*.<id>), those
+// parked for a retry (retries.wait.<id>.> and retries.due.<id>), and those
+// scheduled until their Relay-Deliver-At (retries.at.<id>.>), with the
+// count of [dropped] each adds to.
+func queueSubjects(id string, d *dropped) []struct {
+	stream, subject string
+	count           *uint64
+} {
+	return []struct {
+		stream, subject string
+		count           *uint64
+	}{
+		{streams.Deliveries, streams.SubscriberDeliveries(id), &d.queued},
+		{streams.Retries, streams.RetryWaitPrefix + id + ".>", &d.parked},
+		{streams.Retries, streams.RetryDuePrefix + id, &d.parked},
+		{streams.Retries, streams.RetryAtPrefix + id + ".>", &d.scheduled},
+	}
+}
+
+// waiting counts a subscriber's deliveries without dropping any.
+func waiting(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
+	var d dropped
+	for _, q := range queueSubjects(id, &d) {
+		stream, err := js.Stream(ctx, q.stream)
+		if err != nil {
+			return d, err
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(q.subject))
+		if err != nil {
+			return d, err
+		}
+		for _, c := range info.State.Subjects {
+			*q.count += c
+		}
+	}
+	return d, nil
+}
+
+// purgeQueues drops a removed subscriber's deliveries (see
+// [queueSubjects]), which would otherwise come back when due to be
+// dropped by a relay one by one. It returns how many of each it dropped.
 func purgeQueues(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
 	var d dropped
-	var err error
-	if d.queued, err = purgeSubjects(ctx, js, streams.Deliveries, streams.SubscriberDeliveries(id)); err != nil {
-		return d, err
-	}
-	for _, p := range []struct {
-		subject string
-		count   *uint64
-	}{
-		{streams.RetryWaitPrefix + id + ".>", &d.parked},
-		{streams.RetryDuePrefix + id, &d.parked},
-		{streams.RetryAtPrefix + id + ".>", &d.scheduled},
-	} {
-		n, err := purgeSubjects(ctx, js, streams.Retries, p.subject)
-		*p.count += n
+	for _, q := range queueSubjects(id, &d) {
+		n, err := purgeSubjects(ctx, js, q.stream, q.subject)
+		*q.count += n
 		if err != nil {
 			return d, err
 		}

@@ -290,10 +290,10 @@ func TestPermissionsOfTheDocRunEveryCommand(t *testing.T) {
 	admin("sub", "pause", "ok")
 	publish(t, js, "note.held", "evt_4", []byte(`{"n":4}`))
 	await(func() bool { return detail("ok").Pending == 1 }, "ok's delivery is not held")
-	if out := admin("sub", "rm", "ok"); !strings.Contains(out, "1 queued, 0 parked and 0 scheduled") {
+	if out := admin("sub", "rm", "ok", "--yes"); !strings.Contains(out, "1 queued, 0 parked and 0 scheduled") {
 		t.Fatalf("relay sub rm ok: %s", out)
 	}
-	if out := admin("sub", "rm", "flaky"); !strings.Contains(out, "0 queued, 2 parked and 0 scheduled") {
+	if out := admin("sub", "rm", "flaky", "--yes"); !strings.Contains(out, "0 queued, 2 parked and 0 scheduled") {
 		t.Fatalf("relay sub rm flaky: %s", out)
 	}
 	// The relay deletes the dedicated lane of a removed subscriber.

@@ -73,6 +73,7 @@
 //	Pulled           Scheduled   copy to RETRIES, then ack  the retry mover, at its due time
 //	Pulled, Held     InOverflow  copy to overflow, then ack its scheduler's refill
 //	any              Dead        copy to the DLQ, then term an operator (relay dlq replay)
+//	Pulled, Held     Removed     term                       nobody (its subscriber was removed)
 //	any              HandedBack  nak, with a delay or none  JetStream, to the next pull
 //	any              LetGo       none                       JetStream, once its ack wait ends
 //

@@ -298,7 +298,7 @@ func (m *manager) sweep(ctx context.Context) {
 			}
 			continue
 		}
-		switch present, err := m.env.lookup(ctx, id, 0); {
+		switch present, _, err := m.env.lookup(ctx, id, 0); {
 		case err != nil || present:
 			m.env.logOnce("sweep."+id, "lanes: a backlog waits for a subscriber this relay cannot use", "subscriber", id, "waiting", backlogs[id])
 		default:

@@ -435,6 +435,25 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	}
 }
 
+// Removed reports whether the subscriber with the given id was removed with
+// [Store.Delete] and not added again: its key's last record is the marker
+// Delete leaves. An id that never was reports false, so that the lanes can
+// drop the deliveries of a removed subscriber, as relay sub rm asks, and
+// still dead-letter those of an id nobody added.
+func (s *Store) Removed(ctx context.Context, id string) (bool, error) {
+	// A direct get, as the bucket's own Get makes: it reads the marker,
+	// which Get reports as no key at all.
+	last, found, err := streams.Get(ctx, s.nc, "KV_"+streams.SubscribersBucket, streams.DirectGet{LastBySubj: "$KV." + streams.SubscribersBucket + "." + id})
+	if err != nil {
+		return false, fmt.Errorf("subscribers: reading %s: %w", id, err)
+	}
+	if !found {
+		return false, nil
+	}
+	op := last.Header.Get("KV-Operation")
+	return op == "PURGE" || op == "DEL", nil
+}
+
 // SetDisabled disables the subscriber with the given id, saying why, or
 // enables it again (the reason is then cleared). The relay disables a
 // subscriber that answers 410 Gone; `relay sub enable|disable` call it too.
