@@ -399,6 +399,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("max attempts", sub.MaxAttempts)
 				row("timeout", sub.Timeout)
 				row("retry", fmt.Sprintf("base %s, max %s", sub.RetryBase, sub.RetryMax))
+				if len(sub.RetryStatus) > 0 {
+					row("retry status", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sub.RetryStatus)), ","), "[]"))
+				}
 				row("max in flight", sub.MaxInFlight)
 				row("max backlog", sub.Backlog())
 				row("breaker", breakerString(sub))

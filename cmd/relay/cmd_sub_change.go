@@ -29,9 +29,12 @@ func newSubUpdateCmd(conn *connFlags) *cobra.Command {
 		Use:   "update ID [flags]",
 		Short: "Change some settings of a subscriber and keep the others",
 		Long: `Changes the settings given as flags (the same flags as relay sub add) and keeps
-every other one, then checks the result as relay sub add does. --events, --header
-and the secret flags replace the whole list they set (--events '' for every
-event, --filter '' for no content filter); --burst is kept unless given. To change the secret with a grace period
+every other one, then checks the result as relay sub add does. --events, --header,
+--retry-status and the secret flags replace the whole list they set (--events ''
+for every event, --filter '' for no content filter, --retry-status '' for none).
+--rate moves a burst that was never given with it (a subscriber added with --rate
+50 and no --burst has a burst of 5 after --rate 5, and the command says so); a
+burst given with --burst is kept. To change the secret with a grace period
 during which the old one still signs, use relay sub rotate-secret instead.
 
 --signing keeps the keys of a kind still in use, generates one for a kind newly
@@ -77,6 +80,10 @@ without a rejected request, go through --signing both.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", id, summary(sub), generatedNote(f.generated))
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
+				}
+				if f.burstFollowed && f.burstWas != sub.Burst {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: its burst followed the rate, from %d to %d (--burst N sets one of its own, which a change of the rate keeps)\n",
+						f.burstWas, sub.Burst)
 				}
 				if cmd.Flags().Changed("url") {
 					warnPrivate(cmd.ErrOrStderr(), sub.URL)

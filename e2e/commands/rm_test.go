@@ -46,8 +46,8 @@ func TestSubRmDropsWhatARelayHoldsWithoutDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 0 {
-		t.Fatalf("%d dead letters of the removed subscriber; want none", info.State.Msgs)
+	if len(info.State.Subjects) != 0 {
+		t.Fatalf("dead letters of the removed subscriber: %v; want none", info.State.Subjects)
 	}
 }
 
