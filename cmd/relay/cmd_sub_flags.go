@@ -109,6 +109,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 				return nil, "", usagef("--events %s: filters are event types, the subject after events. (this one matches only events.%s); give %s",
 					part, part, rest)
 			}
+			if err := subscribers.ValidateReservedFilter(part); part != "" && err != nil {
+				return nil, "", validationErr(err)
+			}
 			if part != "" {
 				events = append(events, part)
 			}

@@ -106,3 +106,19 @@ func TestSubUpdateRateMovesABurstNeverGiven(t *testing.T) {
 		t.Fatalf("relay sub update --rate 5 of a given burst: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// TestEventsRelayStarMatchesNothingAndSaysSo: relay.* has two tokens and
+// every operational event type three: relay sub add refuses it, pointing
+// to relay.>, and stores nothing.
+func TestEventsRelayStarMatchesNothingAndSaysSo(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	code, out, errOut := relayCmd(t, "sub", "add", "ops", "--nats", n.URL, "--url", "https://example.com/", "--secret", testSecret, "--events", "order.*,relay.*")
+	if code != 2 || out != "" || !strings.Contains(errOut, "relay.*") || !strings.Contains(errOut, "relay.>") || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("--events relay.*: exit %d, stdout %q, stderr %q; want 2 and one line pointing to relay.>", code, out, errOut)
+	}
+	if code, _, _ := relayCmd(t, "sub", "get", "ops", "--nats", n.URL); code == 0 {
+		t.Fatal("the refused subscriber was stored")
+	}
+	mustRelay(t, "sub", "add", "ops", "--nats", n.URL, "--url", "https://example.com/", "--secret", testSecret, "--events", "relay.>")
+}
