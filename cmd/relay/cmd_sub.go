@@ -380,6 +380,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("id", sub.ID)
 				row("url", sub.URL)
 				row("state", stateString(sub, time.Now()))
+				if sub.Disabled {
+					row("new events", "not copied while it is disabled, and never delivered; what was queued before is held until relay sub enable")
+				}
 				row("signing", shown.Signing)
 				row("secrets", strings.Join(sub.Secrets, " "))
 				for _, p := range sub.PreviousSecrets {
@@ -587,13 +590,22 @@ func purgeSubjects(ctx context.Context, js jetstream.JetStream, name, filter str
 }
 
 func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command {
-	short := "Resume deliveries to a subscriber"
+	short := "Enable a subscriber: it gets new events again, and what it holds is delivered"
+	long := `Enables a subscriber that relay sub disable, or a 410 Gone, disabled: it gets a
+copy of the events published from now on, and what was queued for it before it
+was disabled is delivered. The events published while it was disabled were not
+copied to it and are not delivered (relay sub pause holds those instead).`
 	if disable {
-		short = "Hold deliveries to a subscriber until it is enabled again"
+		short = "Disable a subscriber: new events are not copied to it until it is enabled again"
+		long = `Disables a subscriber: events published while it is disabled are
+not copied to it, and are never delivered to it, even after relay sub enable;
+what was queued for it before waits, held, and is delivered once it is enabled.
+To hold the new events as well and deliver them later, use relay sub pause.`
 	}
 	return &cobra.Command{
 		Use:   verb + " ID",
 		Short: short,
+		Long:  long,
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -605,7 +617,11 @@ func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command 
 				if err := s.SetDisabled(ctx, id, disable, reason); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s %sd\n", id, verb)
+				if disable {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s disabled: new events are not copied to it until relay sub enable %s (relay sub pause would hold them)\n", id, id)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s enabled\n", id)
+				}
 				return nil
 			})
 		},

@@ -464,10 +464,10 @@ func formatAge(d time.Duration) string {
 // hint is the advice of [Subscriber.Hint] for row: its pending deliveries,
 // and its parked ones where they were counted, against its --max-backlog
 // (the fan-out is shedding its copies); an open circuit, which relay sub
-// resume closes; and, for a subscriber neither paused nor broken, its
-// backlog against its rate, which a lane of its own may help. The backlog
-// of a pause or an open circuit is theirs, not its rate's, and gets no
-// advice about lanes.
+// resume closes; a disabled subscriber, which gets no copy of new events;
+// and, for a subscriber neither paused nor broken, its backlog against its
+// rate, which a lane of its own may help. The backlog of a pause or an
+// open circuit is theirs, not its rate's, and gets no advice about lanes.
 func hint(row Subscriber) string {
 	backlog := float64(row.Pending)
 	if row.Parked != nil {
@@ -479,7 +479,7 @@ func hint(row Subscriber) string {
 	}
 	switch {
 	case row.State == Disabled:
-		return ""
+		return fmt.Sprintf("disabled: new events are not copied to it; what waits is held until relay sub enable %s", row.ID)
 	case row.Circuit != ratelimit.Closed && row.Circuit != "":
 		// Its backlog is the open circuit's, not its rate's: a lane of
 		// its own would not move it.

@@ -430,7 +430,7 @@ func TestHintAboutLanesOnlyForABacklogItsRateMakes(t *testing.T) {
 			"its circuit is half-open: once its receiver answers (relay sub test slow), relay sub resume slow closes it"},
 		{"a Retry-After pause", func(r *Subscriber) { r.State, r.PauseReason = Paused, ByRetryAfter }, ""},
 		{"an operator's pause", func(r *Subscriber) { r.State, r.PauseReason = Paused, ByOperator }, ""},
-		{"disabled", func(r *Subscriber) { r.State = Disabled }, ""},
+		{"disabled", func(r *Subscriber) { r.State = Disabled }, "disabled: new events are not copied to it; what waits is held until relay sub enable slow"},
 	} {
 		row := base
 		tt.change(&row)
