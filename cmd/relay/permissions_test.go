@@ -374,10 +374,12 @@ func TestPermissionRefusedIsNamedAtOnce(t *testing.T) {
 		refused    string
 	}{
 		{"status as the publisher", "publisher", []string{"status"}, `publish to "$JS.API.STREAM.INFO.KV_relay_subscribers"`},
-		{"status as relay-admin", "relay-admin", []string{"status"}, `publish to "$JS.API.STREAM.INFO.KV_relay_ratelimit"`},
+		// relay-admin reads relay_ratelimit for relay sub resume, not
+		// EVENTS.
+		{"status as relay-admin", "relay-admin", []string{"status"}, `publish to "$JS.API.STREAM.INFO.EVENTS"`},
 		// A frame of --watch that fails is reported and the next one
 		// drawn; a refusal ends the watch.
-		{"status --watch as relay-admin", "relay-admin", []string{"status", "--watch", "--interval", "100ms"}, `publish to "$JS.API.STREAM.INFO.KV_relay_ratelimit"`},
+		{"status --watch as relay-admin", "relay-admin", []string{"status", "--watch", "--interval", "100ms"}, `publish to "$JS.API.STREAM.INFO.EVENTS"`},
 		{"sub add as relay-status", "relay-status", []string{"sub", "add", "demo", "--url", "https://example.com/hook", "--secret", testSecret}, `publish to "$KV.relay_subscribers.demo"`},
 		{"dlq ls as relay-status", "relay-status", []string{"dlq", "ls"}, `publish to "$JS.API.CONSUMER.CREATE.DLQ.`},
 		{"dlq purge as relay-status", "relay-status", []string{"dlq", "purge", "--yes"}, `publish to "$JS.API.STREAM.PURGE.DLQ"`},

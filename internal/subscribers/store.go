@@ -441,16 +441,20 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 // drop the deliveries of a removed subscriber, as relay sub rm asks, and
 // still dead-letter those of an id nobody added.
 func (s *Store) Removed(ctx context.Context, id string) (bool, error) {
-	// A direct get, as the bucket's own Get makes: it reads the marker,
-	// which Get reports as no key at all.
-	last, found, err := streams.Get(ctx, s.nc, "KV_"+streams.SubscribersBucket, streams.DirectGet{LastBySubj: "$KV." + streams.SubscribersBucket + "." + id})
+	// The direct get the bucket's own Get makes, by the key's subject (the
+	// same permission): it reads the marker, which Get reports as no key.
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+streams.SubscribersBucket+".$KV."+streams.SubscribersBucket+"."+id, nil)
 	if err != nil {
 		return false, fmt.Errorf("subscribers: reading %s: %w", id, err)
 	}
-	if !found {
+	switch status := m.Header.Get(streams.HeaderStatus); status {
+	case "":
+	case "404":
 		return false, nil
+	default:
+		return false, fmt.Errorf("subscribers: reading %s: status %s %s", id, status, m.Header.Get(streams.HeaderDescription))
 	}
-	op := last.Header.Get("KV-Operation")
+	op := m.Header.Get("KV-Operation")
 	return op == "PURGE" || op == "DEL", nil
 }
 
