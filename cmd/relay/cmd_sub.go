@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -403,7 +404,11 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("timeout", sub.Timeout)
 				row("retry", fmt.Sprintf("base %s, max %s", sub.RetryBase, sub.RetryMax))
 				if len(sub.RetryStatus) > 0 {
-					row("retry status", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sub.RetryStatus)), ","), "[]"))
+					codes := make([]string, len(sub.RetryStatus))
+					for i, c := range sub.RetryStatus {
+						codes[i] = strconv.Itoa(c)
+					}
+					row("retry status", strings.Join(codes, ","))
 				}
 				row("max in flight", sub.MaxInFlight)
 				row("max backlog", sub.Backlog())
