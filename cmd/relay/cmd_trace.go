@@ -144,7 +144,8 @@ func subscriberStates(ctx context.Context, conn *connFlags, js jetstream.JetStre
 			if removed, err := store.Removed(ctx, d.Subscriber); err == nil && removed {
 				d.State, d.Until, d.Why = attempts.StateRemoved, time.Time{}, "its subscriber was removed (relay sub rm): dropped, not dead-lettered"
 			}
-		case err != nil:
+		case err != nil, sub.SealedWith() != "":
+			// Unknown, or held for a key not given: relay status says so.
 		case sub.Disabled:
 			d.Why += "; its subscriber is disabled: held until relay sub enable " + d.Subscriber
 		case sub.PausedAt(now):
