@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -106,8 +107,8 @@ func newSubAddCmd(conn *connFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "add ID --url URL [--secret whsec_...|--secret-file PATH|--secret-env NAME]",
-		Short: "Create or replace a subscriber",
-		Long: `Creates a subscriber, or replaces the one with the same ID. A running relay
+		Short: "Create a subscriber",
+		Long: `Creates a subscriber. A running relay
 picks the change up within a second, without a restart. The subscriber receives
 the events published after it was added whose type matches --events (NATS
 wildcards: video.* matches video.trending, video.> matches video.a.b; no
@@ -136,11 +137,12 @@ A URL on a loopback or private address (127.0.0.1, 10.0.0.5, localhost) is
 stored, with a note: a relay refuses to deliver there unless it runs with
 --allow-private-targets.
 
-Replacing a subscriber with another --url needs --force: an add repeated with
-an id already taken would otherwise send that subscriber's events elsewhere.
-To change some settings of a subscriber and keep the others, use relay sub
-update. Replacing keeps the subscriber's state: disabled, paused, and the old
-secrets of a rotation still in its grace.
+An id that exists is refused (exit 2) and changes nothing, so that an add
+repeated by a script never changes a secret the receiver holds nor sends the
+subscriber's events elsewhere: change some settings and keep the others with
+relay sub update. --force replaces it with what is given, a new secret
+included; replacing keeps the subscriber's state: disabled, paused, and the
+old secrets of a rotation still in its grace.
 
 --lane dedicated gives the subscriber a JetStream consumer of its own; at most
 ` + fmt.Sprint(subscribers.MaxDedicated) + ` subscribers may have one.`,
@@ -163,21 +165,21 @@ secrets of a rotation still in its grace.
 			}
 			var opts []subscribers.PutOption
 			if !force {
-				opts = append(opts, subscribers.SameURL())
+				opts = append(opts, subscribers.Create())
 			}
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				err := s.Put(ctx, sub, opts...)
-				var changed *subscribers.URLChangedError
+				var exists *subscribers.ExistsError
 				switch {
-				case err != nil && len(generated) > 0 && !errors.Is(err, subscribers.ErrInvalid) && !errors.As(err, &changed) &&
+				case err != nil && len(generated) > 0 && !errors.Is(err, subscribers.ErrInvalid) && !errors.As(err, &exists) &&
 					!errors.Is(err, subscribers.ErrTooManyDedicated):
 					// The write may have landed with its reply lost: then
 					// nobody but this command knows the secret.
 					printGenerated(cmd.OutOrStdout(), generated)
 					return fmt.Errorf("adding subscriber %s: %w; the key printed may or may not be stored: relay sub get %s shows whether it is", sub.ID, err, sub.ID)
-				case errors.As(err, &changed):
-					return usagef("subscriber %s exists with URL %s, not %s: add --force to replace it, or change only what you give with relay sub update %s",
-						sub.ID, subscribers.RedactURL(changed.Stored), subscribers.RedactURL(changed.Given), sub.ID)
+				case errors.As(err, &exists):
+					return usagef("%s: change what you give, keeping its secret, with relay sub update %s; or replace it, secret included, with --force",
+						exists, sub.ID)
 				case errors.Is(err, subscribers.ErrTooManyDedicated):
 					return usageError{err}
 				case err != nil:
@@ -197,7 +199,7 @@ secrets of a rotation still in its grace.
 	}
 	fl := cmd.Flags()
 	f.register(fl, true)
-	fl.BoolVar(&force, "force", false, "replace a subscriber stored with another --url")
+	fl.BoolVar(&force, "force", false, "replace a subscriber that exists, its secret included")
 	_ = cmd.MarkFlagRequired("url")
 	return cmd
 }
@@ -379,6 +381,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("id", sub.ID)
 				row("url", sub.URL)
 				row("state", stateString(sub, time.Now()))
+				if sub.Disabled {
+					row("new events", "not copied while it is disabled, and never delivered; what was queued before is held until relay sub enable")
+				}
 				row("signing", shown.Signing)
 				row("secrets", strings.Join(sub.Secrets, " "))
 				for _, p := range sub.PreviousSecrets {
@@ -398,6 +403,13 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("max attempts", sub.MaxAttempts)
 				row("timeout", sub.Timeout)
 				row("retry", fmt.Sprintf("base %s, max %s", sub.RetryBase, sub.RetryMax))
+				if len(sub.RetryStatus) > 0 {
+					codes := make([]string, len(sub.RetryStatus))
+					for i, c := range sub.RetryStatus {
+						codes[i] = strconv.Itoa(c)
+					}
+					row("retry status", strings.Join(codes, ","))
+				}
 				row("max in flight", sub.MaxInFlight)
 				row("max backlog", sub.Backlog())
 				row("breaker", breakerString(sub))
@@ -426,22 +438,49 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 }
 
 func newSubRmCmd(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm ID",
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "rm ID [--yes]",
 		Short: "Remove a subscriber and drop its queued, parked and scheduled deliveries",
-		Args:  exactArgs(1, "a subscriber ID"),
+		Long: `Removes a subscriber. Its deliveries have nowhere to go any more, so they are
+dropped: those queued or waiting in its overflow, those parked for a retry,
+those scheduled for later, and those a relay holds in memory. Dropped, not
+dead-lettered: no dead letter, no relay.delivery.dead event, no alert; this
+command prints how many it dropped, and each relay counts those it held in
+relay_deliveries_removed_total.
+
+When deliveries wait, it removes nothing without --yes: it says how many
+would be dropped and exits 2, as relay dlq purge does. To keep them, pause the
+subscriber instead (relay sub pause), or change its URL (relay sub update).`,
+		Example: `  relay sub rm demo
+  relay sub rm demo --yes`,
+		Args: exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
+				if !yes {
+					if _, err := s.Get(ctx, id); err != nil && !errors.Is(err, subscribers.ErrCorrupt) {
+						return notFound(err, id)
+					}
+					w, err := waiting(ctx, js, id)
+					if err != nil {
+						return err
+					}
+					if n := w.queued + w.parked + w.scheduled; n > 0 {
+						return usagef("subscriber %s has %d deliveries waiting (%d queued, %d parked, %d scheduled): add --yes to remove it and drop them (they are not dead-lettered), or pause it with relay sub pause %s",
+							id, n, w.queued, w.parked, w.scheduled, id)
+					}
+				}
 				if err := s.Delete(ctx, id); err != nil {
 					return err
 				}
 				// Its deliveries have nowhere to go any more; leaving them
-				// would hold stream space for ever, and a lane would take
-				// each for unroutable.
+				// would hold stream space for ever. What a relay holds, or
+				// brings back later, it drops as well (its subscriber was
+				// removed), never as a dead letter.
 				n, err := purgeQueues(ctx, js, id)
 				if err != nil {
-					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s again): %w", id, id, err)
+					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s --yes again): %w", id, id, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued, %d parked and %d scheduled deliveries dropped\n",
 					id, n.queued, n.parked, n.scheduled)
@@ -456,35 +495,63 @@ func newSubRmCmd(conn *connFlags) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "remove it even though deliveries wait, and drop them")
+	return cmd
 }
 
-// dropped is what [purgeQueues] dropped of a removed subscriber.
+// dropped is what [purgeQueues] dropped of a removed subscriber, or what
+// [waiting] found it would.
 type dropped struct {
 	queued, parked, scheduled uint64
 }
 
-// purgeQueues drops a removed subscriber's deliveries: those queued on its
-// lane or waiting in its overflow (deliveries.*.<id>), those parked for a
-// retry (retries.wait.<id>.> and retries.due.<id>), and those scheduled
-// until their Relay-Deliver-At (retries.at.<id>.>), which would otherwise
-// come back when due to be dead-lettered as unroutable. It returns how many
-// of each it dropped.
+// queueSubjects are the subjects that hold a subscriber's deliveries: those
+// queued on its lane or waiting in its overflow (deliveries.*.<id>), those
+// parked for a retry (retries.wait.<id>.> and retries.due.<id>), and those
+// scheduled until their Relay-Deliver-At (retries.at.<id>.>), with the
+// count of [dropped] each adds to.
+func queueSubjects(id string, d *dropped) []struct {
+	stream, subject string
+	count           *uint64
+} {
+	return []struct {
+		stream, subject string
+		count           *uint64
+	}{
+		{streams.Deliveries, streams.SubscriberDeliveries(id), &d.queued},
+		{streams.Retries, streams.RetryWaitPrefix + id + ".>", &d.parked},
+		{streams.Retries, streams.RetryDuePrefix + id, &d.parked},
+		{streams.Retries, streams.RetryAtPrefix + id + ".>", &d.scheduled},
+	}
+}
+
+// waiting counts a subscriber's deliveries without dropping any.
+func waiting(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
+	var d dropped
+	for _, q := range queueSubjects(id, &d) {
+		stream, err := js.Stream(ctx, q.stream)
+		if err != nil {
+			return d, err
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(q.subject))
+		if err != nil {
+			return d, err
+		}
+		for _, c := range info.State.Subjects {
+			*q.count += c
+		}
+	}
+	return d, nil
+}
+
+// purgeQueues drops a removed subscriber's deliveries (see
+// [queueSubjects]), which would otherwise come back when due to be
+// dropped by a relay one by one. It returns how many of each it dropped.
 func purgeQueues(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
 	var d dropped
-	var err error
-	if d.queued, err = purgeSubjects(ctx, js, streams.Deliveries, streams.SubscriberDeliveries(id)); err != nil {
-		return d, err
-	}
-	for _, p := range []struct {
-		subject string
-		count   *uint64
-	}{
-		{streams.RetryWaitPrefix + id + ".>", &d.parked},
-		{streams.RetryDuePrefix + id, &d.parked},
-		{streams.RetryAtPrefix + id + ".>", &d.scheduled},
-	} {
-		n, err := purgeSubjects(ctx, js, streams.Retries, p.subject)
-		*p.count += n
+	for _, q := range queueSubjects(id, &d) {
+		n, err := purgeSubjects(ctx, js, q.stream, q.subject)
+		*q.count += n
 		if err != nil {
 			return d, err
 		}
@@ -528,13 +595,22 @@ func purgeSubjects(ctx context.Context, js jetstream.JetStream, name, filter str
 }
 
 func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command {
-	short := "Resume deliveries to a subscriber"
+	short := "Enable a subscriber: it gets new events again, and what it holds is delivered"
+	long := `Enables a subscriber that relay sub disable, or a 410 Gone, disabled: it gets a
+copy of the events published from now on, and what was queued for it before it
+was disabled is delivered. The events published while it was disabled were not
+copied to it and are not delivered (relay sub pause holds those instead).`
 	if disable {
-		short = "Hold deliveries to a subscriber until it is enabled again"
+		short = "Disable a subscriber: new events are not copied to it until it is enabled again"
+		long = `Disables a subscriber: events published while it is disabled are
+not copied to it, and are never delivered to it, even after relay sub enable;
+what was queued for it before waits, held, and is delivered once it is enabled.
+To hold the new events as well and deliver them later, use relay sub pause.`
 	}
 	return &cobra.Command{
 		Use:   verb + " ID",
 		Short: short,
+		Long:  long,
 		Args:  exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -546,7 +622,11 @@ func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command 
 				if err := s.SetDisabled(ctx, id, disable, reason); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s %sd\n", id, verb)
+				if disable {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s disabled: new events are not copied to it until relay sub enable %s (relay sub pause would hold them)\n", id, id)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s enabled\n", id)
+				}
 				return nil
 			})
 		},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/relay-dev/relay/internal/deliver"
+	"github.com/relay-dev/relay/internal/ratelimit"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
 
@@ -27,9 +29,12 @@ func newSubUpdateCmd(conn *connFlags) *cobra.Command {
 		Use:   "update ID [flags]",
 		Short: "Change some settings of a subscriber and keep the others",
 		Long: `Changes the settings given as flags (the same flags as relay sub add) and keeps
-every other one, then checks the result as relay sub add does. --events, --header
-and the secret flags replace the whole list they set (--events '' for every
-event, --filter '' for no content filter); --burst is kept unless given. To change the secret with a grace period
+every other one, then checks the result as relay sub add does. --events, --header,
+--retry-status and the secret flags replace the whole list they set (--events ''
+for every event, --filter '' for no content filter, --retry-status '' for none).
+--rate moves a burst that was never given with it (a subscriber added with --rate
+50 and no --burst has a burst of 5 after --rate 5, and the command says so); a
+burst given with --burst is kept. To change the secret with a grace period
 during which the old one still signs, use relay sub rotate-secret instead.
 
 --signing keeps the keys of a kind still in use, generates one for a kind newly
@@ -75,6 +80,10 @@ without a rejected request, go through --signing both.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", id, summary(sub), generatedNote(f.generated))
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
+				}
+				if f.burstFollowed && f.burstWas != sub.Burst {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: its burst followed the rate, from %d to %d (--burst N sets one of its own, which a change of the rate keeps)\n",
+						f.burstWas, sub.Burst)
 				}
 				if cmd.Flags().Changed("url") {
 					warnPrivate(cmd.ErrOrStderr(), sub.URL)
@@ -262,22 +271,48 @@ func parseUntil(s string, now time.Time) (time.Time, error) {
 func newSubResumeCmd(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume ID",
-		Short: "End a subscriber's pause: what it holds is delivered at once",
-		Args:  exactArgs(1, "a subscriber ID"),
+		Short: "End a subscriber's pause and close its circuit: what it holds is delivered at once",
+		Long: `Ends an operator's pause (relay sub pause), a pause a Retry-After asked for,
+and an open circuit, on every relay within a second: what the subscriber holds
+is delivered at once, the first delivery alone after an open circuit, and the
+next cool-down starts again from the shortest. Use it once the receiver is
+fixed (relay sub test shows it answers), rather than wait for the breaker's
+next probe, which may be up to 15 minutes away. relay status shows the circuit
+closed.`,
+		Args: exactArgs(1, "a subscriber ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
 				was, err := s.Resume(ctx, id)
 				if err != nil {
 					return notFound(err, id)
 				}
-				if was {
-					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s resumed\n", id)
-				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s was not paused\n", id)
+				flow, err := ratelimit.Reset(ctx, js, id)
+				if err != nil {
+					return fmt.Errorf("subscriber %s: its pause or circuit was not reset (run relay sub resume %s again): %w", id, id, err)
 				}
+				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s %s\n", id, resumed(was, flow, time.Now()))
 				return nil
 			})
 		},
 	}
+}
+
+// resumed says what relay sub resume ended: the operator's pause (paused),
+// and what the subscriber's flow-control entry held before it was reset.
+func resumed(paused bool, flow ratelimit.State, now time.Time) string {
+	var ended []string
+	if paused {
+		ended = append(ended, "its pause ended")
+	}
+	if now.Before(flow.PausedUntil) {
+		ended = append(ended, "the pause its Retry-After asked for (until "+flow.PausedUntil.UTC().Format(time.RFC3339)+") ended")
+	}
+	if c := flow.CircuitAt(now); c != ratelimit.Closed {
+		ended = append(ended, "its circuit closed (it was "+string(c)+")")
+	}
+	if len(ended) == 0 {
+		return "was not paused, and its circuit is closed"
+	}
+	return "resumed: " + strings.Join(ended, "; ")
 }

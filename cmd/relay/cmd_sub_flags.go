@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ type subFlags struct {
 	deadline    time.Duration
 	headers     []string
 	lane        string
+	retryStatus []string
 	oauth2      oauth2Flags
 	tls         tlsFlags
 
@@ -45,6 +47,11 @@ type subFlags struct {
 	// for the command to print: a "whsec_" secret, or a "whsk_" key whose
 	// public key is printed.
 	generated []string
+	// burstFollowed says that the last application of a change moved the
+	// burst with the rate (see [subscribers.Subscriber.SetRate]), from
+	// burstWas.
+	burstFollowed bool
+	burstWas      int
 }
 
 // register defines the flags on fs. With defaults (add) the help shows
@@ -72,6 +79,7 @@ func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.DurationVar(&f.deadline, "deadline-after", 0, "default deadline of an event without its own Relay-Deadline, from its due time (0: none)")
 	fs.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
 	fs.StringVar(&f.lane, "lane", shown(defaults, "shared"), "shared or dedicated")
+	fs.StringSliceVar(&f.retryStatus, "retry-status", nil, "statuses final by default to retry as a 5xx is, such as 401,403,404 (none: every 4xx but 408, 425 and 429 is final)")
 	f.oauth2.register(fs)
 	f.tls.register(fs)
 }
@@ -100,6 +108,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 			if rest, ok := strings.CutPrefix(part, "events."); ok {
 				return nil, "", usagef("--events %s: filters are event types, the subject after events. (this one matches only events.%s); give %s",
 					part, part, rest)
+			}
+			if err := subscribers.ValidateReservedFilter(part); part != "" && err != nil {
+				return nil, "", validationErr(err)
 			}
 			if part != "" {
 				events = append(events, part)
@@ -149,6 +160,23 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	if given("burst") && f.burst < 0 {
 		return nil, "", usagef("--burst: must not be negative, got %d", f.burst)
 	}
+	var retryStatus []int
+	for _, part := range f.retryStatus {
+		for _, code := range strings.Split(part, ",") {
+			code = strings.TrimSpace(code)
+			if code == "" {
+				continue
+			}
+			n, err := strconv.Atoi(code)
+			if err != nil {
+				return nil, "", usagef("--retry-status: must be HTTP statuses, comma separated, such as 401,403,404, got %q", code)
+			}
+			retryStatus = append(retryStatus, n)
+		}
+	}
+	if err := subscribers.ValidateRetryStatus(retryStatus); err != nil {
+		return nil, "", validationErr(err)
+	}
 	keys, secretFlag, err := f.keys(fs)
 	if err != nil {
 		return nil, "", err
@@ -172,11 +200,16 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		if given("filter") {
 			sub.Filter = strings.TrimSpace(f.filter)
 		}
+		f.burstFollowed, f.burstWas = false, 0
 		if given("rate") {
-			sub.Rate = f.rate
+			f.burstFollowed, f.burstWas = sub.SetRate(f.rate)
 		}
 		if given("burst") {
-			sub.Burst = f.burst
+			sub.SetBurst(f.burst)
+			f.burstFollowed = false
+		}
+		if given("retry-status") {
+			sub.RetryStatus = slices.Clone(retryStatus)
 		}
 		if given("max-attempts") {
 			sub.MaxAttempts = f.maxAttempts

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/relay-dev/relay/internal/attempts"
+	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -52,6 +53,7 @@ an older event has no trace. Exits 1 when there is none.`,
 				if !filtered {
 					t.Filtered = nil
 				}
+				subscriberStates(ctx, conn, js, &t, time.Now())
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), t)
 				}
@@ -92,6 +94,9 @@ func printTrace(out io.Writer, t attempts.Trace, now time.Time) error {
 	for _, id := range t.Filtered {
 		fmt.Fprintf(tw, "%s\tfiltered\t-\tits content filter did not match\n", id)
 	}
+	for _, id := range t.Disabled {
+		fmt.Fprintf(tw, "%s\tdisabled\t-\tnot copied: it was disabled (a disabled subscriber gets no copy of what is published meanwhile)\n", id)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -114,6 +119,39 @@ func printTrace(out io.Writer, t attempts.Trace, now time.Time) error {
 		fmt.Fprintln(tw, "(no attempt yet)")
 	}
 	return tw.Flush()
+}
+
+// subscriberStates says, of each delivery of t that still waits, what its
+// subscriber's state now holds it for: removed with relay sub rm (its
+// deliveries are dropped), disabled or paused by an operator. Only what
+// the bucket tells: a trace made without access to it stays as its
+// records say.
+func subscriberStates(ctx context.Context, conn *connFlags, js jetstream.JetStream, t *attempts.Trace, now time.Time) {
+	store, err := conn.openStore(ctx, js)
+	if err != nil {
+		return
+	}
+	for i := range t.Deliveries {
+		d := &t.Deliveries[i]
+		switch d.State {
+		case attempts.StateQueued, attempts.StateOverflow, attempts.StateWaiting, attempts.StateScheduled:
+		default:
+			continue
+		}
+		sub, err := store.Get(ctx, d.Subscriber)
+		switch {
+		case errors.Is(err, subscribers.ErrNotFound):
+			if removed, err := store.Removed(ctx, d.Subscriber); err == nil && removed {
+				d.State, d.Until, d.Why = attempts.StateRemoved, time.Time{}, "its subscriber was removed (relay sub rm): dropped, not dead-lettered"
+			}
+		case err != nil, sub.SealedWith() != "":
+			// Unknown, or held for a key not given: relay status says so.
+		case sub.Disabled:
+			d.Why += "; its subscriber is disabled: held until relay sub enable " + d.Subscriber
+		case sub.PausedAt(now):
+			d.Why += "; its subscriber is paused: held until relay sub resume " + d.Subscriber
+		}
+	}
 }
 
 // traceDetail says more of a delivery's state: when a wait ends, why it

@@ -290,10 +290,10 @@ func TestPermissionsOfTheDocRunEveryCommand(t *testing.T) {
 	admin("sub", "pause", "ok")
 	publish(t, js, "note.held", "evt_4", []byte(`{"n":4}`))
 	await(func() bool { return detail("ok").Pending == 1 }, "ok's delivery is not held")
-	if out := admin("sub", "rm", "ok"); !strings.Contains(out, "1 queued, 0 parked and 0 scheduled") {
+	if out := admin("sub", "rm", "ok", "--yes"); !strings.Contains(out, "1 queued, 0 parked and 0 scheduled") {
 		t.Fatalf("relay sub rm ok: %s", out)
 	}
-	if out := admin("sub", "rm", "flaky"); !strings.Contains(out, "0 queued, 2 parked and 0 scheduled") {
+	if out := admin("sub", "rm", "flaky", "--yes"); !strings.Contains(out, "0 queued, 2 parked and 0 scheduled") {
 		t.Fatalf("relay sub rm flaky: %s", out)
 	}
 	// The relay deletes the dedicated lane of a removed subscriber.
@@ -374,10 +374,12 @@ func TestPermissionRefusedIsNamedAtOnce(t *testing.T) {
 		refused    string
 	}{
 		{"status as the publisher", "publisher", []string{"status"}, `publish to "$JS.API.STREAM.INFO.KV_relay_subscribers"`},
-		{"status as relay-admin", "relay-admin", []string{"status"}, `publish to "$JS.API.STREAM.INFO.KV_relay_ratelimit"`},
+		// relay-admin reads relay_ratelimit for relay sub resume, not
+		// EVENTS.
+		{"status as relay-admin", "relay-admin", []string{"status"}, `publish to "$JS.API.STREAM.INFO.EVENTS"`},
 		// A frame of --watch that fails is reported and the next one
 		// drawn; a refusal ends the watch.
-		{"status --watch as relay-admin", "relay-admin", []string{"status", "--watch", "--interval", "100ms"}, `publish to "$JS.API.STREAM.INFO.KV_relay_ratelimit"`},
+		{"status --watch as relay-admin", "relay-admin", []string{"status", "--watch", "--interval", "100ms"}, `publish to "$JS.API.STREAM.INFO.EVENTS"`},
 		{"sub add as relay-status", "relay-status", []string{"sub", "add", "demo", "--url", "https://example.com/hook", "--secret", testSecret}, `publish to "$KV.relay_subscribers.demo"`},
 		{"dlq ls as relay-status", "relay-status", []string{"dlq", "ls"}, `publish to "$JS.API.CONSUMER.CREATE.DLQ.`},
 		{"dlq purge as relay-status", "relay-status", []string{"dlq", "purge", "--yes"}, `publish to "$JS.API.STREAM.PURGE.DLQ"`},

@@ -167,7 +167,7 @@ func TestSubscriberAddedRemovedDisabledInARunningRelay(t *testing.T) {
 		return rcv.count() > before
 	}, "enabled subscriber gets nothing")
 
-	out = mustRelay(t, "sub", "rm", "late", "--nats", n.URL)
+	out = mustRelay(t, "sub", "rm", "late", "--nats", n.URL, "--yes")
 	if !strings.Contains(out, "removed") {
 		t.Fatalf("sub rm: %s", out)
 	}

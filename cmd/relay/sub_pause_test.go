@@ -91,7 +91,7 @@ func TestPauseHoldsEverythingOnEveryRelayUntilResume(t *testing.T) {
 
 	require.Contains(t, mustRelay(t, "sub", "resume", "demo", "--nats", n.URL), "resumed")
 	testutil.Eventually(t, func() bool { return rcv.count() == 6 }, "the backlog is not delivered after resume: %v", webhookIDs(rcv))
-	require.Contains(t, mustRelay(t, "sub", "resume", "demo", "--nats", n.URL), "was not paused")
+	require.Contains(t, mustRelay(t, "sub", "resume", "demo", "--nats", n.URL), "was not paused, and its circuit is closed")
 
 	// A pause with an end: whatever is published meanwhile waits for it,
 	// and is delivered after it without a resume.

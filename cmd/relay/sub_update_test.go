@@ -80,28 +80,32 @@ func TestSubUpdateChangesOnlyTheFlagsGiven(t *testing.T) {
 	require.Equal(t, unchanged, stored(t, n, "demo"), "a refused update stores nothing")
 }
 
-func TestSubAddWithAnotherURLNeedsForce(t *testing.T) {
+func TestSubAddOfAnIDThatExistsNeedsForce(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
 	first := "https://a.example/hook?token=first-token"
 	mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", first, "--secret", testSecret)
+	unchanged := stored(t, n, "demo")
 
-	code, _, errOut := relayCmd(t, "sub", "add", "demo", "--nats", n.URL, "--url", "https://b.example/hook?token=second-token", "--secret", testSecret)
-	requireOneLine(t, code, errOut, exitUsage, "https://a.example/hook?…, not https://b.example/hook?…")
-	require.Contains(t, errOut, "--force")
-	require.Contains(t, errOut, "relay sub update demo")
-	require.NotContains(t, errOut, "first-token")
-	require.NotContains(t, errOut, "second-token")
-	require.Equal(t, first, stored(t, n, "demo").URL)
+	// Another URL, and the same one run again as a provisioning script
+	// does, without a secret (which would generate one): both refused,
+	// nothing changed, the secret kept.
+	for _, url := range []string{"https://b.example/hook?token=second-token", first} {
+		code, out, errOut := relayCmd(t, "sub", "add", "demo", "--nats", n.URL, "--url", url, "--rate", "5")
+		requireOneLine(t, code, errOut, exitUsage, "subscriber demo exists (URL https://a.example/hook?…)")
+		require.Empty(t, out, "no secret generated")
+		require.Contains(t, errOut, "relay sub update demo")
+		require.Contains(t, errOut, "--force")
+		require.NotContains(t, errOut, "first-token")
+		require.NotContains(t, errOut, "second-token")
+		require.Equal(t, unchanged, stored(t, n, "demo"))
+	}
 
-	// The same URL replaces, as before.
-	mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", first, "--secret", testSecret, "--rate", "5")
-	require.Equal(t, 5.0, stored(t, n, "demo").Rate)
-
-	out := mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", "https://b.example/hook?token=second-token", "--secret", testSecret, "--force")
+	out := mustRelay(t, "sub", "add", "demo", "--nats", n.URL, "--url", "https://b.example/hook?token=second-token", "--secret", secondSecret, "--force")
 	require.NotContains(t, out, "second-token", "the saved line redacts the URL")
 	got := stored(t, n, "demo")
 	require.Equal(t, "https://b.example/hook?token=second-token", got.URL)
+	require.Equal(t, []string{secondSecret}, got.Secrets)
 	require.Zero(t, got.Rate, "a replaced subscriber takes the command line's settings")
 }
 

@@ -45,15 +45,6 @@ func TestSubRmDropsQueuedAndParkedDeliveries(t *testing.T) {
 	counts.Missed("mate")
 	require.NoError(t, counts.Flush(ctx))
 
-	out := mustRelay(t, "sub", "rm", "gone", "--nats", n.URL)
-	require.True(t, strings.Contains(out, "4 queued, 2 parked and 1 scheduled deliveries dropped"), out)
-	c, err := timeliness.Read(ctx, kv, "gone")
-	require.NoError(t, err)
-	require.Zero(t, c, "the removed subscriber's deadline counts")
-	c, err = timeliness.Read(ctx, kv, "mate")
-	require.NoError(t, err)
-	require.Equal(t, timeliness.Counts{Missed: 1}, c, "a lane-mate's deadline counts")
-
 	count := func(stream, filter string) uint64 {
 		s, err := n.JS.Stream(ctx, stream)
 		require.NoError(t, err)
@@ -65,6 +56,22 @@ func TestSubRmDropsQueuedAndParkedDeliveries(t *testing.T) {
 		}
 		return c
 	}
+	// Deliveries wait: nothing is removed without --yes, as relay dlq purge.
+	code, out, errOut := relayCmd(t, "sub", "rm", "gone", "--nats", n.URL)
+	requireOneLine(t, code, errOut, exitUsage, "subscriber gone has 7 deliveries waiting (4 queued, 2 parked, 1 scheduled): add --yes")
+	require.Empty(t, out)
+	require.Equal(t, "https://example.com/", stored(t, n, "gone").URL, "the subscriber stays")
+	require.Equal(t, uint64(4), count(streams.Deliveries, "deliveries.*.gone"), "its deliveries stay")
+
+	out = mustRelay(t, "sub", "rm", "gone", "--nats", n.URL, "--yes")
+	require.True(t, strings.Contains(out, "4 queued, 2 parked and 1 scheduled deliveries dropped"), out)
+	c, err := timeliness.Read(ctx, kv, "gone")
+	require.NoError(t, err)
+	require.Zero(t, c, "the removed subscriber's deadline counts")
+	c, err = timeliness.Read(ctx, kv, "mate")
+	require.NoError(t, err)
+	require.Equal(t, timeliness.Counts{Missed: 1}, c, "a lane-mate's deadline counts")
+
 	require.Zero(t, count(streams.Deliveries, "deliveries.*.gone"))
 	require.Zero(t, count(streams.Retries, "retries.>"))
 	require.Equal(t, uint64(1), count(streams.Deliveries, "deliveries.*.mate"))

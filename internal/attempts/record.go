@@ -135,6 +135,9 @@ type Fanout struct {
 	Relay    string    `json:"relay,omitempty"`
 	Copies   []Copy    `json:"copies,omitempty"`
 	Filtered []string  `json:"filtered,omitempty"`
+	// Disabled are the subscribers whose --events matched but that were
+	// disabled, and got no copy (at most maxCopies of them are kept).
+	Disabled []string `json:"disabled,omitempty"`
 }
 
 // Plain reports whether f is the fan-out of an event to one subscriber, its
@@ -144,7 +147,7 @@ type Fanout struct {
 // one subscriber. Until that copy's first attempt, relay trace finds no
 // record of the event.
 func (f Fanout) Plain() bool {
-	return len(f.Copies) == 1 && f.Copies[0].Placed == OnLane && len(f.Filtered) == 0
+	return len(f.Copies) == 1 && f.Copies[0].Placed == OnLane && len(f.Filtered) == 0 && len(f.Disabled) == 0
 }
 
 // maxCopies bounds the copies (and filtered subscribers) of one fan-out

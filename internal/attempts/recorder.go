@@ -233,10 +233,14 @@ func (r *Recorder) write(e entry) {
 	f.At = f.At.Truncate(time.Millisecond)
 	subject := streams.EventRecords(streams.EventKey(f.Event))
 	copies, filtered := f.Copies, f.Filtered
+	f.Disabled, _ = split(f.Disabled, maxCopies)
 	for first := true; first || len(copies) > 0 || len(filtered) > 0; first = false {
 		part := f
 		part.Copies, copies = split(copies, maxCopies)
 		part.Filtered, filtered = split(filtered, maxCopies-len(part.Copies))
+		if !first {
+			part.Disabled = nil
+		}
 		r.publish(subject, part)
 	}
 }

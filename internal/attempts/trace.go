@@ -47,6 +47,10 @@ const (
 	StateScheduled State = "scheduled"
 	// StateDead: dead-lettered (Reason, DLQSeq).
 	StateDead State = "dead"
+	// StateRemoved: its subscriber was removed with relay sub rm, which
+	// drops what waits for it. No record says it: relay trace finds the
+	// subscriber removed (subscribers.Store.Removed).
+	StateRemoved State = "removed"
 )
 
 // Delivery is one subscriber's part of a [Trace]: its state now and every
@@ -81,6 +85,11 @@ type Trace struct {
 	Deliveries []Delivery `json:"deliveries"`
 	// Filtered are the subscribers whose content filter skipped the event.
 	Filtered []string `json:"filtered,omitempty"`
+	// Disabled are the subscribers whose --events matched the event but
+	// that were disabled when it was fanned out: they got no copy, and
+	// never will (a disabled subscriber gets no copy of the events
+	// published meanwhile).
+	Disabled []string `json:"disabled,omitempty"`
 	// Truncated reports that the records passed what one read takes.
 	Truncated bool `json:"truncated,omitempty"`
 }
@@ -145,7 +154,7 @@ func Settle(eventID string, fanouts []Fanout, records []Record) Trace {
 		}
 		return d
 	}
-	filtered := map[string]bool{}
+	filtered, disabled := map[string]bool{}, map[string]bool{}
 	for _, f := range fanouts {
 		if t.FannedOut.IsZero() || f.At.Before(t.FannedOut) {
 			t.FannedOut, t.By = f.At, f.Relay
@@ -153,6 +162,9 @@ func Settle(eventID string, fanouts []Fanout, records []Record) Trace {
 		t.Type = cmp.Or(t.Type, f.Type)
 		for _, id := range f.Filtered {
 			filtered[id] = true
+		}
+		for _, id := range f.Disabled {
+			disabled[id] = true
 		}
 		for _, c := range f.Copies {
 			d := delivery(c.Subscriber)
@@ -178,6 +190,12 @@ func Settle(eventID string, fanouts []Fanout, records []Record) Trace {
 		}
 	}
 	slices.Sort(t.Filtered)
+	for id := range disabled {
+		if _, ok := byID[id]; !ok {
+			t.Disabled = append(t.Disabled, id)
+		}
+	}
+	slices.Sort(t.Disabled)
 	for _, d := range byID {
 		t.Deliveries = append(t.Deliveries, *d)
 	}

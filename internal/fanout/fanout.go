@@ -152,9 +152,10 @@ type pending struct {
 	shed []bool
 	// placed[i] is where futures[i]'s copy went, for the fan-out record;
 	// nil when nothing is recorded. filtered are the subscribers a content
-	// filter skipped.
+	// filter skipped, disabled those its type matched that are disabled.
 	placed   []attempts.Copy
 	filtered []string
+	disabled []string
 	// id is the event's id, for its record.
 	id  string
 	err error
@@ -483,13 +484,17 @@ func publishCopies(ctx context.Context, js jetstream.JetStream, cfg Config, msg 
 	eventType := EventType(msg.Subject())
 	p.span = cfg.Tracer.Fanout(ctx, orig, id, eventType)
 	subs, filtered := byContent(cfg.Subscribers.Matching(eventType), eventType, orig, msg.Data(), cfg.Metrics, cfg.Records != nil)
+	var disabled []string
+	if cfg.Records != nil {
+		disabled = cfg.Subscribers.MatchingDisabled(eventType)
+	}
 	if len(subs) == 0 {
-		if len(filtered) > 0 {
-			cfg.Records.Fanout(attempts.Fanout{Event: id, Type: eventType, At: cfg.Clock.Now(), Filtered: filtered})
+		if len(filtered) > 0 || len(disabled) > 0 {
+			cfg.Records.Fanout(attempts.Fanout{Event: id, Type: eventType, At: cfg.Clock.Now(), Filtered: filtered, Disabled: disabled})
 		}
 		return p
 	}
-	p.subs, p.filtered, p.id = subs, filtered, id
+	p.subs, p.filtered, p.disabled, p.id = subs, filtered, disabled, id
 	if cfg.Records != nil {
 		p.placed = make([]attempts.Copy, 0, len(subs))
 	}
@@ -787,7 +792,7 @@ func settle(ctx context.Context, p pending, log *slog.Logger, cfg Config, again 
 	}
 	if p.placed != nil {
 		cfg.Records.Fanout(attempts.Fanout{Event: p.id, Type: EventType(p.msg.Subject()), At: clk.Now(),
-			Copies: p.placed, Filtered: p.filtered})
+			Copies: p.placed, Filtered: p.filtered, Disabled: p.disabled})
 	}
 	if mdErr == nil {
 		shed.forget(md.Sequence.Stream)

@@ -73,6 +73,7 @@
 //	Pulled           Scheduled   copy to RETRIES, then ack  the retry mover, at its due time
 //	Pulled, Held     InOverflow  copy to overflow, then ack its scheduler's refill
 //	any              Dead        copy to the DLQ, then term an operator (relay dlq replay)
+//	Pulled, Held     Removed     term                       nobody (its subscriber was removed)
 //	any              HandedBack  nak, with a delay or none  JetStream, to the next pull
 //	any              LetGo       none                       JetStream, once its ack wait ends
 //
@@ -88,7 +89,8 @@
 //     InOverflow or Dead), the keep-alive rounds;
 //   - scheduler.go: offer and the subscriber's loop (Held to InFlight),
 //     with queue.go (the held deliveries), share.go (how many it may hold),
-//     pause.go (Retry-After, open circuits, operators' pauses) and
+//     pause.go (Retry-After, open circuits, operators' pauses, and their
+//     end by a write: relay sub resume, another relay's probe) and
 //     refill.go (to and from overflow);
 //   - send.go: the attempt, and its record for relay trace (package
 //     attempts: queued, never waited for); outcome.go: what its outcome

@@ -46,6 +46,9 @@ type engine struct {
 type lookup struct {
 	ready   chan struct{}
 	present bool
+	// removed: absent, and removed with relay sub rm (see
+	// [subscribers.Store.Removed]) rather than never added.
+	removed bool
 	err     error
 	// started is when the read began: an absence it found holds for every
 	// delivery this relay had received by then (unix nanoseconds, in the
@@ -91,8 +94,9 @@ func newEngine(ctx, finishing context.Context, cfg Config) (*engine, error) {
 // fan-out already makes, and an absence is a dead letter. A newer read
 // waits for lookupFor after the last one began, and one read serves every
 // delivery waiting for it: at most one read a second for an id, however
-// many deliveries ask.
-func (e *engine) lookup(ctx context.Context, id string, after int64) (bool, error) {
+// many deliveries ask. removed says, of an absent one, that it was removed
+// with relay sub rm.
+func (e *engine) lookup(ctx context.Context, id string, after int64) (present, removed bool, err error) {
 	for {
 		now := e.cfg.Clock.Now()
 		e.mu.Lock()
@@ -103,22 +107,22 @@ func (e *engine) lookup(ctx context.Context, id string, after int64) (bool, erro
 			select {
 			case <-k.ready:
 			case <-ctx.Done():
-				return false, ctx.Err()
+				return false, false, ctx.Err()
 			}
 			continue
 		case ok && k.err != nil && now.Sub(k.at) < lookupFor:
 			e.mu.Unlock()
-			return false, k.err // a bucket that fails is asked once a second too
+			return false, false, k.err // a bucket that fails is asked once a second too
 		case ok && k.err == nil && now.Sub(k.at) < lookupFor && (k.present || k.started >= after):
 			e.mu.Unlock()
-			return k.present, nil
+			return k.present, k.removed, nil
 		case ok && k.err == nil && !k.present:
 			if wait := k.began.Add(lookupFor).Sub(now); wait > 0 {
 				e.mu.Unlock()
 				select {
 				case <-e.cfg.Clock.After(wait):
 				case <-ctx.Done():
-					return false, ctx.Err()
+					return false, false, ctx.Err()
 				}
 				continue
 			}
@@ -127,25 +131,27 @@ func (e *engine) lookup(ctx context.Context, id string, after int64) (bool, erro
 		e.known[id] = k
 		e.mu.Unlock()
 
-		present, err := e.check(ctx, id)
+		present, removed, err := e.check(ctx, id)
 		e.mu.Lock()
-		k.present, k.err, k.at = present, err, e.cfg.Clock.Now()
+		k.present, k.removed, k.err, k.at = present, removed, err, e.cfg.Clock.Now()
 		e.mu.Unlock()
 		close(k.ready)
-		return present, err
+		return present, removed, err
 	}
 }
 
-// check reads the bucket's answer about id, uncached.
-func (e *engine) check(ctx context.Context, id string) (bool, error) {
-	_, err := e.store.Get(ctx, id)
+// check reads the bucket's answer about id, uncached: whether it is
+// there, and if not, whether relay sub rm removed it.
+func (e *engine) check(ctx context.Context, id string) (present, removed bool, err error) {
+	_, err = e.store.Get(ctx, id)
 	switch {
 	case err == nil, errors.Is(err, subscribers.ErrCorrupt):
-		return true, nil
+		return true, false, nil
 	case errors.Is(err, subscribers.ErrNotFound), errors.Is(err, subscribers.ErrInvalid):
-		return false, nil
+		removed, err := e.store.Removed(ctx, id)
+		return false, removed, err
 	}
-	return false, err
+	return false, false, err
 }
 
 // forget drops what is known of ids the live view now holds, and answers

@@ -238,11 +238,12 @@ func (l *lane) hold(ctx context.Context, d delivery, sub subscribers.Subscriber)
 // unknownSubscriber settles a message whose subscriber this relay's view
 // does not hold. The bucket decides: a key that is there (a watch behind, or
 // a value this build refuses) holds the message in the subscriber's overflow
-// until the relay sees it; a key that is not is a message nobody can take,
-// dead-lettered as unroutable. `relay sub rm` purges a removed subscriber's
-// queue, so what reaches here raced with it.
+// until the relay sees it; a key that relay sub rm removed drops it, as the
+// removal asked (what this relay held, or what came back from overflow or
+// RETRIES after the command purged them); a key that never was is a message
+// nobody can take, dead-lettered as unroutable.
 func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
-	known, err := l.env.lookup(ctx, id, d.received)
+	known, removed, err := l.env.lookup(ctx, id, d.received)
 	switch {
 	case err != nil:
 		l.env.logOnce("lookup."+id, "lanes: cannot tell whether a subscriber exists; handing its deliveries back for a moment", "subscriber", id, "err", err)
@@ -250,6 +251,8 @@ func (l *lane) unknownSubscriber(ctx context.Context, d delivery, id string) {
 	case known:
 		l.env.logOnce("unknown."+id, "lanes: keeping in overflow the deliveries of a subscriber this relay cannot use yet", "subscriber", id)
 		l.toOverflow(d, id, nil)
+	case removed:
+		l.remove(d, id)
 	default:
 		l.deadLetter(ctx, d, id, deadletter.Death{Reason: deadletter.Unroutable, LastError: "no subscriber " + id + " in " + streams.SubscribersBucket})
 	}
@@ -266,6 +269,14 @@ func (l *lane) scheduler(id string) *scheduler {
 		l.scheds[id] = s
 	}
 	return s
+}
+
+// existing returns the subscriber's scheduler in the lane, nil when it has
+// none.
+func (l *lane) existing(id string) *scheduler {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.scheds[id]
 }
 
 // prune drops the idle schedulers of subscribers that are gone. It takes

@@ -225,6 +225,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// since moved to a shared lane) still hold messages: keep draining them.
 	leftovers := false
 	sweep := cfg.Clock.After(sweepEvery)
+	lf, _ := cfg.Limiter.(lifter)
+	var lifted <-chan struct{}
+	if lf != nil {
+		lifted = lf.Lifted()
+	}
 	m.sweep(ctx)
 	for {
 		changed := cfg.Subscribers.Changed()
@@ -246,6 +251,11 @@ func Run(ctx context.Context, cfg Config) error {
 			// An enabled subscriber, a lifted pause or one this relay
 			// could not use before: its backlog moves again at once.
 			m.kickAll()
+		case <-lifted:
+			// A pause or an open circuit ended by a write (relay sub
+			// resume, or another relay's probe): its wait ends now,
+			// not at the time it was known to end.
+			m.lift(lf.TakeLifted())
 		case <-retry:
 		case <-sweep:
 			m.sweep(ctx)
@@ -288,7 +298,7 @@ func (m *manager) sweep(ctx context.Context) {
 			}
 			continue
 		}
-		switch present, err := m.env.lookup(ctx, id, 0); {
+		switch present, _, err := m.env.lookup(ctx, id, 0); {
 		case err != nil || present:
 			m.env.logOnce("sweep."+id, "lanes: a backlog waits for a subscriber this relay cannot use", "subscriber", id, "waiting", backlogs[id])
 		default:
@@ -331,6 +341,25 @@ func (m *manager) prune() {
 // prunes with the subscriber set (ratelimit.Shared).
 type forgetter interface {
 	Forget(keep func(id string) bool)
+}
+
+// lifter is a limiter that tells when a subscriber's pause or open circuit
+// ended before the time it was known to end (ratelimit.Shared).
+type lifter interface {
+	Lifted() <-chan struct{}
+	TakeLifted() []string
+}
+
+// lift ends the wait of the schedulers of ids that wait out a pause or an
+// open circuit.
+func (m *manager) lift(ids []string) {
+	for _, l := range m.running() {
+		for _, id := range ids {
+			if s := l.existing(id); s != nil {
+				s.lift()
+			}
+		}
+	}
 }
 
 // running lists the lanes running now.

@@ -60,7 +60,9 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 		}
 		return died(death.Reason, seq, ok)
 	case deliver.Rejected:
-		death.Reason = deadletter.Rejected
+		if !sub.Retries(out.Status) {
+			death.Reason = deadletter.Rejected
+		}
 	case deliver.Refused:
 		death.Reason = deadletter.Refused
 	}
@@ -69,7 +71,7 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 		return died(death.Reason, seq, ok)
 	}
 
-	// Retryable.
+	// Retryable, or a status of its --retry-status.
 	if d.attempts >= sub.MaxAttempts {
 		death.Reason = deadletter.MaxAttempts
 		seq, ok := l.deadLetter(ctx, d, sub.ID, death)

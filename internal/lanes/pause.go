@@ -66,13 +66,38 @@ func (s *scheduler) pauseLocked(ctx context.Context, now time.Time) {
 	doomed := s.takeDoomedLocked(s.pausedUntil)
 	held := s.takeLocked(0, s.pausedUntil.Sub(now) < keepBroughtBack)
 	until := s.pausedUntil
+	select {
+	case <-s.lifted: // a lift that came while no wait was on
+	default:
+	}
 	s.syncLocked()
 	s.mu.Unlock()
 	s.deadLetterAll(ctx, doomed)
 	s.toOverflow(held)
 	s.lane.waiting.Add(1) // the subscriber's wait: not a stall (see stall.go)
-	s.sleep(ctx, until.Sub(now), false)
+	select {
+	case <-ctx.Done():
+	case <-s.lifted:
+	case <-s.lane.cfg.Clock.After(until.Sub(now)):
+	}
 	s.lane.waiting.Add(-1)
+}
+
+// lift ends a pause or an open circuit before the time it was known to
+// end, as the limiter saw it end by a write (relay sub resume, or another
+// relay's probe): the loop's wait in pauseLocked ends, and what waits in
+// overflow comes back, one delivery first after an open circuit.
+func (s *scheduler) lift() {
+	s.mu.Lock()
+	waiting := s.lane.cfg.Clock.Now().Before(s.pausedUntil)
+	s.pausedUntil = time.Time{}
+	s.mu.Unlock()
+	if waiting {
+		select {
+		case s.lifted <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // wait acts on a decision that holds the next request: a pause or an open

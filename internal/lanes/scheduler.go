@@ -35,6 +35,9 @@ type scheduler struct {
 	running  bool
 	stopped  bool
 	wake     chan struct{}
+	// lifted ends the wait of a pause or an open circuit (see
+	// [scheduler.lift]).
+	lifted chan struct{}
 	// latency is a moving average of its response time.
 	latency time.Duration
 	busy    bool
@@ -78,6 +81,7 @@ func newScheduler(l *lane, id string) *scheduler {
 		id:       id,
 		inFlight: make(map[jetstream.Msg]struct{}),
 		wake:     make(chan struct{}, 1),
+		lifted:   make(chan struct{}, 1),
 	}
 }
 

@@ -71,6 +71,10 @@ const (
 	Dead
 	// Delivered: its subscriber answered 2xx and the original is acked.
 	Delivered
+	// Removed: its subscriber was removed with relay sub rm, which drops
+	// its deliveries on purpose: the original is terminated, no copy
+	// kept, no dead letter, counted by relay_deliveries_removed_total.
+	Removed
 )
 
 // String names a state for logs.
@@ -96,6 +100,8 @@ func (st State) String() string {
 		return "dead"
 	case Delivered:
 		return "delivered"
+	case Removed:
+		return "removed"
 	}
 	return "unknown"
 }
@@ -224,6 +230,17 @@ func (l *lane) deadLetter(ctx context.Context, d delivery, id string, death dead
 		l.env.recordDeath(eventIDOf(d), id, death, seq)
 	}
 	return seq, true
+}
+
+// remove ends a delivery whose subscriber relay sub rm removed: the
+// original is terminated with nothing stored, as the command dropped the
+// rest of its queue, and counted once; no dead letter, no operational
+// event, no alert.
+func (l *lane) remove(d delivery, id string) {
+	if err := d.msg.TermWithReason(Removed.String()); err != nil {
+		l.log.Warn("lanes: term", "subscriber", id, "err", err)
+	}
+	l.cfg.Metrics.Removed()
 }
 
 // recordDeath records a death of a delivery of event eventID that came

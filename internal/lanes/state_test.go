@@ -7,7 +7,7 @@ import "testing"
 func TestStateString(t *testing.T) {
 	t.Parallel()
 	seen := map[string]State{}
-	for st := Pulled; st <= Delivered; st++ {
+	for st := Pulled; st <= Removed; st++ {
 		name := st.String()
 		if name == "unknown" {
 			t.Errorf("State(%d) has no name", st)
@@ -17,7 +17,7 @@ func TestStateString(t *testing.T) {
 		}
 		seen[name] = st
 	}
-	if got := (Delivered + 1).String(); got != "unknown" {
-		t.Errorf("State(%d).String() = %q, want unknown", Delivered+1, got)
+	if got := (Removed + 1).String(); got != "unknown" {
+		t.Errorf("State(%d).String() = %q, want unknown", Removed+1, got)
 	}
 }

@@ -149,6 +149,7 @@ type Metrics struct {
 	dueToAccepted    *prometheus.HistogramVec
 	overflowed       prometheus.Counter
 	letGo            prometheus.Counter
+	removed          prometheus.Counter
 	laneStalls       prometheus.Counter
 	// recordsLost holds relay_attempt_records_lost_total's children:
 	// [0] dropped (the queue full), [1] refused (not stored).
@@ -265,6 +266,10 @@ func NewWith(opts Options) *Metrics {
 			Name: "relay_deliveries_let_go_total",
 			Help: "Deliveries this relay let go unsent because NATS had not confirmed their keep-alive for most of their ack wait: JetStream delivers them again once their ack wait ends.",
 		}),
+		removed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_deliveries_removed_total",
+			Help: "Deliveries this relay dropped because relay sub rm removed their subscriber: held in memory, or back from overflow or a retry after the command purged the rest. Not dead letters.",
+		}),
 		laneStalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_lane_stalls_total",
 			Help: "Times a lane of this relay held deliveries and sent none for 5 s, with no request in flight and no subscriber of it waiting for a token, a pause or a request slot: each is logged at warn with the lane's state.",
@@ -303,7 +308,7 @@ func NewWith(opts Options) *Metrics {
 	r.MustRegister(m.eventsIngested, m.fanoutDeliveries, m.deliveries, m.attempts,
 		m.attemptDuration, m.eventLatency, m.queuePending, m.queueOldestAge, m.laneInFlight,
 		m.paused, m.circuitOpen, m.effectiveRate, m.rateLimitWait, m.dlqMessages,
-		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, m.laneStalls, filterEvaluations, recordsLost, m.stageSeconds, casConflicts,
+		m.deadlineMissed, m.deadlineMet, m.dueToAccepted, m.overflowed, m.letGo, m.removed, m.laneStalls, filterEvaluations, recordsLost, m.stageSeconds, casConflicts,
 		viewBehind, viewResyncs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -440,6 +445,15 @@ func (m *Metrics) LetGo() {
 		return
 	}
 	m.letGo.Inc()
+}
+
+// Removed records a delivery dropped because relay sub rm removed its
+// subscriber.
+func (m *Metrics) Removed() {
+	if m == nil {
+		return
+	}
+	m.removed.Inc()
 }
 
 // LaneStalled records a lane that held deliveries and sent none for a

@@ -30,6 +30,13 @@ const (
 	maxBackoff = 8 * time.Second
 	// tick is how often due counts and resumes are looked for.
 	tick = time.Second
+	// ResumeQuiet is how long after the end of a pause this relay
+	// announced its resume waits: a pause stored again within it (a
+	// subscriber whose every Retry-After is followed by another) continues
+	// the one announced, so such a subscriber makes one
+	// relay.subscriber.paused and one relay.subscriber.resumed, not a pair
+	// per Retry-After.
+	ResumeQuiet = 30 * time.Second
 )
 
 // ErrConfig is returned by [New] for a Config without JetStream.
@@ -182,7 +189,8 @@ func (p *Publisher) publish(ctx context.Context, o outgoing) {
 }
 
 // due queues the counts whose window has ended (all of them when all is
-// set) and the resumes whose pause has ended.
+// set) and the resumes whose pause ended ResumeQuiet ago (whose pause ended
+// at all, when all is set: the relay stops).
 func (p *Publisher) due(now time.Time, all bool) {
 	p.mu.Lock()
 	var out []Event
@@ -197,8 +205,8 @@ func (p *Publisher) due(now time.Time, all bool) {
 	}
 	var resumed []Event
 	for sub, until := range p.resumes {
-		if now.Before(until) {
-			continue
+		if now.Before(until) || !all && now.Before(until.Add(ResumeQuiet)) {
+			continue // not ended, or ended too lately to tell it from a pause again
 		}
 		delete(p.resumes, sub)
 		if p.cfg.PausedUntil != nil && p.cfg.PausedUntil(sub).After(until) {

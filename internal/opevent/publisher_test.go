@@ -147,6 +147,9 @@ func TestResumeAnnouncedWhenThePauseEnds(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	require.Len(t, published(t, n), 2, "nothing ends at 15 s")
 	clk.Advance(10 * time.Second)
+	time.Sleep(1500 * time.Millisecond)
+	require.Len(t, published(t, n), 2, "the pause ended at 20 s: its resume waits for ResumeQuiet")
+	clk.Advance(ResumeQuiet)
 	got := waitEvents(t, n, 3)
 	require.Len(t, got, 3)
 	require.Equal(t, SubscriberResumed, got[2].Type)
@@ -186,4 +189,30 @@ func TestIDsCarryNoDot(t *testing.T) {
 		require.True(t, Is(typ))
 	}
 	require.False(t, Is("relayx.a"))
+}
+
+// TestPausedAgainAndAgainMakesOnePausedAndOneResumed: a subscriber whose
+// every Retry-After of 20 s is followed by another at once (a pause stored
+// again just after the last ended) makes one relay.subscriber.paused and,
+// once it stays unpaused for ResumeQuiet, one relay.subscriber.resumed
+// with the end of the last pause: not a pair every 20 s.
+func TestPausedAgainAndAgainMakesOnePausedAndOneResumed(t *testing.T) {
+	start := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	clk := clock.NewFake(start)
+	p, n := running(t, Config{Relay: "r", Clock: clk})
+	end := start
+	for range 5 {
+		end = clk.Now().Add(20 * time.Second)
+		p.Paused("a", end, 429)
+		clk.Advance(20*time.Second + 100*time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a tick may look: nothing is due
+	}
+	clk.Advance(ResumeQuiet)
+	got := waitEvents(t, n, 2)
+	time.Sleep(1500 * time.Millisecond)
+	got = published(t, n)
+	require.Len(t, got, 2, "%+v", got)
+	require.Equal(t, SubscriberPaused, got[0].Type)
+	require.Equal(t, SubscriberResumed, got[1].Type)
+	require.Equal(t, end, got[1].Until)
 }

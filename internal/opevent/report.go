@@ -14,8 +14,9 @@ func (p *Publisher) Disabled(subscriber, reason string, status int, at time.Time
 
 // Paused reports a pause of the subscriber until until, which this relay
 // stored (a Retry-After of status); its end is announced as
-// relay.subscriber.resumed. A pause this relay announced and now extends
-// is not announced again: its resume moves to the later end.
+// relay.subscriber.resumed, ResumeQuiet after it. A pause this relay
+// announced and now extends, or stores again within ResumeQuiet of its
+// end, is not announced again: its resume moves to the later end.
 func (p *Publisher) Paused(subscriber string, until time.Time, status int) {
 	if p == nil {
 		return
@@ -27,8 +28,8 @@ func (p *Publisher) Paused(subscriber string, until time.Time, status int) {
 		p.resumes[subscriber] = until
 	}
 	p.mu.Unlock()
-	if pending.After(now) {
-		return // an extension of the pause this relay announced: its end moves
+	if !pending.IsZero() && pending.Add(ResumeQuiet).After(now) {
+		return // the pause this relay announced goes on: its end moves
 	}
 	p.announce(Event{Type: SubscriberPaused, Subscriber: subscriber, Status: status, Until: until.UTC(),
 		At: p.cfg.Clock.Now()}, millis(until))

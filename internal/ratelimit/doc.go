@@ -74,6 +74,13 @@
 // allows in a second) the rate rises by a tenth of the configured one,
 // never above it.
 //
+// `relay sub resume` ends a pause and closes the circuit by hand ([Reset]:
+// one compare-and-set on the entry, which keeps the tokens and the adaptive
+// rate). Every relay's watch sees the entry no longer block, and tells the
+// lanes through [Shared.Lifted], so that they stop waiting out a cool-down
+// of up to MaxCooldown; a probe's success on another relay ends their wait
+// the same way.
+//
 // The lanes ask a [Limiter] before every request and tell it every outcome;
 // the limiter never calls back into the lanes.
 package ratelimit

@@ -149,6 +149,38 @@ func (s *Shared) fold(e jetstream.KeyValueEntry) {
 	if blocks(st, now) && (!had || !blocks(prev.state, now) || prev.state.PausedUntil != st.PausedUntil || prev.state.OpenUntil != st.OpenUntil) {
 		sub.interrupted.Store(true)
 	}
+	if had && blocks(prev.state, now) && !blocks(st, now) {
+		// Ended by a write, not by time: a probe's success on another
+		// relay, or Reset. The limiter first, then the lanes, so that
+		// the lanes find it ended when they ask.
+		sub.lifted.Store(true)
+		s.mu.Lock()
+		s.lifted[id] = struct{}{}
+		s.mu.Unlock()
+		select {
+		case s.liftc <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Lifted is signalled when the watch has seen a subscriber's pause or open
+// circuit end by a write (a probe's success on another relay, or [Reset])
+// rather than by time: the lanes that wait it out take the subscribers
+// with TakeLifted and send again at once.
+func (s *Shared) Lifted() <-chan struct{} { return s.liftc }
+
+// TakeLifted returns the subscribers whose pause or open circuit ended by
+// a write since it was last called.
+func (s *Shared) TakeLifted() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.lifted))
+	for id := range s.lifted {
+		ids = append(ids, id)
+	}
+	clear(s.lifted)
+	return ids
 }
 
 // estimateNow is the server's time as last calibrated, without the

@@ -105,6 +105,13 @@ type Shared struct {
 	// every relay, however late this relay's estimate (see serverLatest).
 	calTop time.Time
 
+	// lifted holds the subscribers whose pause or open circuit the watch
+	// saw end by a write (a probe's success on another relay, or Reset),
+	// for the lanes to take (see [Shared.TakeLifted]); under mu. liftc
+	// wakes them.
+	lifted map[string]struct{}
+	liftc  chan struct{}
+
 	writes, conflicts, reads, checks atomic.Int64
 
 	// ops holds a token per KV request on its way (see maxOps).
@@ -129,7 +136,11 @@ type subscriber struct {
 	interrupted atomic.Bool
 	// closed is set by the watch when another relay closed the circuit:
 	// the open circuit known locally ends at the next Reserve.
-	closed    atomic.Bool
+	closed atomic.Bool
+	// lifted is set by the watch when an entry that blocked the subscriber
+	// was replaced by one that does not (Reset, or another relay's probe):
+	// the pause and open circuit known locally end at the next Reserve.
+	lifted    atomic.Bool
 	successes int // successes in the current AIMD window
 	// win counts this relay's outcomes for the breaker and the share in
 	// flight (see [Shared.Observe]); circuitMoved is set by the watch
@@ -199,7 +210,8 @@ func NewShared(ctx context.Context, js jetstream.JetStream, opts Options) (*Shar
 	}
 	cfg := stream.CachedInfo().Config
 	s := &Shared{kv: kv, stream: stream, nc: js.Conn(), opts: opts, subs: make(map[string]*subscriber), latest: make(map[string]entry),
-		ops: make(chan struct{}, maxOps), ask: make(chan struct{}, 1), leader: cfg.Replicas > 1 || !cfg.AllowDirect}
+		ops: make(chan struct{}, maxOps), ask: make(chan struct{}, 1), leader: cfg.Replicas > 1 || !cfg.AllowDirect,
+		lifted: make(map[string]struct{}), liftc: make(chan struct{}, 1)}
 	s.epoch = opts.Clock.Now()
 	if err := s.calibrate(ctx); err != nil {
 		return nil, err
@@ -249,6 +261,11 @@ func (s *Shared) Forget(keep func(id string) bool) {
 	for id, e := range s.latest {
 		if !keep(id) && !blocks(e.state, now) {
 			delete(s.latest, id)
+		}
+	}
+	for id := range s.lifted {
+		if !keep(id) {
+			delete(s.lifted, id)
 		}
 	}
 }
@@ -459,6 +476,9 @@ func (s *Shared) reserve(ctx context.Context, id string, sub *subscriber, l Limi
 	}
 	if sub.closed.Swap(false) {
 		sub.openUntil = time.Time{}
+	}
+	if sub.lifted.Swap(false) {
+		sub.pausedUntil, sub.openUntil = time.Time{}, time.Time{}
 	}
 	if d, ok := sub.blocked(now); ok {
 		return d, nil

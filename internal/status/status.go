@@ -463,7 +463,11 @@ func formatAge(d time.Duration) string {
 
 // hint is the advice of [Subscriber.Hint] for row: its pending deliveries,
 // and its parked ones where they were counted, against its --max-backlog
-// (the fan-out is shedding its copies) and against its rate.
+// (the fan-out is shedding its copies); an open circuit, which relay sub
+// resume closes; a disabled subscriber, which gets no copy of new events;
+// and, for a subscriber neither paused nor broken, its backlog against its
+// rate, which a lane of its own may help. The backlog of a pause or an
+// open circuit is theirs, not its rate's, and gets no advice about lanes.
 func hint(row Subscriber) string {
 	backlog := float64(row.Pending)
 	if row.Parked != nil {
@@ -472,6 +476,16 @@ func hint(row Subscriber) string {
 	if row.MaxBacklog > 0 && backlog >= float64(row.MaxBacklog) {
 		return fmt.Sprintf("%.0f deliveries wait, its --max-backlog is %d: new copies are dead-lettered as backlog (relay dlq replay --subscriber %s --reason backlog once it recovers)",
 			backlog, row.MaxBacklog, row.ID)
+	}
+	switch {
+	case row.State == Disabled:
+		return fmt.Sprintf("disabled: new events are not copied to it; what waits is held until relay sub enable %s", row.ID)
+	case row.Circuit != ratelimit.Closed && row.Circuit != "":
+		// Its backlog is the open circuit's, not its rate's: a lane of
+		// its own would not move it.
+		return fmt.Sprintf("its circuit is %s: once its receiver answers (relay sub test %s), relay sub resume %s closes it", row.Circuit, row.ID, row.ID)
+	case row.State == Paused:
+		return ""
 	}
 	if row.Dedicated || row.Rate <= 0 {
 		return ""

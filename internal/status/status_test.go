@@ -180,7 +180,7 @@ func TestCollectCountsEachSubscribersMessages(t *testing.T) {
 		if r.OldestPendingAt.IsZero() || r.OldestPendingAge == "" || r.OldestPendingAt.Location() != time.UTC {
 			t.Errorf("%s: oldest pending at %v age %q, want set, in UTC", r.ID, r.OldestPendingAt, r.OldestPendingAge)
 		}
-		if r.Hint != "" {
+		if r.Hint != "" && r.State != Disabled {
 			t.Errorf("%s: unexpected hint %q", r.ID, r.Hint)
 		}
 	}
@@ -408,5 +408,34 @@ func TestCollectHintsAtABacklogAtItsBound(t *testing.T) {
 	}
 	if rows["full"].MaxBacklog != 30 || rows["under"].MaxBacklog != 31 {
 		t.Errorf("max backlog %d and %d, want 30 and 31", rows["full"].MaxBacklog, rows["under"].MaxBacklog)
+	}
+}
+
+// TestHintAboutLanesOnlyForABacklogItsRateMakes: the advice of a lane of
+// its own is for a backlog its rate makes; the backlog of an open circuit
+// gets the way to close it, and that of a pause or a disabled subscriber
+// no advice about lanes.
+func TestHintAboutLanesOnlyForABacklogItsRateMakes(t *testing.T) {
+	t.Parallel()
+	base := Subscriber{ID: "slow", State: Enabled, Pending: 700, Rate: 10, Circuit: ratelimit.Closed}
+	for _, tt := range []struct {
+		name   string
+		change func(*Subscriber)
+		want   string
+	}{
+		{"its rate", func(*Subscriber) {}, "backlog of 70 s at its rate: consider --lane dedicated"},
+		{"an open circuit", func(r *Subscriber) { r.Circuit = ratelimit.Open },
+			"its circuit is open: once its receiver answers (relay sub test slow), relay sub resume slow closes it"},
+		{"a half-open circuit", func(r *Subscriber) { r.Circuit = ratelimit.HalfOpen },
+			"its circuit is half-open: once its receiver answers (relay sub test slow), relay sub resume slow closes it"},
+		{"a Retry-After pause", func(r *Subscriber) { r.State, r.PauseReason = Paused, ByRetryAfter }, ""},
+		{"an operator's pause", func(r *Subscriber) { r.State, r.PauseReason = Paused, ByOperator }, ""},
+		{"disabled", func(r *Subscriber) { r.State = Disabled }, "disabled: new events are not copied to it; what waits is held until relay sub enable slow"},
+	} {
+		row := base
+		tt.change(&row)
+		if got := hint(row); got != tt.want {
+			t.Errorf("%s: hint %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }

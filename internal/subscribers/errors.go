@@ -31,30 +31,29 @@ var (
 	// It is wrapped with the key and with the underlying problem.
 	ErrCorrupt = errors.New("corrupt subscriber value in bucket")
 
-	// ErrURLChanged means `relay sub add` would replace a subscriber with
-	// one of another URL while asked not to (see [SameURL]); the error is a
-	// [*URLChangedError] naming both URLs.
-	ErrURLChanged = errors.New("subscriber exists with another URL")
+	// ErrExists means `relay sub add` (a create) was given the id of a
+	// subscriber that exists (see [Create]): replacing it would change its
+	// secret, its URL and every setting not given, so a create refuses, as
+	// an API answers 409 Conflict. The error is an [*ExistsError].
+	ErrExists = errors.New("subscriber exists")
 )
 
-// URLChangedError is returned by [Store.Put] with [SameURL] when the
-// subscriber exists with another URL. It carries both URLs so that the CLI
-// can name them, and wraps [ErrURLChanged].
-type URLChangedError struct {
-	// ID is the subscriber's id.
-	ID string
-	// Stored is the URL in the bucket, Given the one Put was asked to store.
-	Stored, Given string
+// ExistsError is returned by [Store.Put] with [Create] when the subscriber
+// exists. It carries the stored URL so that the CLI can name it, and wraps
+// [ErrExists].
+type ExistsError struct {
+	// ID is the subscriber's id, URL the one stored.
+	ID, URL string
 }
 
-// Error names both URLs in their redacted form ([RedactURL]), since an
+// Error names the stored URL in its redacted form ([RedactURL]), since an
 // error is printed and logged.
-func (e *URLChangedError) Error() string {
-	return fmt.Sprintf("subscriber %s exists with URL %s, not %s", e.ID, RedactURL(e.Stored), RedactURL(e.Given))
+func (e *ExistsError) Error() string {
+	return fmt.Sprintf("subscriber %s exists (URL %s)", e.ID, RedactURL(e.URL))
 }
 
-// Unwrap returns [ErrURLChanged].
-func (e *URLChangedError) Unwrap() error { return ErrURLChanged }
+// Unwrap returns [ErrExists].
+func (e *ExistsError) Unwrap() error { return ErrExists }
 
 // ValidationError is the error returned for a value that breaks a rule. It
 // names the `relay sub add` flag (or the positional "ID") that carries the

@@ -41,6 +41,21 @@ func ValidateFilter(f string) error {
 	return nil
 }
 
+// ValidateReservedFilter refuses an --events filter of the reserved
+// "relay." prefix that cannot match any of relay's operational event types,
+// which all have three tokens (relay.circuit.opened): relay.* and
+// relay.circuit match none, and a subscriber given one would wait for
+// events that never come. `relay sub add|update` call it on the filters
+// they are given; a stored subscriber is not judged by it, so that one
+// written before it stays readable.
+func ValidateReservedFilter(f string) error {
+	toks := strings.Split(f, ".")
+	if toks[0] != "relay" || toks[len(toks)-1] == fullWildcard || len(toks) == 3 {
+		return nil
+	}
+	return invalid("--events", fmt.Sprintf("%s matches no operational event: their types have three tokens, such as relay.circuit.opened; give relay.> for all of them, or relay.circuit.* for some", f))
+}
+
 // isSpaceOrControl reports runes that a NATS subject token cannot hold.
 func isSpaceOrControl(r rune) bool {
 	return r == ' ' || r == '\t' || r == '\r' || r == '\n' || r < 0x20 || r == 0x7f

@@ -107,3 +107,18 @@ func TestMatchesDoesNotAllocate(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// TestValidateReservedFilter: a relay. filter that cannot match a type of
+// three tokens is refused, pointing to relay.>.
+func TestValidateReservedFilter(t *testing.T) {
+	t.Parallel()
+	for _, f := range []string{"relay.>", "relay.*.*", "relay.circuit.*", "relay.subscriber.paused", "video.*", "relayx.a", "*.subscriber.*"} {
+		require.NoError(t, ValidateReservedFilter(f), f)
+	}
+	for _, f := range []string{"relay.*", "relay", "relay.circuit", "relay.circuit.opened.x", "relay.*.*.*"} {
+		err := ValidateReservedFilter(f)
+		require.ErrorIs(t, err, ErrInvalid, f)
+		require.Contains(t, err.Error(), "--events: "+f+" matches no operational event")
+		require.Contains(t, err.Error(), "give relay.> for all of them")
+	}
+}

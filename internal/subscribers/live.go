@@ -102,10 +102,13 @@ type snapshot struct {
 	// itself (a previous secret's grace, a pause), soonest first, so that
 	// the janitor finds them without looking at every subscriber.
 	expiring []expiring
-	// filters finds the enabled subscribers an event type matches.
-	filters filterIndex
-	rev     uint64        // the bucket's last revision folded in
-	changed chan struct{} // closed when a newer snapshot replaces this one
+	// filters finds the enabled subscribers an event type matches, and
+	// disabledFilters the disabled ones, by their position in disabled.
+	filters         filterIndex
+	disabledFilters filterIndex
+	disabled        []string
+	rev             uint64        // the bucket's last revision folded in
+	changed         chan struct{} // closed when a newer snapshot replaces this one
 }
 
 // expiring is a subscriber and the soonest time at which something it
@@ -594,6 +597,26 @@ func (l *Live) Matching(eventType string) []*Subscriber {
 	return out
 }
 
+// MatchingDisabled returns the ids of the disabled subscribers whose
+// --events match eventType: they get no copy of the event, and the fan-out
+// records them so that relay trace can say why.
+func (l *Live) MatchingDisabled(eventType string) []string {
+	snap := l.snap.Load()
+	if len(snap.disabled) == 0 {
+		return nil
+	}
+	var buf [16]int
+	idx := snap.disabledFilters.match(eventType, buf[:0])
+	if len(idx) == 0 {
+		return nil
+	}
+	out := make([]string, len(idx))
+	for i, j := range idx {
+		out[i] = snap.disabled[j]
+	}
+	return out
+}
+
 // Invalid returns, by key, why values in the bucket were skipped; each error
 // wraps [ErrCorrupt]. It is empty, not nil, when every value is valid. The
 // map is shared with the view and must not be modified.
@@ -872,6 +895,9 @@ func (st *liveState) snapshot() *snapshot {
 		if !sub.Disabled {
 			snap.filters.add(len(snap.enabled), sub.Events)
 			snap.enabled = append(snap.enabled, sub)
+		} else {
+			snap.disabledFilters.add(len(snap.disabled), sub.Events)
+			snap.disabled = append(snap.disabled, sub.ID)
 		}
 		if sub.sealedWith != "" {
 			// Nothing of it can be rewritten here: the janitor leaves it.

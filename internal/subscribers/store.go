@@ -78,21 +78,22 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 type PutOption func(*putOptions)
 
 type putOptions struct {
-	sameURL bool
+	create bool
 }
 
-// SameURL makes [Store.Put] refuse, with a [*URLChangedError], to replace a
-// subscriber stored with another URL: `relay sub add` without --force, so
-// that an add repeated with a reused id or a stale URL does not silently
-// send someone else's events elsewhere. The URL is compared with the value
-// Put would replace, in the same compare-and-set, so that a concurrent
-// change of URL cannot slip in between the check and the write.
-func SameURL() PutOption {
-	return func(o *putOptions) { o.sameURL = true }
+// Create makes [Store.Put] refuse, with an [*ExistsError], to replace a
+// subscriber that exists: `relay sub add` without --force, so that an add
+// repeated by a provisioning script never changes a secret (the receiver
+// would reject every request signed with the new one) nor sends someone
+// else's events elsewhere. The check is made on the value Put would
+// replace, in the same compare-and-set, so that a subscriber added between
+// the check and the write is refused as well.
+func Create() PutOption {
+	return func(o *putOptions) { o.create = true }
 }
 
 // Put creates the subscriber or replaces the one with the same ID, as `relay
-// sub add` does. It applies [Subscriber.SetDefaults], then
+// sub add --force` does ([Create] refuses to replace). It applies [Subscriber.SetDefaults], then
 // [Subscriber.Validate], and stores nothing when the subscriber is invalid.
 //
 // Replacing keeps what belongs to the stored subscriber rather than to the
@@ -132,13 +133,13 @@ func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) erro
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
 			return err
 		}
+		if exists && o.create {
+			return &ExistsError{ID: sub.ID, URL: cur.URL}
+		}
 		if exists && cur.sealedWith != "" {
 			// Replacing it would drop the retired secrets it keeps signing
 			// with, which this store cannot read.
 			return cur.sealedError()
-		}
-		if exists && o.sameURL && cur.URL != sub.URL {
-			return &URLChangedError{ID: sub.ID, Stored: cur.URL, Given: sub.URL}
 		}
 		now := s.now().UTC()
 		next := sub.clone()
@@ -432,6 +433,29 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		}
 		return nil
 	}
+}
+
+// Removed reports whether the subscriber with the given id was removed with
+// [Store.Delete] and not added again: its key's last record is the marker
+// Delete leaves. An id that never was reports false, so that the lanes can
+// drop the deliveries of a removed subscriber, as relay sub rm asks, and
+// still dead-letter those of an id nobody added.
+func (s *Store) Removed(ctx context.Context, id string) (bool, error) {
+	// The direct get the bucket's own Get makes, by the key's subject (the
+	// same permission): it reads the marker, which Get reports as no key.
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+streams.SubscribersBucket+".$KV."+streams.SubscribersBucket+"."+id, nil)
+	if err != nil {
+		return false, fmt.Errorf("subscribers: reading %s: %w", id, err)
+	}
+	switch status := m.Header.Get(streams.HeaderStatus); status {
+	case "":
+	case "404":
+		return false, nil
+	default:
+		return false, fmt.Errorf("subscribers: reading %s: status %s %s", id, status, m.Header.Get(streams.HeaderDescription))
+	}
+	op := m.Header.Get("KV-Operation")
+	return op == "PURGE" || op == "DEL", nil
 }
 
 // SetDisabled disables the subscriber with the given id, saying why, or

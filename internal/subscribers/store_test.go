@@ -444,3 +444,25 @@ func TestStoreHonoursContext(t *testing.T) {
 	_, err := st.List(ctx)
 	require.Error(t, err)
 }
+
+// Removed tells a subscriber relay sub rm removed from an id nobody added,
+// so that the lanes drop the deliveries of the one and dead-letter those of
+// the other.
+func TestStoreRemoved(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	removed := func() bool {
+		t.Helper()
+		r, err := st.Removed(ctx, "a")
+		require.NoError(t, err)
+		return r
+	}
+	require.False(t, removed(), "never added")
+	require.NoError(t, st.Put(ctx, valid("a")))
+	require.False(t, removed(), "there")
+	require.NoError(t, st.Delete(ctx, "a"))
+	require.True(t, removed(), "removed")
+	require.NoError(t, st.Put(ctx, valid("a")))
+	require.False(t, removed(), "added again")
+}

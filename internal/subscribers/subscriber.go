@@ -128,6 +128,9 @@ type Subscriber struct {
 	// Burst is how many requests may go at once after a quiet spell. It
 	// defaults to the rate rounded up, and is at least 1 when Rate is set.
 	Burst int `json:"burst"`
+	// BurstGiven reports that Burst was given (--burst), not taken from the
+	// rate: a change of the rate keeps it (see [Subscriber.SetRate]).
+	BurstGiven bool `json:"burst_given,omitempty"`
 	// MaxAttempts is how many HTTP requests one event gets before it is
 	// dead-lettered with reason max_attempts.
 	MaxAttempts int `json:"max_attempts"`
@@ -138,6 +141,13 @@ type Subscriber struct {
 	RetryBase Duration `json:"retry_base"`
 	// RetryMax caps the delay between two attempts.
 	RetryMax Duration `json:"retry_max"`
+	// RetryStatus are statuses, final by default, that the subscriber's
+	// deliveries are retried on as a 5xx is (--retry-status): for a
+	// receiver whose authentication or routing may be misconfigured for
+	// minutes, a 401, 403 or 404 waits for the next retry instead of
+	// becoming a rejected dead letter. Sorted, no duplicates; see
+	// [ValidateRetryStatus].
+	RetryStatus []int `json:"retry_status,omitempty"`
 	// MaxInFlight is the most requests to the subscriber on the wire at once
 	// from one relay instance.
 	MaxInFlight int `json:"max_in_flight"`
@@ -270,7 +280,11 @@ func (s Subscriber) PausedAt(now time.Time) bool {
 // ones, are left for [Subscriber.Validate] to judge.
 func (s *Subscriber) SetDefaults() {
 	if s.Burst == 0 && s.Rate > 0 && s.Rate <= maxRate {
-		s.Burst = max(1, int(math.Ceil(s.Rate)))
+		s.Burst = defaultBurst(s.Rate)
+	}
+	if len(s.RetryStatus) > 0 {
+		slices.Sort(s.RetryStatus)
+		s.RetryStatus = slices.Compact(s.RetryStatus)
 	}
 	if s.MaxAttempts == 0 {
 		s.MaxAttempts = DefaultMaxAttempts
@@ -381,6 +395,9 @@ func (s Subscriber) Validate() error {
 	}
 	if s.Rate > 0 && s.Burst < 1 {
 		return invalid("--burst", fmt.Sprintf("must be at least 1 when --rate is above 0, got %d", s.Burst))
+	}
+	if err := ValidateRetryStatus(s.RetryStatus); err != nil {
+		return err
 	}
 	if s.MaxAttempts < 1 || s.MaxAttempts > maxMaxAttempts {
 		return invalid("--max-attempts", fmt.Sprintf("must be from 1 to %d, got %d", maxMaxAttempts, s.MaxAttempts))
@@ -640,6 +657,7 @@ func (s Subscriber) clone() Subscriber {
 	c.Secrets = slices.Clone(s.Secrets)
 	c.PreviousSecrets = slices.Clone(s.PreviousSecrets)
 	c.Events = slices.Clone(s.Events)
+	c.RetryStatus = slices.Clone(s.RetryStatus)
 	c.Headers = maps.Clone(s.Headers)
 	c.OAuth2 = cloneOAuth2(s.OAuth2)
 	if s.TLS != nil {
@@ -661,4 +679,54 @@ func quote(s string) string {
 		return fmt.Sprintf("%q…", s[:cut])
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// defaultBurst is the burst of a subscriber given a rate and no --burst:
+// the rate rounded up, at least 1.
+func defaultBurst(rate float64) int { return max(1, int(math.Ceil(rate))) }
+
+// SetRate changes the subscriber's rate, as `relay sub update --rate`
+// does. A burst that was never given (--burst) and is still the one the
+// old rate gave follows the rate: a subscriber added with --rate 50 and
+// lowered to --rate 5 gets a burst of 5, not 50 requests at once after
+// each quiet spell. It reports whether the burst followed, and the burst
+// before; [Subscriber.SetDefaults] fills the new one.
+func (s *Subscriber) SetRate(rate float64) (followed bool, was int) {
+	was = s.Burst
+	if !s.BurstGiven && s.Rate > 0 && s.Burst == defaultBurst(s.Rate) {
+		s.Burst, followed = 0, true
+	}
+	s.Rate = rate
+	return followed, was
+}
+
+// SetBurst sets the subscriber's burst as --burst does: 0 is the rate's
+// again, which a change of the rate then moves; any other is its own.
+func (s *Subscriber) SetBurst(burst int) {
+	s.Burst, s.BurstGiven = burst, burst != 0
+}
+
+// ValidateRetryStatus is the rule of --retry-status, which `relay sub
+// add|update` and every other way of writing a subscriber call: each
+// status must be one a receiver answers that is final by default, a 4xx
+// but 408, 425 and 429 (retried already) and 410 (which disables the
+// subscriber). A 5xx is retried already; a 2xx or 3xx is no failure.
+func ValidateRetryStatus(codes []int) error {
+	for _, c := range codes {
+		switch {
+		case c == 408 || c == 425 || c == 429 || c >= 500 && c <= 599:
+			return invalid("--retry-status", fmt.Sprintf("%d is retried already; give only statuses that are final by default, such as 401,403,404", c))
+		case c == 410:
+			return invalid("--retry-status", "410 Gone disables the subscriber and cannot be retried; give statuses such as 401,403,404")
+		case c < 400 || c > 499:
+			return invalid("--retry-status", fmt.Sprintf("must be 4xx statuses that are final by default, such as 401,403,404, got %d", c))
+		}
+	}
+	return nil
+}
+
+// Retries reports whether a delivery answered with status is retried by
+// the subscriber's --retry-status rather than dead-lettered as rejected.
+func (s *Subscriber) Retries(status int) bool {
+	return slices.Contains(s.RetryStatus, status)
 }

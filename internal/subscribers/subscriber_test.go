@@ -433,3 +433,72 @@ func BenchmarkKeys(b *testing.B) {
 		}
 	}
 }
+
+// TestValidateRetryStatus: --retry-status takes only statuses that are
+// final by default; the rest exits 2 saying why.
+func TestValidateRetryStatus(t *testing.T) {
+	t.Parallel()
+	for _, codes := range [][]int{nil, {401}, {401, 403, 404}, {400, 409, 422, 499}} {
+		require.NoError(t, ValidateRetryStatus(codes), "%v", codes)
+	}
+	for _, tt := range []struct {
+		codes []int
+		msg   string
+	}{
+		{[]int{401, 429}, "--retry-status: 429 is retried already"},
+		{[]int{408}, "--retry-status: 408 is retried already"},
+		{[]int{503}, "--retry-status: 503 is retried already"},
+		{[]int{410}, "--retry-status: 410 Gone disables the subscriber"},
+		{[]int{200}, "--retry-status: must be 4xx statuses that are final by default, such as 401,403,404, got 200"},
+		{[]int{302}, "got 302"},
+	} {
+		err := ValidateRetryStatus(tt.codes)
+		require.ErrorIs(t, err, ErrInvalid, "%v", tt.codes)
+		require.Contains(t, err.Error(), tt.msg)
+		s := valid("a")
+		s.RetryStatus = tt.codes
+		require.Error(t, s.Validate(), "Validate calls the same rule: %v", tt.codes)
+	}
+	s := valid("a")
+	s.RetryStatus = []int{404, 401, 404}
+	s.SetDefaults()
+	require.Equal(t, []int{401, 404}, s.RetryStatus, "sorted, without duplicates")
+	require.True(t, s.Retries(401))
+	require.False(t, s.Retries(403))
+}
+
+// TestSetRateMovesABurstNeverGiven: a burst taken from the rate follows
+// it; one given with --burst stays.
+func TestSetRateMovesABurstNeverGiven(t *testing.T) {
+	t.Parallel()
+	s := Subscriber{Rate: 50}
+	s.SetDefaults()
+	require.Equal(t, 50, s.Burst)
+	followed, was := s.SetRate(5)
+	s.SetDefaults()
+	require.True(t, followed)
+	require.Equal(t, 50, was)
+	require.Equal(t, 5, s.Burst)
+
+	s = Subscriber{Rate: 50}
+	s.SetBurst(50)
+	s.SetDefaults()
+	followed, _ = s.SetRate(5)
+	s.SetDefaults()
+	require.False(t, followed, "--burst was given, even equal to the rate")
+	require.Equal(t, 50, s.Burst)
+
+	s.SetBurst(0) // the rate's again
+	s.SetDefaults()
+	require.Equal(t, 5, s.Burst)
+	followed, _ = s.SetRate(20)
+	s.SetDefaults()
+	require.True(t, followed)
+	require.Equal(t, 20, s.Burst)
+
+	s = Subscriber{Rate: 50, Burst: 80} // stored before BurstGiven: not the rate's
+	followed, _ = s.SetRate(5)
+	s.SetDefaults()
+	require.False(t, followed)
+	require.Equal(t, 80, s.Burst)
+}

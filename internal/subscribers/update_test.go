@@ -111,47 +111,45 @@ func TestUpdateChangesOnlyWhatItIsTold(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 }
 
-func TestPutSameURL(t *testing.T) {
+func TestPutCreateRefusesAnIDThatExists(t *testing.T) {
 	t.Parallel()
 	st, n := newStore(t)
 	ctx := testutil.Context(t)
 	s := valid("a")
 	s.URL = "https://a.example/hook?token=first"
-	require.NoError(t, st.Put(ctx, s, SameURL()), "a new subscriber has no URL to keep")
-	s.Rate = 3
-	require.NoError(t, st.Put(ctx, s, SameURL()), "the same URL replaces")
+	require.NoError(t, st.Put(ctx, s, Create()), "a new subscriber is created")
+	want, err := st.Get(ctx, "a")
+	require.NoError(t, err)
 
-	moved := s
-	moved.URL = "https://b.example/hook?token=second"
-	err := st.Put(ctx, moved, SameURL())
-	require.ErrorIs(t, err, ErrURLChanged)
-	var changed *URLChangedError
-	require.ErrorAs(t, err, &changed)
-	require.Equal(t, s.URL, changed.Stored)
-	require.Equal(t, moved.URL, changed.Given)
-	require.Equal(t, "subscriber a exists with URL https://a.example/hook?…, not https://b.example/hook?…", err.Error())
+	// The same URL with another secret, as a provisioning script run again
+	// generates one: refused, the secret kept.
+	again := s
+	again.Secrets = []string{secretB}
+	again.Rate = 3
+	err = st.Put(ctx, again, Create())
+	require.ErrorIs(t, err, ErrExists)
+	var exists *ExistsError
+	require.ErrorAs(t, err, &exists)
+	require.Equal(t, s.URL, exists.URL)
+	require.Equal(t, "subscriber a exists (URL https://a.example/hook?…)", err.Error())
 	got, err := st.Get(ctx, "a")
 	require.NoError(t, err)
-	require.Equal(t, s.URL, got.URL)
-	require.NoError(t, st.Put(ctx, moved), "without SameURL the URL is replaced")
+	require.Equal(t, want, got, "a refused create changes nothing")
 
-	// The check is made on the value replaced: a URL changed between Put's
-	// read and its write sends Put round again, and it refuses.
+	require.NoError(t, st.Put(ctx, again), "without Create the subscriber is replaced")
+	got, err = st.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, again.Secrets, got.Secrets)
+
+	// The check is made on the value replaced: a subscriber created between
+	// Put's read and its write sends Put round again, and it refuses.
 	other, err := Open(ctx, n.JS)
 	require.NoError(t, err)
 	var once sync.Once
 	st.beforeWrite = func() {
-		once.Do(func() {
-			_, err := other.Update(ctx, "a", func(s *Subscriber) error { s.URL = "https://c.example/"; return nil })
-			require.NoError(t, err)
-		})
+		once.Do(func() { require.NoError(t, other.Put(ctx, valid("b"))) })
 	}
-	again := moved
-	again.Rate = 4
-	require.ErrorIs(t, st.Put(ctx, again, SameURL()), ErrURLChanged)
-	got, err = st.Get(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, "https://c.example/", got.URL, "the concurrent change is not undone")
+	require.ErrorIs(t, st.Put(ctx, valid("b"), Create()), ErrExists)
 }
 
 func TestRedactURL(t *testing.T) {
