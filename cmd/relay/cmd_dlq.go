@@ -66,6 +66,7 @@ type dlqFilterFlags struct {
 	subscriber string
 	reason     string
 	eventType  string
+	event      string
 	since      string
 	until      string
 	seqs       string
@@ -76,6 +77,7 @@ func (d *dlqFilterFlags) add(cmd *cobra.Command, withSeq bool) {
 	f.StringVar(&d.subscriber, "subscriber", "", "only this subscriber's dead letters")
 	f.StringVar(&d.reason, "reason", "", "only dead letters of this reason: "+reasonNames())
 	f.StringVar(&d.eventType, "type", "", "only events of this type; wildcards as in relay sub add --events (video.*)")
+	f.StringVar(&d.event, "event", "", "only dead letters of this event: its id, or the webhook-id its subscriber saw")
 	f.StringVar(&d.since, "since", "", "only dead letters stored at or after TIME: RFC 3339, or a duration ago such as 24h")
 	f.StringVar(&d.until, "until", "", "only dead letters stored at or before TIME: RFC 3339, or a duration ago such as 1h")
 	if withSeq {
@@ -114,6 +116,12 @@ func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.F
 		}
 		f.Type = d.eventType
 	}
+	if fl.Changed("event") {
+		if d.event == "" {
+			return f, usagef("--event: give an event id or a webhook-id")
+		}
+		f.Event = d.event
+	}
 	var err error
 	if fl.Changed("since") {
 		if f.Since, err = parseTimeFlag("--since", d.since, now); err != nil {
@@ -129,7 +137,7 @@ func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.F
 		return f, usagef("--until: %s is before --since %s; swap them", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
 	}
 	if fl.Lookup("seq") != nil && fl.Changed("seq") {
-		for _, other := range []string{"subscriber", "reason", "type", "since", "until"} {
+		for _, other := range []string{"subscriber", "reason", "type", "event", "since", "until"} {
 			if fl.Changed(other) {
 				return f, usagef("--seq: names the entries on its own; leave out --%s", other)
 			}
@@ -220,12 +228,13 @@ func newDLQLsCmd(conn *connFlags) *cobra.Command {
 		Use:   "ls",
 		Short: "List dead-lettered deliveries, oldest first",
 		Long: `Lists the dead-lettered deliveries, oldest first. --subscriber, --reason and
---since are applied by the server; --type and --until on each entry, reading
-headers only. At most --limit are listed (0: all; the listing streams, so a
+--since are applied by the server; --type, --event and --until on each entry,
+reading headers only. At most --limit are listed (0: all; the listing streams, so a
 large one costs time, not memory); when more match, a note on stderr says so.`,
 		Example: `  relay dlq ls
   relay dlq ls --subscriber demo --reason max_attempts --since 24h --json
-  relay dlq ls --type 'video.*' --limit 0`,
+  relay dlq ls --type 'video.*' --limit 0
+  relay dlq ls --event order~2E42~2Ecreated`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := filter.filter(cmd, time.Now())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/relay-dev/relay/internal/attempts"
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -24,8 +26,8 @@ func newTraceCmd(conn *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trace EVENT_ID",
 		Short: "Show what became of one event: each subscriber's attempts and where its delivery is now",
-		Long: `Shows, for each subscriber event EVENT_ID (its Nats-Msg-Id, or EVENTS-<seq>)
-was fanned out to, every attempt to deliver it (when, from which relay, the
+		Long: `Shows, for each subscriber event EVENT_ID (its Nats-Msg-Id, or EVENTS-<seq>,
+or the webhook-id its receivers saw, order~2E42~2Ecreated for order.42.created) was fanned out to, every attempt to deliver it (when, from which relay, the
 status or error, how long it took, what it led to) and where the delivery is
 now: delivered; waiting for a retry until a time, and after what; queued (not
 attempted yet); in its overflow; scheduled until its Relay-Deliver-At; or dead,
@@ -42,7 +44,10 @@ an older event has no trace. Exits 1 when there is none.`,
 		Args: exactArgs(1, "an event id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStreamFor(cmd.Context(), conn, "relay trace", traceTimeout, func(ctx context.Context, js jetstream.JetStream) error {
-				t, err := attempts.Read(ctx, js, args[0])
+				t, err := readTrace(ctx, js, args[0])
+				if errors.Is(err, attempts.ErrNoRecords) && strings.HasPrefix(args[0], "~~") {
+					return fmt.Errorf("no records of event %q: a webhook-id that starts with ~~ is a hash of a long event id; trace the relay-event-id header the receiver got with it", args[0])
+				}
 				if errors.Is(err, attempts.ErrNoRecords) {
 					return fmt.Errorf("no records of event %q in %s: not fanned out yet, matched no subscriber, matched one and waits on its lane for a first attempt (relay status --subscriber ID shows its queue), older than %[2]s keeps (relay run --attempts-max-age), or handled by relays run with --record-attempts=false", args[0], streams.Attempts)
 				}
@@ -64,11 +69,30 @@ an older event has no trace. Exits 1 when there is none.`,
 	return cmd
 }
 
+// readTrace reads the trace of id, an event id or the webhook-id a receiver
+// saw: when id has no records and is the webhook-id of another event id
+// (deliver.EventIDOf, the inverse of the one mapping), that id's.
+func readTrace(ctx context.Context, js jetstream.JetStream, id string) (attempts.Trace, error) {
+	t, err := attempts.Read(ctx, js, id)
+	if !errors.Is(err, attempts.ErrNoRecords) {
+		return t, err
+	}
+	if eventID, ok := deliver.EventIDOf(id); ok && eventID != id {
+		if t, err2 := attempts.Read(ctx, js, eventID); !errors.Is(err2, attempts.ErrNoRecords) {
+			return t, err2
+		}
+	}
+	return t, err
+}
+
 // printTrace writes a trace as relay trace shows it: the event, each
 // subscriber's state, then every attempt.
 func printTrace(out io.Writer, t attempts.Trace, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "event\t%s\n", cell(t.Event, 0))
+	if w := deliver.WebhookID(t.Event); w != t.Event {
+		fmt.Fprintf(tw, "webhook-id\t%s\n", w)
+	}
 	fmt.Fprintf(tw, "type\t%s\n", cell(t.Type, 0))
 	if !t.FannedOut.IsZero() {
 		fmt.Fprintf(tw, "fanned out\t%s by %s, to %d subscribers\n", traceTime(t.FannedOut), cell(t.By, 0), len(t.Deliveries))
