@@ -285,6 +285,9 @@ func storedBytes(n uint64) string {
 // statusDetail prints the detail of --subscriber.
 func statusDetail(ctx context.Context, out io.Writer, js jetstream.JetStream, s *subscribers.Store, f statusFlags) error {
 	sub, err := s.Get(ctx, f.subscriber)
+	if errors.Is(err, subscribers.ErrNotFound) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("--subscriber %s: %w", f.subscriber, err)
 	}

@@ -97,7 +97,7 @@ func subTestRequest(cmd *cobra.Command, id, eventType, data string) (testrequest
 	}
 	fl := cmd.Flags()
 	if fl.Changed("type") && fl.Changed("data") {
-		return req, usagef("--type: names the type in the default body; with --data the body is yours (put the type in it)")
+		return req, usagef("--type and --data cannot be combined: --type names the type in the default body; with --data the body is yours (put the type in it)")
 	}
 	if fl.Changed("type") {
 		if err := testrequest.CheckType(eventType); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -43,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root, conn := newRootConn(stdout, stderr)
 	conn.refused = newRefusals(func(*nats.Conn) { stop() }, nil)
 	root.SetArgs(args)
-	err := conn.refused.explain(root.ExecuteContext(ctx))
+	err := notFound(conn.refused.explain(root.ExecuteContext(ctx)), "")
 	if err == nil {
 		return exitOK
 	}
@@ -116,6 +117,9 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 			DisableDefaultCmd: true,
 		},
 	}
+	root.Version = version
+	root.SetVersionTemplate("relay {{.Version}}\n")
+	root.SetUsageTemplate(usageTemplate)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -135,6 +139,39 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 	return root, conn
 }
 
+// helpWidth is the width every line of --help fits, as every table of
+// relay's fits it unless --wide.
+const helpWidth = 100
+
+// localOnly is the annotation of a command that talks to no NATS server
+// (relay listen, relay version): its help leaves out the connection flags
+// it would not use.
+const localOnly = "relay.local-only"
+
+// usageTemplate is cobra's, its flags' text wrapped to helpWidth and the
+// global flags left out of a localOnly command's help.
+var usageTemplate = `Usage:{{if .Runnable}}
+  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
+  {{.CommandPath}} [command]{{end}}{{if gt (len .Aliases) 0}}
+
+Aliases:
+  {{.NameAndAliases}}{{end}}{{if .HasExample}}
+
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
+
+Available Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
+
+Flags:
+{{.LocalFlags.FlagUsagesWrapped ` + strconv.Itoa(helpWidth) + ` | trimTrailingWhitespaces}}{{end}}{{if and .HasAvailableInheritedFlags (not (index .Annotations "` + localOnly + `"))}}
+
+Global Flags:
+{{.InheritedFlags.FlagUsagesWrapped ` + strconv.Itoa(helpWidth) + ` | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
+
+Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
+`
+
 // exactArgs is cobra.ExactArgs with an error that exits 2 and says what the
 // command wants.
 func exactArgs(n int, what string) cobra.PositionalArgs {
@@ -148,9 +185,10 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print relay's version",
-		Args:  exactArgs(0, "no arguments"),
+		Use:         "version",
+		Short:       "Print relay's version (as relay --version)",
+		Annotations: map[string]string{localOnly: "true"},
+		Args:        exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(cmd.OutOrStdout(), "relay %s\n", version)
 			return nil

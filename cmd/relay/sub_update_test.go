@@ -72,7 +72,7 @@ func TestSubUpdateChangesOnlyTheFlagsGiven(t *testing.T) {
 		{[]string{"demo", "--lane", "fast"}, exitUsage, "--lane"},
 		{[]string{"demo", "--secret", "whsec_short"}, exitUsage, "--secret"},
 		{[]string{"bad id"}, exitUsage, "ID"},
-		{[]string{"nobody", "--rate", "1"}, exitFailure, "no subscriber nobody; add it with relay sub add"},
+		{[]string{"nobody", "--rate", "1"}, exitFailure, "no such subscriber: nobody (relay sub ls lists them)"},
 	} {
 		code, _, errOut := relayCmd(t, append([]string{"sub", "update", "--nats", n.URL}, tt.args...)...)
 		requireOneLine(t, code, errOut, tt.code, tt.contains)

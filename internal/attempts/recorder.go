@@ -102,7 +102,7 @@ type Recorder struct {
 // New returns a Recorder; [Recorder.Run] writes what it is given.
 func New(cfg Config) (*Recorder, error) {
 	if cfg.Conn == nil {
-		return nil, errors.New("attempts: no NATS connection")
+		return nil, errors.New("no NATS connection")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Relay = cut(cfg.Relay, maxRelayName)
