@@ -33,7 +33,7 @@ func newSubTestCmd(conn *connFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "test ID [--type T] [--data JSON]",
-		Short: "Send one signed request to a subscriber now, through a running relay, and show the reply",
+		Short: "Send one signed request to a subscriber now, through a running relay; show the reply",
 		Long: `Sends one request now, to that subscriber only, signed and authenticated
 exactly as a delivery is: its signatures, its --header list, its OAuth2 bearer,
 its client certificate and CA, its --timeout. Its webhook-id is one of its own,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -120,6 +121,7 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 	root.Version = version
 	root.SetVersionTemplate("relay {{.Version}}\n")
 	root.SetUsageTemplate(usageTemplate)
+	root.SetHelpTemplate(helpTemplate)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -148,17 +150,46 @@ const helpWidth = 100
 // it would not use.
 const localOnly = "relay.local-only"
 
+func init() {
+	cobra.AddTemplateFunc("fitWidth", fitWidth)
+}
+
+// helpTemplate is cobra's, the text fitted to helpWidth.
+const helpTemplate = `{{with (or .Long .Short)}}{{. | fitWidth | trimTrailingWhitespaces}}
+
+{{end}}{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}`
+
+// fitWidth breaks each line of s longer than helpWidth at spaces, the
+// lines it makes indented as the line was.
+func fitWidth(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		line = strings.TrimRight(line, "\n")
+		indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
+		for utf8.RuneCountInString(line) > helpWidth {
+			cut := strings.LastIndexByte(string([]rune(line)[:helpWidth+1]), ' ')
+			if cut <= len(indent) {
+				break
+			}
+			b.WriteString(line[:cut] + "\n")
+			line = indent + strings.TrimLeft(line[cut:], " ")
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
 // usageTemplate is cobra's, its flags' text wrapped to helpWidth and the
 // global flags left out of a localOnly command's help.
 var usageTemplate = `Usage:{{if .Runnable}}
-  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
+{{.UseLine | printf "  %s" | fitWidth | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
   {{.CommandPath}} [command]{{end}}{{if gt (len .Aliases) 0}}
 
 Aliases:
   {{.NameAndAliases}}{{end}}{{if .HasExample}}
 
 Examples:
-{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
+{{.Example | fitWidth | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
 
 Available Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
   {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}

@@ -243,10 +243,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // print writes one block for a delivery, each line within [lineWidth]
 // columns for a webhook-id of ordinary length: a summary line (the time of
-// day, the request, its id, attempt, signature check and answer), a line of
-// its size, content type and the event id as published when relay sent one
-// (relay-event-id, where the webhook-id had to escape it), then the body
-// preview indented under them.
+// day, the request, its id, signature check and answer), a line of its
+// attempt, size, content type and the event id as published when relay sent
+// one (relay-event-id, where the webhook-id had to escape it; on a line of
+// its own when the line would not fit), then the body preview indented
+// under them.
 func (h *handler) print(r *http.Request, id string, body []byte, readErr error, signature string, status int) {
 	var b bytes.Buffer
 	h.mu.Lock()
@@ -262,16 +263,20 @@ func (h *handler) print(r *http.Request, id string, body []byte, readErr error, 
 	if contentType == "" {
 		contentType = "(none)"
 	}
-	fmt.Fprintf(&b, "%s %s %s  webhook-id: %s  attempt: %s  signature: %s  reply: %d",
-		h.cfg.Clock().Format(time.TimeOnly), r.Method, printable(r.URL.RequestURI()), shownID, attempt, signature, status)
+	fmt.Fprintf(&b, "%s %s %s  webhook-id: %s  signature: %s  reply: %d",
+		h.cfg.Clock().Format(time.TimeOnly), r.Method, printable(r.URL.RequestURI()), shownID, signature, status)
 	if h.cfg.Delay > 0 {
 		fmt.Fprintf(&b, " after %s", h.cfg.Delay)
 	}
-	fmt.Fprintf(&b, "\n  size: %d B  content-type: %s", len(body), printable(contentType))
+	second := fmt.Sprintf("  attempt: %s  size: %d B  content-type: %s", attempt, len(body), printable(contentType))
 	if eventID := r.Header.Get("Relay-Event-Id"); eventID != "" {
-		fmt.Fprintf(&b, "  relay-event-id: %s", printable(eventID))
+		more := "  relay-event-id: " + printable(eventID)
+		if utf8.RuneCountInString(second+more) > lineWidth {
+			more = "\n" + more
+		}
+		second += more
 	}
-	b.WriteByte('\n')
+	b.WriteString("\n" + second + "\n")
 	if readErr != nil {
 		fmt.Fprintf(&b, "  (body unreadable: %s)\n", printable(readErr.Error()))
 	} else {
