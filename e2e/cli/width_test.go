@@ -95,6 +95,27 @@ func TestEveryCommandFitsAHundredColumns(t *testing.T) {
 		}
 		checkWidth(t, r)
 	}
+	// What the narrow tables must still say: sub ls the signing scheme and
+	// the filter, dlq ls the end of a dial error, status a pause's end once.
+	ls := e.must("sub", "ls").stdout
+	for _, want := range []string{"SIGNING", "ed25519", "hmac", `filter: body.total > 100 && body.currency == "EUR"`} {
+		if !strings.Contains(ls, want) {
+			t.Errorf("relay sub ls lacks %q:\n%s", want, ls)
+		}
+	}
+	if dlq := e.must("dlq", "ls").stdout; !regexp.MustCompile(`(?m)^\d+\s+warehouse\s.*connect: connection refused$`).MatchString(dlq) {
+		t.Errorf("relay dlq ls does not end warehouse's error with why:\n%s", dlq)
+	}
+	for line := range strings.Lines(e.must("status").stdout) {
+		if strings.HasPrefix(line, "partner-acme ") && (!strings.Contains(line, "paused by Retry-After, ") || !strings.Contains(line, " left")) {
+			t.Errorf("relay status: partner-acme's pause: %q", line)
+		}
+	}
+	for line := range strings.Lines(e.must("status", "--wide").stdout) {
+		if strings.HasPrefix(line, "partner-acme ") && len(regexp.MustCompile(`\d{4}-\d\d-\d\dT`).FindAllString(line, -1)) != 1 {
+			t.Errorf("relay status --wide does not show partner-acme's pause end once: %q", line)
+		}
+	}
 	for _, args := range [][]string{{"status", "--wide"}, {"dlq", "ls", "--wide"}, {"trace", "order.42.created", "--wide"}, {"sub", "ls", "--wide"}} {
 		if r := e.must(args...); !strings.Contains(r.stdout, "\n") {
 			t.Errorf("relay %s printed %q", strings.Join(args, " "), r.stdout)
