@@ -368,7 +368,11 @@ filter (on a line of its own), each line within 100 columns, long values cut;
 					// A pause's end as relay status says it within 100 columns.
 					state := strings.Replace(stateString(sub, now), " until "+sub.PausedUntil.UTC().Format(time.RFC3339), ", "+timeLeft(sub.PausedUntil, now), 1)
 					rate, _, _ := strings.Cut(rateString(sub), " burst ") // the burst: sub get, --wide
-					t.add(cell(sub.ID, 20), cell(sub.URL, 26), cell(eventsString(sub.Events), 16), rate,
+					url := cell(sub.URL, 26)
+					if showURL {
+						url = cell(sub.URL, 0) // asked for whole
+					}
+					t.add(cell(sub.ID, 20), url, cell(eventsString(sub.Events), 16), rate,
 						string(shown.Signing), cell(state, 0))
 					if sub.Filter != "" {
 						t.add("", "filter: "+cell(sub.Filter, 0))
