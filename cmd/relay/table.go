@@ -19,8 +19,8 @@ const minLastColumn = 16
 type fit int
 
 const (
-	// cutEnd keeps the start of the last column: a name, a list.
-	cutEnd fit = iota
+	// keepStart keeps the start of the last column: a name, a list.
+	keepStart fit = iota
 	// keepEnd keeps its end: an error's useful part is its end
 	// ("…connect: connection refused"), the start names the request.
 	keepEnd
@@ -50,12 +50,15 @@ func (t *table) flush(out io.Writer) error {
 	}
 	widths := make([]int, n)
 	for _, r := range rows {
-		for i, c := range r[:len(r)-1] {
+		for i, c := range r[:max(len(r)-1, 0)] {
 			widths[i] = max(widths[i], utf8.RuneCountInString(c))
 		}
 	}
 	var b strings.Builder
 	for _, r := range rows {
+		if len(r) == 0 {
+			continue
+		}
 		b.Reset()
 		indent := 0
 		for i, c := range r[:len(r)-1] {
