@@ -18,7 +18,7 @@ import (
 // bounded store take events it has no room to copy (see [Ensure]), and the
 // error says which stream and what the account allows, so that an operator
 // knows what to raise.
-var ErrNoStorage = errors.New("streams: no storage left in the JetStream account")
+var ErrNoStorage = errors.New("no storage left in the JetStream account")
 
 // Sizing of DELIVERIES (docs/streams.md, "Capacity"). A stream's max_bytes
 // is reserved against the account's JetStream storage (and the server's
@@ -85,7 +85,7 @@ func accountQuota(ctx context.Context, js jetstream.JetStream, replicas int) (qu
 		return err
 	})
 	if err != nil {
-		return quota{}, fmt.Errorf("streams: reading the JetStream account's limits: %w", err)
+		return quota{}, fmt.Errorf("reading the JetStream account's limits: %w", err)
 	}
 	tier, weight := info.Tier, int64(max(replicas, 1))
 	// An account with limits per replica count reports them in tiers
@@ -174,7 +174,7 @@ func fit(ctx context.Context, name string, r quota, def int64, try func(ctx cont
 // ErrNoRoomForRecords is returned (and logged by [Ensure], which goes on
 // without it) when the account or the server cannot reserve even
 // [minRecordsBytes] for ATTEMPTS.
-var ErrNoRoomForRecords = errors.New("streams: no storage left in the JetStream account for " + Attempts)
+var ErrNoRoomForRecords = errors.New("no storage left in the JetStream account for " + Attempts)
 
 // minRecordsBytes is the least ATTEMPTS is created with: a few thousand
 // records, enough for relay trace of the last moments.
@@ -343,7 +343,7 @@ func ageText(n int64) string {
 // schedules on a discard-new stream), and a max_age on DELIVERIES. relay
 // run refuses to start on one rather than lose what it holds without a dead
 // letter; the error names the stream and the limit.
-var ErrLossyLimit = errors.New("streams: a limit would delete deliveries not yet made")
+var ErrLossyLimit = errors.New("a limit would delete deliveries not yet made")
 
 // lossyLimit returns [ErrLossyLimit] naming the first limit of cfg that
 // would delete a delivery not yet made, nil when it has none.

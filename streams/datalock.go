@@ -16,7 +16,7 @@ const LockFile = "relay.lock"
 // ErrDataInUse is returned when another process holds a data directory's
 // lock: two embedded servers on one directory would overwrite each other's
 // JetStream files, and the first relay's subscribers would be lost.
-var ErrDataInUse = errors.New("streams: data directory in use")
+var ErrDataInUse = errors.New("data directory in use")
 
 // DataLock is one process's hold on a data directory, from LockData until
 // Unlock (or the process's end: the system releases it then, so a relay
@@ -31,17 +31,17 @@ type DataLock struct {
 // created or written is refused at once too, with the system's reason.
 func LockData(dir string) (*DataLock, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("streams: data directory: %w", err)
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("streams: data directory: %w", err)
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	locked, err := lockFile(f)
 	if err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("streams: locking %s: %w", path, err)
+		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	if !locked {
 		holder := "another process"
@@ -57,7 +57,7 @@ func LockData(dir string) (*DataLock, error) {
 	}
 	if err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("streams: data directory: %w", err)
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	return &DataLock{f: f}, nil
 }
@@ -66,7 +66,7 @@ func LockData(dir string) (*DataLock, error) {
 // process that opened it meanwhile lock a file no one else sees.
 func (l *DataLock) Unlock() error {
 	if err := l.f.Close(); err != nil {
-		return fmt.Errorf("streams: unlocking %s: %w", l.f.Name(), err)
+		return fmt.Errorf("unlocking %s: %w", l.f.Name(), err)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 
 // ErrDirectGet is returned when the server answers a direct get with
 // something other than messages and the end of the batch.
-var ErrDirectGet = errors.New("streams: direct get")
+var ErrDirectGet = errors.New("direct get")
 
 // DirectGet is the request of a direct get ($JS.API.DIRECT.GET.<stream>).
 // Batched ([GetBatch]), it brings up to Batch messages from sequence Seq

@@ -18,7 +18,7 @@ import (
 // address is taken, JetStream cannot use its directory, or it does not
 // accept connections in time. It wraps the server's own reason when there
 // is one.
-var ErrServerNotReady = errors.New("streams: embedded NATS server not ready")
+var ErrServerNotReady = errors.New("embedded NATS server not ready")
 
 // ServerConfig says where the embedded server listens and stores.
 type ServerConfig struct {
@@ -58,11 +58,11 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
-		return nil, fmt.Errorf("streams: listen address %q: %w", listen, err)
+		return nil, fmt.Errorf("listen address %q: %w", listen, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return nil, fmt.Errorf("streams: listen port %q: %w", portStr, err)
+		return nil, fmt.Errorf("listen port %q: %w", portStr, err)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -81,7 +81,7 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("streams: embedded server: %w", err)
+		return nil, fmt.Errorf("embedded server: %w", err)
 	}
 	log := &startupLog{}
 	if cfg.Logs {

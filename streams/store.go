@@ -12,7 +12,7 @@ import (
 
 // ErrUnanswered is returned by [StoreOnce] when JetStream gave no answer
 // before its context ended: the message may be stored, or not.
-var ErrUnanswered = errors.New("streams: JetStream did not answer")
+var ErrUnanswered = errors.New("JetStream did not answer")
 
 // StoreTry bounds the wait for the PubAck of one publish of [StoreOnce]
 // before it publishes again: on a loaded host or a slow link a PubAck may

@@ -75,7 +75,7 @@ const oldEventsMaxAge = 7 * 24 * time.Hour
 
 // ErrInvalidReplicas is returned when a replica count JetStream cannot honour
 // is asked for.
-var ErrInvalidReplicas = errors.New("streams: replicas must be 1, 3 or 5")
+var ErrInvalidReplicas = errors.New("replicas must be 1, 3 or 5")
 
 // Config returns the definition of one of the relay streams, read from its
 // embedded JSON file.
@@ -83,10 +83,10 @@ func Config(name string) (jetstream.StreamConfig, error) {
 	var cfg jetstream.StreamConfig
 	raw, err := definitions.ReadFile(name + ".json")
 	if err != nil {
-		return cfg, fmt.Errorf("streams: no definition for %q: %w", name, err)
+		return cfg, fmt.Errorf("no definition for %q: %w", name, err)
 	}
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return cfg, fmt.Errorf("streams: decoding %s.json: %w", name, err)
+		return cfg, fmt.Errorf("decoding %s.json: %w", name, err)
 	}
 	return cfg, nil
 }
@@ -172,7 +172,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("streams: creating or updating %s: %w", name, err)
+			return fmt.Errorf("creating or updating %s: %w", name, err)
 		}
 		ensured = append(ensured, name)
 		sizes[name] = cfg.MaxBytes
@@ -224,7 +224,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			}
 			return err
 		}); err != nil {
-			return fmt.Errorf("streams: creating or updating bucket %s: %w", kv.Bucket, err)
+			return fmt.Errorf("creating or updating bucket %s: %w", kv.Bucket, err)
 		}
 	}
 	// On a cluster a stream that another relay (or this one) has just
@@ -238,7 +238,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			_, err := existing(ctx, js, name)
 			return err
 		}); err != nil {
-			return fmt.Errorf("streams: looking up %s: %w", name, err)
+			return fmt.Errorf("looking up %s: %w", name, err)
 		}
 	}
 	e.logSizes(ctx, sizes)
@@ -270,10 +270,10 @@ func Restore(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 	if s, err := js.Stream(ctx, name); err == nil {
 		have = &s.CachedInfo().Config
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("streams: looking up %s: %w", name, err)
+		return fmt.Errorf("looking up %s: %w", name, err)
 	}
 	if _, err := e.stream(ctx, def, have); err != nil {
-		return fmt.Errorf("streams: creating or updating %s: %w", name, err)
+		return fmt.Errorf("creating or updating %s: %w", name, err)
 	}
 	return nil
 }

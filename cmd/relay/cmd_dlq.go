@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -24,10 +23,6 @@ import (
 	"github.com/relay-dev/relay/internal/lanes"
 	"github.com/relay-dev/relay/internal/subscribers"
 )
-
-// dlqErrorWidth is how many characters of LAST_ERROR the dlq ls table
-// shows; relay dlq ls --json has the whole (≤ 1 KiB) text.
-const dlqErrorWidth = 60
 
 // tableChunk is how many rows of a long table are aligned together: a
 // listing streams, so its columns are measured a chunk at a time.
@@ -66,6 +61,7 @@ type dlqFilterFlags struct {
 	subscriber string
 	reason     string
 	eventType  string
+	event      string
 	since      string
 	until      string
 	seqs       string
@@ -76,6 +72,7 @@ func (d *dlqFilterFlags) add(cmd *cobra.Command, withSeq bool) {
 	f.StringVar(&d.subscriber, "subscriber", "", "only this subscriber's dead letters")
 	f.StringVar(&d.reason, "reason", "", "only dead letters of this reason: "+reasonNames())
 	f.StringVar(&d.eventType, "type", "", "only events of this type; wildcards as in relay sub add --events (video.*)")
+	f.StringVar(&d.event, "event", "", "only dead letters of this event: its id, or the webhook-id its subscriber saw")
 	f.StringVar(&d.since, "since", "", "only dead letters stored at or after TIME: RFC 3339, or a duration ago such as 24h")
 	f.StringVar(&d.until, "until", "", "only dead letters stored at or before TIME: RFC 3339, or a duration ago such as 1h")
 	if withSeq {
@@ -114,6 +111,12 @@ func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.F
 		}
 		f.Type = d.eventType
 	}
+	if fl.Changed("event") {
+		if d.event == "" {
+			return f, usagef("--event: give an event id or a webhook-id")
+		}
+		f.Event = d.event
+	}
 	var err error
 	if fl.Changed("since") {
 		if f.Since, err = parseTimeFlag("--since", d.since, now); err != nil {
@@ -129,7 +132,7 @@ func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.F
 		return f, usagef("--until: %s is before --since %s; swap them", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
 	}
 	if fl.Lookup("seq") != nil && fl.Changed("seq") {
-		for _, other := range []string{"subscriber", "reason", "type", "since", "until"} {
+		for _, other := range []string{"subscriber", "reason", "type", "event", "since", "until"} {
 			if fl.Changed(other) {
 				return f, usagef("--seq: names the entries on its own; leave out --%s", other)
 			}
@@ -214,18 +217,20 @@ func newDLQLsCmd(conn *connFlags) *cobra.Command {
 	var (
 		filter dlqFilterFlags
 		asJSON bool
+		wide   bool
 		limit  int
 	)
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List dead-lettered deliveries, oldest first",
 		Long: `Lists the dead-lettered deliveries, oldest first. --subscriber, --reason and
---since are applied by the server; --type and --until on each entry, reading
-headers only. At most --limit are listed (0: all; the listing streams, so a
+--since are applied by the server; --type, --event and --until on each entry,
+reading headers only. At most --limit are listed (0: all; the listing streams, so a
 large one costs time, not memory); when more match, a note on stderr says so.`,
 		Example: `  relay dlq ls
   relay dlq ls --subscriber demo --reason max_attempts --since 24h --json
-  relay dlq ls --type 'video.*' --limit 0`,
+  relay dlq ls --type 'video.*' --limit 0
+  relay dlq ls --event order~2E42~2Ecreated`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := filter.filter(cmd, time.Now())
@@ -236,7 +241,7 @@ large one costs time, not memory); when more match, a note on stderr says so.`,
 				return usagef("--limit: must be 0 (all) or more, got %d", limit)
 			}
 			return withDLQ(cmd.Context(), conn, func(ctx context.Context, js jetstream.JetStream) error {
-				p := newEntryPrinter(cmd.OutOrStdout(), asJSON)
+				p := newEntryPrinter(cmd.OutOrStdout(), asJSON, wide)
 				n := 0
 				more := false
 				err := deadletter.Scan(ctx, js, f, func(e deadletter.Entry) error {
@@ -266,6 +271,7 @@ large one costs time, not memory); when more match, a note on stderr says so.`,
 	filter.add(cmd, false)
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array")
+	f.BoolVar(&wide, "wide", false, "print every column (type, attempts, last status) and the whole error, whatever the width")
 	f.IntVar(&limit, "limit", deadletter.DefaultLimit, "list at most this many dead letters; 0 lists all")
 	return cmd
 }
@@ -278,13 +284,14 @@ var errLimitReached = errors.New("limit reached")
 type entryPrinter struct {
 	out    io.Writer
 	asJSON bool
+	wide   bool
 	n      int
-	tw     *tabwriter.Writer
+	tw     *table
 	rows   int
 }
 
-func newEntryPrinter(out io.Writer, asJSON bool) *entryPrinter {
-	return &entryPrinter{out: out, asJSON: asJSON}
+func newEntryPrinter(out io.Writer, asJSON, wide bool) *entryPrinter {
+	return &entryPrinter{out: out, asJSON: asJSON, wide: wide}
 }
 
 func (p *entryPrinter) add(e deadletter.Entry) error {
@@ -302,20 +309,28 @@ func (p *entryPrinter) add(e deadletter.Entry) error {
 		return err
 	}
 	if p.tw == nil {
-		p.tw = tabwriter.NewWriter(p.out, 0, 4, 2, ' ', 0)
-		if p.n == 1 {
-			fmt.Fprintln(p.tw, "DLQ_SEQ\tSUBSCRIBER\tEVENT_ID\tTYPE\tREASON\tATTEMPTS\tLAST_STATUS\tDEAD_AT\tLAST_ERROR")
+		p.tw = &table{wide: p.wide, fit: keepEnd}
+		switch {
+		case p.n != 1:
+		case p.wide:
+			p.tw.add("DLQ_SEQ", "SUBSCRIBER", "EVENT_ID", "TYPE", "REASON", "ATTEMPTS", "LAST_STATUS", "DEAD_AT", "LAST_ERROR")
+		default:
+			p.tw.add("DLQ_SEQ", "SUBSCRIBER", "EVENT_ID", "REASON", "DEAD_AT (UTC)", "LAST_ERROR")
 		}
 	}
 	status := "-"
 	if e.LastStatus != 0 {
 		status = fmt.Sprint(e.LastStatus)
 	}
-	fmt.Fprintf(p.tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
-		e.DLQSeq, cell(e.Subscriber, 0), cell(e.EventID, 0), cell(e.EventType, 0), cell(string(e.Reason), 0),
-		e.Attempts, status, e.DeadAt.UTC().Format(time.RFC3339), cell(e.LastError, dlqErrorWidth))
+	if p.wide {
+		p.tw.add(strconv.FormatUint(e.DLQSeq, 10), cell(e.Subscriber, 0), cell(e.EventID, 0), cell(e.EventType, 0), cell(string(e.Reason), 0),
+			strconv.Itoa(e.Attempts), status, e.DeadAt.UTC().Format(time.RFC3339), cell(e.LastError, 0))
+	} else {
+		p.tw.add(strconv.FormatUint(e.DLQSeq, 10), cell(e.Subscriber, 16), cell(e.EventID, 24), cell(string(e.Reason), 0),
+			shortTime(e.DeadAt), cell(e.LastError, 0))
+	}
 	if p.rows++; p.rows == tableChunk {
-		err := p.tw.Flush()
+		err := p.tw.flush(p.out)
 		p.tw, p.rows = nil, 0
 		return err
 	}
@@ -334,7 +349,7 @@ func (p *entryPrinter) close() error {
 		_, err := fmt.Fprintln(p.out, "no dead letters")
 		return err
 	case p.tw != nil:
-		return p.tw.Flush()
+		return p.tw.flush(p.out)
 	}
 	return nil
 }
@@ -440,8 +455,8 @@ func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 		}
 		return writeJSON(out, v)
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	tw := &table{fit: wrap}
+	row := func(k string, v any) { tw.add(k+":", fmt.Sprint(v)) }
 	e := m.Entry
 	row("dlq seq", e.DLQSeq)
 	row("subject", m.Subject)
@@ -464,7 +479,7 @@ func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 		row("deadline", e.Deadline.Format(time.RFC3339Nano))
 	}
 	row("dead at", e.DeadAt.Format(time.RFC3339Nano))
-	if err := tw.Flush(); err != nil {
+	if err := tw.flush(out); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "headers:")
@@ -476,12 +491,13 @@ func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 		}
 	}) {
 		for _, v := range m.Header[k] {
-			fmt.Fprintf(out, "  %s: %s\n", cell(k, 0), cell(v, 0))
+			if err := wrapLine(out, "  "+cell(k, 0)+": "+cell(v, 0), 4); err != nil {
+				return err
+			}
 		}
 	}
 	if m.Bodiless() {
-		_, err := fmt.Fprintln(out, "body: none: its event's body was lost before it could be sent (see last error); relay dlq replay leaves this entry in the DLQ")
-		return err
+		return wrapLine(out, "body: none: its event's body was lost before it could be sent (see last error); relay dlq replay leaves this entry in the DLQ", 2)
 	}
 	if text && printableText(m.Body) {
 		fmt.Fprintf(out, "body (%d bytes):\n%s\n", len(m.Body), m.Body)
@@ -587,7 +603,7 @@ func replay(ctx context.Context, cmd *cobra.Command, r *deadletter.Replayer, f d
 		}
 	}
 	if dryRun {
-		p := newEntryPrinter(out, false)
+		p := newEntryPrinter(out, false, false)
 		skipped := 0
 		err := deadletter.Scan(ctx, r.JS, f, func(e deadletter.Entry) error {
 			if r.Skips(e) || plan.Unknown[e.Subscriber] > 0 {

@@ -123,7 +123,7 @@ func newRunCmd(conn *connFlags) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run ingest, fan-out and every lane (an embedded NATS server unless --nats or NATS_URL is given)",
+		Short: "Run the fan-out and every lane (on an embedded NATS server unless --nats or NATS_URL)",
 		Long: `Runs the fan-out from EVENTS and every delivery lane.
 
 Without --nats (and with NATS_URL unset) it starts an embedded NATS server with
@@ -384,7 +384,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }), refused.option())
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return fmt.Errorf("cannot connect to NATS at %s: %w", maskNATS(url), err)
+		return cannotConnect(url, err, "is a NATS server up? without --nats and NATS_URL, relay run starts one of its own")
 	}
 	// Drain, not Close: acks and PubAcks still on their way are flushed.
 	// Before the embedded server stops (deferred earlier, so run later):

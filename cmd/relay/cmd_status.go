@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,6 +42,7 @@ const clearScreen = "\033[H\033[2J"
 // statusFlags are relay status's own flags.
 type statusFlags struct {
 	asJSON      bool
+	wide        bool
 	sharedLanes int
 	watch       bool
 	interval    time.Duration
@@ -186,6 +186,7 @@ shared lane; not given, it is read from the lane consumers on DELIVERIES.`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&f.asJSON, "json", false, "print a JSON array (with --subscriber, one JSON object)")
+	fl.BoolVar(&f.wide, "wide", false, "print every column (lane, overflow, tokens, failures, dead letters by reason) in full, whatever the width")
 	fl.IntVar(&f.sharedLanes, "lanes", 0, fmt.Sprintf("number of shared lanes relay run uses (1-%d); default: what the lane consumers on DELIVERIES show (16 before any relay ran)", maxSharedLanes))
 	fl.BoolVar(&f.watch, "watch", false, "redraw the report every --interval until Ctrl-C")
 	fl.DurationVar(&f.interval, "interval", defaultWatchInterval, fmt.Sprintf("time between two reports of --watch (at least %s)", minWatchInterval))
@@ -221,7 +222,7 @@ func statusReport(ctx context.Context, out io.Writer, js jetstream.JetStream, s 
 	if f.asJSON && !f.paged {
 		limit = 0
 	}
-	if err := printStatus(out, report, status.Paged(report.Subscribers, limit, f.page), f.asJSON); err != nil {
+	if err := printStatus(out, report, status.Paged(report.Subscribers, limit, f.page), f.asJSON, f.wide, time.Now()); err != nil {
 		return err
 	}
 	if !f.asJSON {
@@ -253,7 +254,7 @@ func statusStreams(ctx context.Context, out io.Writer, js jetstream.JetStream, a
 // printStreams prints the streams' use as a table: what each holds
 // against its limits, the share of max_bytes used, its max age.
 func printStreams(out io.Writer, use []status.Stream) error {
-	return printList(out, use, false, "no relay streams",
+	return printList(out, use, false, false, "no relay streams",
 		"STREAM\tMESSAGES\tMAX_MSGS\tBYTES\tMAX_BYTES\tUSED\tMAX_AGE\tWHEN_FULL",
 		func(s status.Stream) string {
 			used := "-"
@@ -285,6 +286,9 @@ func storedBytes(n uint64) string {
 // statusDetail prints the detail of --subscriber.
 func statusDetail(ctx context.Context, out io.Writer, js jetstream.JetStream, s *subscribers.Store, f statusFlags) error {
 	sub, err := s.Get(ctx, f.subscriber)
+	if errors.Is(err, subscribers.ErrNotFound) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("--subscriber %s: %w", f.subscriber, err)
 	}
@@ -295,7 +299,7 @@ func statusDetail(ctx context.Context, out io.Writer, js jetstream.JetStream, s 
 	if f.asJSON {
 		return writeJSON(out, d)
 	}
-	return printDetail(out, d)
+	return printDetail(out, d, f.wide)
 }
 
 // watch prints a frame every f.interval until ctx ends (Ctrl-C), which is a
@@ -351,21 +355,45 @@ func isTerminal(w io.Writer) bool {
 
 // printStatus prints the report: with --json the rows alone, one JSON
 // array as before the summary existed, so that scripts keep working; else
-// the summary line, then the table.
-func printStatus(out io.Writer, report status.Report, page status.Page, asJSON bool) error {
+// the summary line, then the table: within 100 columns, the time a pause
+// ends said once, as how long it has left; with wide every column, the
+// time in PAUSED_UNTIL.
+func printStatus(out io.Writer, report status.Report, page status.Page, asJSON, wide bool, now time.Time) error {
 	rows := page.Rows
 	if !asJSON && page.Total > 0 {
-		if _, err := fmt.Fprintf(out, "%s\n\n", report.Summary); err != nil {
-			return err
+		summary := report.Summary.String()
+		if wide {
+			_, err := fmt.Fprintf(out, "%s\n\n", summary)
+			if err != nil {
+				return err
+			}
+		} else {
+			if err := wrapLine(out, summary, 0); err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintln(out); err != nil {
+				return err
+			}
 		}
 	}
-	err := printList(out, rows, asJSON, noSubscribers,
-		"SUBSCRIBER\tSTATE\tLANE\tPENDING\tOVERFLOW\tLANE_IN_FLIGHT\tDEAD\tIN_TIME\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST\tDEAD_BY_REASON",
-		func(r status.Subscriber) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s",
-				r.ID, cell(statusState(r), 0), r.Lane, r.Pending, r.Overflow, r.LaneInFlight, r.Dead, status.FormatInTime(r.Met, r.Missed),
-				statusRate(r), statusTokens(r), statusTime(r.PausedUntil), r.Circuit, r.Failures, cell(r.OldestPendingAge, 0), deadReasons(r, "=", ","))
-		})
+	var err error
+	if wide {
+		err = printList(out, rows, asJSON, true, noSubscribers,
+			"SUBSCRIBER\tSTATE\tLANE\tPENDING\tOVERFLOW\tLANE_IN_FLIGHT\tDEAD\tIN_TIME\tRATE\tTOKENS\tPAUSED_UNTIL\tCIRCUIT\tFAILURES\tOLDEST\tDEAD_BY_REASON",
+			func(r status.Subscriber) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s",
+					r.ID, cell(statusStateWide(r), 0), r.Lane, r.Pending, r.Overflow, r.LaneInFlight, r.Dead, status.FormatInTime(r.Met, r.Missed),
+					statusRate(r), statusTokens(r), statusTime(r.PausedUntil), r.Circuit, r.Failures, cell(r.OldestPendingAge, 0), deadReasons(r, "=", ","))
+			})
+	} else {
+		err = printList(out, rows, asJSON, false, noSubscribers,
+			"SUBSCRIBER\tSTATE\tPENDING\tDEAD\tIN_TIME\tRATE\tCIRCUIT\tOLDEST",
+			func(r status.Subscriber) string {
+				return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s",
+					cell(r.ID, 20), cell(statusStateShort(r, now), 36), r.Pending, r.Dead, status.FormatInTime(r.Met, r.Missed),
+					cell(statusRate(r), 16), r.Circuit, cell(r.OldestPendingAge, 0))
+			})
+	}
 	if err != nil || asJSON {
 		return err
 	}
@@ -383,7 +411,12 @@ func printStatus(out io.Writer, report status.Report, page status.Page, asJSON b
 			fmt.Fprintln(out)
 			printed = true
 		}
-		fmt.Fprintf(out, "hint: %s: %s\n", r.ID, r.Hint)
+		hint := fmt.Sprintf("hint: %s: %s", r.ID, r.Hint)
+		if wide {
+			fmt.Fprintln(out, hint)
+		} else if err := wrapLine(out, hint, 2); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -407,7 +440,7 @@ func printPageLine(out io.Writer, page status.Page) error {
 
 // printDetail prints one subscriber's detail: a field a line, then its last
 // dead letters as relay dlq ls shows them.
-func printDetail(out io.Writer, d status.Detail) error {
+func printDetail(out io.Writer, d status.Detail, wide bool) error {
 	r := d.Subscriber
 	lane := r.Lane + " (shared)"
 	if r.Dedicated {
@@ -425,7 +458,7 @@ func printDetail(out io.Writer, d status.Detail) error {
 	if r.Failures > 0 {
 		circuit += fmt.Sprintf(", opened after %d failures", r.Failures)
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := &table{wide: wide, fit: wrap}
 	for _, kv := range [][2]string{
 		{"subscriber", r.ID},
 		{"state", cell(statusState(r), 0)},
@@ -443,15 +476,15 @@ func printDetail(out io.Writer, d status.Detail) error {
 		{"circuit", circuit},
 		{"oldest pending", oldest},
 	} {
-		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+		tw.add(kv[0], kv[1])
 	}
 	if r.Hint != "" {
-		fmt.Fprintf(tw, "hint\t%s\n", r.Hint)
+		tw.add("hint", r.Hint)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := tw.flush(out); err != nil {
 		return err
 	}
-	if err := printFailedAttempts(out, d.LastFailedAttempts); err != nil {
+	if err := printFailedAttempts(out, d.LastFailedAttempts, wide); err != nil {
 		return err
 	}
 	if len(d.LastErrors) == 0 {
@@ -459,7 +492,7 @@ func printDetail(out io.Writer, d status.Detail) error {
 		return err
 	}
 	fmt.Fprintf(out, "\nlast errors (its newest dead letters, newest first; relay dlq show SEQ for one):\n")
-	p := newEntryPrinter(out, false)
+	p := newEntryPrinter(out, false, wide)
 	for _, e := range d.LastErrors {
 		if err := p.add(e); err != nil {
 			return err
@@ -471,22 +504,30 @@ func printDetail(out io.Writer, d status.Detail) error {
 // printFailedAttempts writes the last failed attempts section of relay
 // status --subscriber: what each got (a 429 with its Retry-After, a 503, a
 // timeout) and what it led to.
-func printFailedAttempts(out io.Writer, recs []attempts.Record) error {
+func printFailedAttempts(out io.Writer, recs []attempts.Record, wide bool) error {
 	if len(recs) == 0 {
 		_, err := fmt.Fprintln(out, "\nlast failed attempts: none recorded")
 		return err
 	}
 	fmt.Fprintf(out, "\nlast failed attempts (newest first; relay trace EVENT_ID for one event's):\n")
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tEVENT\tATTEMPT\tRESULT\tTHEN")
-	for _, r := range recs {
-		attempt, result := "-", cell(r.Error, 60)
-		if r.Attempt > 0 {
-			attempt, result = strconv.Itoa(r.Attempt), cell(attempts.Result(r), 60)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", traceTime(r.At), cell(r.Event, 40), attempt, result, traceThen(r))
+	tw := &table{wide: wide, fit: keepEnd}
+	if wide {
+		tw.add("AT", "EVENT", "ATTEMPT", "RESULT", "THEN")
+	} else {
+		tw.add("AT (UTC)", "EVENT", "ATTEMPT", "THEN", "RESULT")
 	}
-	return tw.Flush()
+	for _, r := range recs {
+		attempt, result := "-", cell(r.Error, 0)
+		if r.Attempt > 0 {
+			attempt, result = strconv.Itoa(r.Attempt), cell(attempts.Result(r), 0)
+		}
+		if wide {
+			tw.add(traceTime(r.At), cell(r.Event, 0), attempt, result, traceThen(r, traceTime))
+		} else {
+			tw.add(shortTime(r.At), cell(r.Event, 24), attempt, traceThen(r, shortTime), result)
+		}
+	}
+	return tw.flush(out)
 }
 
 // statusDeadDetail shows the dead letters and their reasons: "3
@@ -516,6 +557,32 @@ func statusInTime(r status.Subscriber) string {
 		return s
 	}
 	return fmt.Sprintf("%s (%d met, %d missed)", s, r.Met, r.Missed)
+}
+
+// statusStateWide is statusState for the wide table, whose PAUSED_UNTIL
+// column has the time a Retry-After pause ends: it is not said twice.
+func statusStateWide(r status.Subscriber) string {
+	if r.DisabledReason == "" && r.PauseReason == status.ByRetryAfter {
+		return r.State + " by Retry-After"
+	}
+	return statusState(r)
+}
+
+// statusStateShort is the state as the table within 100 columns shows it:
+// a pause's end as the time it has left.
+func statusStateShort(r status.Subscriber, now time.Time) string {
+	left := func(t time.Time) string { return timeLeft(t, now) }
+	switch {
+	case r.DisabledReason != "":
+		return r.State + " (" + r.DisabledReason + ")"
+	case r.PauseReason == status.BySealedKey:
+		return r.State + " (sealed key)"
+	case r.PauseReason == status.ByRetryAfter:
+		return r.State + " by Retry-After, " + left(r.PausedUntil)
+	case !r.ResumesAt.IsZero():
+		return r.State + ", " + left(r.ResumesAt)
+	}
+	return r.State
 }
 
 func statusState(r status.Subscriber) string {

@@ -147,7 +147,8 @@ old secrets of a rotation still in its grace.
 --lane dedicated gives the subscriber a JetStream consumer of its own; at most
 ` + fmt.Sprint(subscribers.MaxDedicated) + ` subscribers may have one.`,
 		Example: `  relay sub add demo --url https://example.com/hook --secret whsec_... --events 'video.*' --rate 50
-  relay sub add paid --url https://example.com/hook --events 'order.*' --filter 'body.status == "paid"'
+  relay sub add paid --url https://example.com/hook --events 'order.*' \
+    --filter 'body.status == "paid"'
   relay sub add demo --url https://example.com/hook --secret-file demo-secret.txt
   relay sub add demo --url https://example.com/hook --signing ed25519`,
 		Args: exactArgs(1, "a subscriber ID"),
@@ -300,7 +301,7 @@ func laneString(s subscribers.Subscriber) string {
 // printList prints what a list command found: with --json one JSON array
 // ([] when empty), else a table under header, one row a line, or the line
 // empty when there is nothing to list.
-func printList[T any](out io.Writer, items []T, asJSON bool, empty, header string, row func(T) string) error {
+func printList[T any](out io.Writer, items []T, asJSON, wide bool, empty, header string, row func(T) string) error {
 	if asJSON {
 		if items == nil {
 			items = []T{}
@@ -311,12 +312,12 @@ func printList[T any](out io.Writer, items []T, asJSON bool, empty, header strin
 		_, err := fmt.Fprintln(out, empty)
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
+	t := &table{wide: wide}
+	t.add(strings.Split(header, "\t")...)
 	for _, it := range items {
-		fmt.Fprintln(tw, row(it))
+		t.add(strings.Split(row(it), "\t")...)
 	}
-	return tw.Flush()
+	return t.flush(out)
 }
 
 // noSubscribers is what the subscriber lists print when there are none.
@@ -329,11 +330,15 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func newSubLsCmd(conn *connFlags) *cobra.Command {
-	var asJSON, showURL bool
+	var asJSON, showURL, wide bool
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List subscribers (secrets masked, URLs without query string)",
-		Args:  exactArgs(0, "no arguments"),
+		Long: `Lists the subscribers: id, URL (without its query string unless --show-url),
+event types, rate, signing scheme (hmac, ed25519 or both), state and content
+filter (on a line of its own), each line within 100 columns, long values cut;
+--wide prints them in full, a row each, with the burst and the lane.`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
 				subs, err := s.List(ctx)
@@ -345,16 +350,43 @@ func newSubLsCmd(conn *connFlags) *cobra.Command {
 					redacted = append(redacted, printable(sub, showURL))
 				}
 				now := time.Now()
-				return printList(cmd.OutOrStdout(), redacted, asJSON, noSubscribers,
-					"ID\tURL\tEVENTS\tRATE\tLANE\tSTATE", func(shown shownSubscriber) string {
-						sub := shown.Subscriber
-						return strings.Join([]string{sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub), stateString(sub, now)}, "\t")
-					})
+				if wide {
+					return printList(cmd.OutOrStdout(), redacted, asJSON, true, noSubscribers,
+						"ID\tURL\tEVENTS\tRATE\tLANE\tSIGNING\tSTATE\tFILTER", func(shown shownSubscriber) string {
+							sub := shown.Subscriber
+							return strings.Join([]string{sub.ID, sub.URL, eventsString(sub.Events), rateString(sub), laneString(sub),
+								string(shown.Signing), stateString(sub, now), cell(sub.Filter, 0)}, "\t")
+						})
+				}
+				if asJSON || len(redacted) == 0 {
+					return printList(cmd.OutOrStdout(), redacted, asJSON, false, noSubscribers, "", nil)
+				}
+				// Within 100 columns: a content filter on a line of its own,
+				// under its subscriber's URL.
+				t := &table{fit: wrap}
+				t.add("ID", "URL", "EVENTS", "RATE", "SIGNING", "STATE")
+				for _, shown := range redacted {
+					sub := shown.Subscriber
+					// A pause's end as relay status says it within 100 columns.
+					state := strings.Replace(stateString(sub, now), " until "+sub.PausedUntil.UTC().Format(time.RFC3339), ", "+timeLeft(sub.PausedUntil, now), 1)
+					rate, _, _ := strings.Cut(rateString(sub), " burst ") // the burst: sub get, --wide
+					url := cell(sub.URL, 26)
+					if showURL {
+						url = cell(sub.URL, 0) // asked for whole
+					}
+					t.add(cell(sub.ID, 20), url, cell(eventsString(sub.Events), 16), rate,
+						string(shown.Signing), cell(state, 0))
+					if sub.Filter != "" {
+						t.add("", "filter: "+cell(sub.Filter, 0))
+					}
+				}
+				return t.flush(cmd.OutOrStdout())
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	cmd.Flags().BoolVar(&showURL, "show-url", false, "print URLs in full, with their query string and fragment")
+	cmd.Flags().BoolVar(&wide, "wide", false, "print every column in full, and the lane, whatever the width")
 	return cmd
 }
 

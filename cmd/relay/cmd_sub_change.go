@@ -111,7 +111,7 @@ func newSubRotateSecretCmd(conn *connFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "rotate-secret ID [--secret whsec_...|--secret-file PATH|--secret-env NAME] [--signing-key-file PATH] [--grace 24h]",
-		Short: "Replace a subscriber's signing secret, signing with the old one too for a grace period",
+		Short: "Replace a subscriber's secret, signing with the old one too for a grace period",
 		Long: `Makes a new secret the subscriber's signing secret. Without --secret,
 --secret-file or --secret-env a random one is generated (whsec_ and base64 of
 32 random bytes) and printed alone on stdout, so that NEW=$(relay sub

@@ -532,10 +532,19 @@ func secretErr(err error, flag string) error {
 	return validationErr(err)
 }
 
-// notFound turns a missing subscriber into a message that says what to do.
-func notFound(err error, id string) error {
-	if errors.Is(err, subscribers.ErrNotFound) {
-		return fmt.Errorf("no subscriber %s; add it with relay sub add", id)
+// notFound turns a missing subscriber into the one message every command
+// gives for it, "no such subscriber: ID (relay sub ls lists them)"; run
+// applies it to whatever a command returns, so a command need not.
+func notFound(err error, _ string) error {
+	var nf notFoundError
+	if errors.Is(err, subscribers.ErrNotFound) && !errors.As(err, &nf) {
+		return notFoundError{err}
 	}
 	return err
 }
+
+// notFoundError is a missing subscriber's error with what to do about it.
+type notFoundError struct{ err error }
+
+func (e notFoundError) Error() string { return e.err.Error() + " (relay sub ls lists them)" }
+func (e notFoundError) Unwrap() error { return e.err }

@@ -33,7 +33,7 @@ func newSubTestCmd(conn *connFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "test ID [--type T] [--data JSON]",
-		Short: "Send one signed request to a subscriber now, through a running relay, and show the reply",
+		Short: "Send one signed request to a subscriber now, through a running relay; show the reply",
 		Long: `Sends one request now, to that subscriber only, signed and authenticated
 exactly as a delivery is: its signatures, its --header list, its OAuth2 bearer,
 its client certificate and CA, its --timeout. Its webhook-id is one of its own,
@@ -97,7 +97,7 @@ func subTestRequest(cmd *cobra.Command, id, eventType, data string) (testrequest
 	}
 	fl := cmd.Flags()
 	if fl.Changed("type") && fl.Changed("data") {
-		return req, usagef("--type: names the type in the default body; with --data the body is yours (put the type in it)")
+		return req, usagef("--type and --data cannot be combined: --type names the type in the default body; with --data the body is yours (put the type in it)")
 	}
 	if fl.Changed("type") {
 		if err := testrequest.CheckType(eventType); err != nil {

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"text/tabwriter"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/relay-dev/relay/internal/attempts"
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -21,12 +22,12 @@ import (
 const traceTimeout = 30 * time.Second
 
 func newTraceCmd(conn *connFlags) *cobra.Command {
-	var asJSON, filtered bool
+	var asJSON, filtered, wide bool
 	cmd := &cobra.Command{
 		Use:   "trace EVENT_ID",
-		Short: "Show what became of one event: each subscriber's attempts and where its delivery is now",
-		Long: `Shows, for each subscriber event EVENT_ID (its Nats-Msg-Id, or EVENTS-<seq>)
-was fanned out to, every attempt to deliver it (when, from which relay, the
+		Short: "Show what became of one event: each subscriber's attempts and where its copy is now",
+		Long: `Shows, for each subscriber event EVENT_ID (its Nats-Msg-Id, or EVENTS-<seq>,
+or the webhook-id its receivers saw, order~2E42~2Ecreated for order.42.created) was fanned out to, every attempt to deliver it (when, from which relay, the
 status or error, how long it took, what it led to) and where the delivery is
 now: delivered; waiting for a retry until a time, and after what; queued (not
 attempted yet); in its overflow; scheduled until its Relay-Deliver-At; or dead,
@@ -36,16 +37,22 @@ It reads the stream ATTEMPTS, where relay run records each fan-out (but one to
 a single subscriber's lane, which its attempts tell) and each attempt (relay
 run --record-attempts, on by default), and only that event's records.
 ATTEMPTS keeps them 72 hours (relay run --attempts-max-age), within its size:
-an older event has no trace. Exits 1 when there is none.`,
+an older event has no trace. Nor has an event not fanned out yet, one that
+matched no subscriber, one queued for a first attempt on the lane of its one
+subscriber (relay status --subscriber ID shows its queue), or one handled by
+relays run with --record-attempts=false. Exits 1 when there is none.`,
 		Example: `  relay trace order-1042
   relay trace order-1042 --filtered     # also the subscribers a content filter skipped
   relay trace order-1042 --json | jq '.deliveries[] | {subscriber, state}'`,
 		Args: exactArgs(1, "an event id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStreamFor(cmd.Context(), conn, "relay trace", traceTimeout, func(ctx context.Context, js jetstream.JetStream) error {
-				t, err := attempts.Read(ctx, js, args[0])
+				t, err := readTrace(ctx, js, args[0])
+				if errors.Is(err, attempts.ErrNoRecords) && strings.HasPrefix(args[0], "~~") {
+					return fmt.Errorf("no records of event %q: a webhook-id that starts with ~~ is a hash of a long event id; trace the relay-event-id header the receiver got with it", args[0])
+				}
 				if errors.Is(err, attempts.ErrNoRecords) {
-					return fmt.Errorf("no records of event %q in %s: not fanned out yet, matched no subscriber, matched one and waits on its lane for a first attempt (relay status --subscriber ID shows its queue), older than %[2]s keeps (relay run --attempts-max-age), or handled by relays run with --record-attempts=false", args[0], streams.Attempts)
+					return fmt.Errorf("no records of event %q in %s: not fanned out yet, matched no subscriber, queued for a first attempt, older than %[2]s keeps, or not recorded (relay trace --help)", args[0], streams.Attempts)
 				}
 				if err != nil {
 					return err
@@ -57,68 +64,105 @@ an older event has no trace. Exits 1 when there is none.`,
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), t)
 				}
-				return printTrace(cmd.OutOrStdout(), t, time.Now())
+				return printTrace(cmd.OutOrStdout(), t, time.Now(), wide)
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&wide, "wide", false, "print every column (relay, duration) and times in full, whatever the width")
 	cmd.Flags().BoolVar(&filtered, "filtered", false, "also list the subscribers whose content filter (--filter) skipped the event")
 	return cmd
 }
 
+// readTrace reads the trace of id, an event id or the webhook-id a receiver
+// saw: when id has no records and is the webhook-id of another event id
+// (deliver.EventIDOf, the inverse of the one mapping), that id's.
+func readTrace(ctx context.Context, js jetstream.JetStream, id string) (attempts.Trace, error) {
+	t, err := attempts.Read(ctx, js, id)
+	if !errors.Is(err, attempts.ErrNoRecords) {
+		return t, err
+	}
+	if eventID, ok := deliver.EventIDOf(id); ok && eventID != id {
+		if t, err2 := attempts.Read(ctx, js, eventID); !errors.Is(err2, attempts.ErrNoRecords) {
+			return t, err2
+		}
+	}
+	return t, err
+}
+
 // printTrace writes a trace as relay trace shows it: the event, each
-// subscriber's state, then every attempt.
-func printTrace(out io.Writer, t attempts.Trace, now time.Time) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "event\t%s\n", cell(t.Event, 0))
-	fmt.Fprintf(tw, "type\t%s\n", cell(t.Type, 0))
+// subscriber's state, then every attempt; within 100 columns unless wide,
+// its times to the second and an attempt's result cut to its end.
+func printTrace(out io.Writer, t attempts.Trace, now time.Time, wide bool) error {
+	when := shortTime
+	if wide {
+		when = traceTime
+	}
+	tw := &table{wide: wide, fit: wrap}
+	tw.add("event", cell(t.Event, 0))
+	if w := deliver.WebhookID(t.Event); w != t.Event {
+		tw.add("webhook-id", w)
+	}
+	tw.add("type", cell(t.Type, 0))
 	if !t.FannedOut.IsZero() {
-		fmt.Fprintf(tw, "fanned out\t%s by %s, to %d subscribers\n", traceTime(t.FannedOut), cell(t.By, 0), len(t.Deliveries))
+		tw.add("fanned out", fmt.Sprintf("%s by %s, to %d subscribers", traceTime(t.FannedOut), cell(t.By, 0), len(t.Deliveries)))
 	} else if len(t.Deliveries) == 1 && len(t.Filtered) == 0 {
-		fmt.Fprintf(tw, "fanned out\t- (no fan-out record: none is written for an event that went to one subscriber's lane)\n")
+		tw.add("fanned out", "- (no fan-out record: none is written for an event that went to one subscriber's lane)")
 	} else {
-		fmt.Fprintf(tw, "fanned out\t- (no record of its fan-out: lost, or older than %s keeps)\n", streams.Attempts)
+		tw.add("fanned out", fmt.Sprintf("- (no record of its fan-out: lost, or older than %s keeps)", streams.Attempts))
 	}
 	if t.Truncated {
-		fmt.Fprintf(tw, "note\tmore records than one trace reads: the newest are left out\n")
+		tw.add("note", "more records than one trace reads: the newest are left out")
 	}
-	if err := tw.Flush(); err != nil {
+	if err := tw.flush(out); err != nil {
 		return err
 	}
 	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBSCRIBER\tSTATE\tSINCE\tDETAIL")
+	tw = &table{wide: wide, fit: wrap}
+	since := "SINCE"
+	if !wide {
+		since = "SINCE (UTC)"
+	}
+	tw.add("SUBSCRIBER", "STATE", since, "DETAIL")
 	for _, d := range t.Deliveries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.Subscriber, d.State, traceTime(d.At), cell(traceDetail(d, now), 0))
+		tw.add(d.Subscriber, string(d.State), when(d.At), cell(traceDetail(d, now, when), 0))
 	}
 	for _, id := range t.Filtered {
-		fmt.Fprintf(tw, "%s\tfiltered\t-\tits content filter did not match\n", id)
+		tw.add(id, "filtered", "-", "its content filter did not match")
 	}
 	for _, id := range t.Disabled {
-		fmt.Fprintf(tw, "%s\tdisabled\t-\tnot copied: it was disabled (a disabled subscriber gets no copy of what is published meanwhile)\n", id)
+		tw.add(id, "disabled", "-", "not copied: it was disabled (a disabled subscriber gets no copy of what is published meanwhile)")
 	}
-	if err := tw.Flush(); err != nil {
+	if err := tw.flush(out); err != nil {
 		return err
 	}
 	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBSCRIBER\tATTEMPT\tAT\tRELAY\tRESULT\tTOOK\tTHEN")
+	tw = &table{wide: wide, fit: keepEnd}
+	if wide {
+		tw.add("SUBSCRIBER", "ATTEMPT", "AT", "RELAY", "RESULT", "TOOK", "THEN")
+	} else {
+		tw.add("SUBSCRIBER", "ATTEMPT", "AT (UTC)", "TOOK", "THEN", "RESULT")
+	}
 	n := 0
 	for _, d := range t.Deliveries {
 		for _, r := range d.Attempts {
 			n++
 			attempt, took, result := "-", "-", cell(r.Error, 0)
 			if r.Attempt > 0 {
-				attempt, took, result = strconv.Itoa(r.Attempt), fmt.Sprintf("%dms", r.Millis), attempts.Result(r)
+				attempt, took, result = strconv.Itoa(r.Attempt), fmt.Sprintf("%dms", r.Millis), cell(attempts.Result(r), 0)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Subscriber, attempt, traceTime(r.At), cell(r.Relay, 0),
-				cell(result, 0), took, traceThen(r))
+			if wide {
+				tw.add(d.Subscriber, attempt, traceTime(r.At), cell(r.Relay, 0), result, took, traceThen(r, traceTime))
+			} else {
+				tw.add(d.Subscriber, attempt, shortTime(r.At), took, traceThen(r, shortTime), result)
+			}
 		}
 	}
 	if n == 0 {
-		fmt.Fprintln(tw, "(no attempt yet)")
+		_, err := fmt.Fprintln(out, "(no attempt yet)")
+		return err
 	}
-	return tw.Flush()
+	return tw.flush(out)
 }
 
 // subscriberStates says, of each delivery of t that still waits, what its
@@ -156,7 +200,7 @@ func subscriberStates(ctx context.Context, conn *connFlags, js jetstream.JetStre
 
 // traceDetail says more of a delivery's state: when a wait ends, why it
 // waits or died, its dead letter.
-func traceDetail(d attempts.Delivery, now time.Time) string {
+func traceDetail(d attempts.Delivery, now time.Time, when func(time.Time) string) string {
 	switch d.State {
 	case attempts.StateDelivered:
 		if n := len(d.Attempts); n > 0 {
@@ -165,9 +209,9 @@ func traceDetail(d attempts.Delivery, now time.Time) string {
 		return ""
 	case attempts.StateWaiting, attempts.StateScheduled:
 		if !d.Until.After(now) {
-			return fmt.Sprintf("due since %s (%s): back on its lane", traceTime(d.Until), d.Why)
+			return fmt.Sprintf("due since %s (%s): back on its lane", when(d.Until), d.Why)
 		}
-		return fmt.Sprintf("until %s (%s)", traceTime(d.Until), d.Why)
+		return fmt.Sprintf("until %s (%s)", when(d.Until), d.Why)
 	case attempts.StateDead:
 		s := d.Reason
 		if d.Why != "" {
@@ -184,10 +228,10 @@ func traceDetail(d attempts.Delivery, now time.Time) string {
 }
 
 // traceThen says what an attempt led to.
-func traceThen(r attempts.Record) string {
+func traceThen(r attempts.Record, when func(time.Time) string) string {
 	switch r.Outcome {
 	case attempts.Retry:
-		return "retry at " + traceTime(r.Next)
+		return "retry at " + when(r.Next)
 	case attempts.Dead:
 		if r.DLQSeq != 0 {
 			return fmt.Sprintf("dead: %s (DLQ %d)", r.Reason, r.DLQSeq)

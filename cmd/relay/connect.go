@@ -212,9 +212,15 @@ func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to NATS at %s: %w (is relay run or a NATS server up? set --nats or NATS_URL)", maskNATS(c.url), err)
+		return nil, cannotConnect(c.url, err, "is relay run or a NATS server up? set --nats or NATS_URL")
 	}
 	return nc, nil
+}
+
+// cannotConnect is the one message of every command that could not reach
+// NATS at url, with what to check.
+func cannotConnect(url string, err error, check string) error {
+	return fmt.Errorf("cannot connect to NATS at %s: %w (%s)", maskNATS(url), err, check)
 }
 
 // maskNATS is a NATS URL list as it may be printed: the user and password,

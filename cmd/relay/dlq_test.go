@@ -50,7 +50,11 @@ func TestDLQLsListsEntries(t *testing.T) {
 		Subscriber: "beta", Reason: deadletter.Expired, DeadAt: first.Add(time.Hour), OriginSeq: 2,
 	})
 
-	table := mustRelay(t, "dlq", "ls", "--nats", n.URL)
+	narrow := mustRelay(t, "dlq", "ls", "--nats", n.URL)
+	if !strings.Contains(narrow, "…") || !strings.Contains(narrow, "the endpoint was removed\n") {
+		t.Errorf("LAST_ERROR is not cut to its end in the table:\n%s", narrow)
+	}
+	table := mustRelay(t, "dlq", "ls", "--nats", n.URL, "--wide")
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	if len(lines) != 3 {
 		t.Fatalf("table has %d lines, want a header and two rows:\n%s", len(lines), table)
@@ -65,8 +69,8 @@ func TestDLQLsListsEntries(t *testing.T) {
 			t.Errorf("first row %q lacks %q", lines[1], want)
 		}
 	}
-	if strings.Contains(lines[1], strings.Repeat("the endpoint was removed ", 3)) {
-		t.Errorf("LAST_ERROR is not cut in the table: %q", lines[1])
+	if !strings.Contains(lines[1], strings.Repeat("the endpoint was removed ", 3)) {
+		t.Errorf("LAST_ERROR is cut in the --wide table: %q", lines[1])
 	}
 	for _, want := range []string{"beta", "evt_late", "order.shipped", "expired", "2025-03-01T11:00:05Z"} {
 		if !strings.Contains(lines[2], want) {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -43,7 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root, conn := newRootConn(stdout, stderr)
 	conn.refused = newRefusals(func(*nats.Conn) { stop() }, nil)
 	root.SetArgs(args)
-	err := conn.refused.explain(root.ExecuteContext(ctx))
+	err := notFound(conn.refused.explain(root.ExecuteContext(ctx)), "")
 	if err == nil {
 		return exitOK
 	}
@@ -116,6 +118,10 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 			DisableDefaultCmd: true,
 		},
 	}
+	root.Version = version
+	root.SetVersionTemplate("relay {{.Version}}\n")
+	root.SetUsageTemplate(usageTemplate)
+	root.SetHelpTemplate(helpTemplate)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -135,6 +141,68 @@ NATS credential flags; without them, relay run starts an embedded NATS server.`,
 	return root, conn
 }
 
+// helpWidth is the width every line of --help fits, as every table of
+// relay's fits it unless --wide.
+const helpWidth = 100
+
+// localOnly is the annotation of a command that talks to no NATS server
+// (relay listen, relay version): its help leaves out the connection flags
+// it would not use.
+const localOnly = "relay.local-only"
+
+func init() {
+	cobra.AddTemplateFunc("fitWidth", fitWidth)
+}
+
+// helpTemplate is cobra's, the text fitted to helpWidth.
+const helpTemplate = `{{with (or .Long .Short)}}{{. | fitWidth | trimTrailingWhitespaces}}
+
+{{end}}{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}`
+
+// fitWidth breaks each line of s longer than helpWidth at spaces, the
+// lines it makes indented as the line was.
+func fitWidth(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		line = strings.TrimRight(line, "\n")
+		indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
+		for utf8.RuneCountInString(line) > helpWidth {
+			cut := strings.LastIndexByte(string([]rune(line)[:helpWidth+1]), ' ')
+			if cut <= len(indent) {
+				break
+			}
+			b.WriteString(line[:cut] + "\n")
+			line = indent + strings.TrimLeft(line[cut:], " ")
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+// usageTemplate is cobra's, its flags' text wrapped to helpWidth and the
+// global flags left out of a localOnly command's help.
+var usageTemplate = `Usage:{{if .Runnable}}
+{{.UseLine | printf "  %s" | fitWidth | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
+  {{.CommandPath}} [command]{{end}}{{if gt (len .Aliases) 0}}
+
+Aliases:
+  {{.NameAndAliases}}{{end}}{{if .HasExample}}
+
+Examples:
+{{.Example | fitWidth | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
+
+Available Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
+
+Flags:
+{{.LocalFlags.FlagUsagesWrapped ` + strconv.Itoa(helpWidth) + ` | trimTrailingWhitespaces}}{{end}}{{if and .HasAvailableInheritedFlags (not (index .Annotations "` + localOnly + `"))}}
+
+Global Flags:
+{{.InheritedFlags.FlagUsagesWrapped ` + strconv.Itoa(helpWidth) + ` | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
+
+Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
+`
+
 // exactArgs is cobra.ExactArgs with an error that exits 2 and says what the
 // command wants.
 func exactArgs(n int, what string) cobra.PositionalArgs {
@@ -148,9 +216,10 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print relay's version",
-		Args:  exactArgs(0, "no arguments"),
+		Use:         "version",
+		Short:       "Print relay's version (as relay --version)",
+		Annotations: map[string]string{localOnly: "true"},
+		Args:        exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(cmd.OutOrStdout(), "relay %s\n", version)
 			return nil

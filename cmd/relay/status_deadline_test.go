@@ -35,7 +35,7 @@ func checkStatusDeadlines(t *testing.T, url, id string, met, missed int) {
 		t.Errorf("%s: in_time %v, want %v", id, row.InTime, want)
 	}
 	text := status.FormatInTime(uint64(met), uint64(missed))
-	table := mustRelay(t, "status", "--nats", url)
+	table := mustRelay(t, "status", "--nats", url, "--wide")
 	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(id) + `\s.*\s` + regexp.QuoteMeta(text) + `\s`).MatchString(table) {
 		t.Errorf("the table shows no %s in time for %s:\n%s", text, id, table)
 	}
@@ -80,7 +80,7 @@ func TestStatusShowsDeadlinesAndScheduledDeliveries(t *testing.T) {
 
 	checkStatusDeadlines(t, n.URL, "alpha", 3, 1)
 	checkStatusDeadlines(t, n.URL, "beta", 0, 0)
-	table := mustRelay(t, "status", "--nats", n.URL)
+	table := mustRelay(t, "status", "--nats", n.URL, "--wide")
 	if want := ", 1 parked, 2 scheduled, 0 dead letters, in time 75.0% (3 met, 1 missed), oldest queue "; !strings.Contains(table, want) {
 		t.Errorf("summary lacks %q:\n%s", want, table)
 	}
@@ -102,7 +102,7 @@ func TestStatusShowsDeadlinesAndScheduledDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkStatusDeadlines(t, n.URL, "alpha", 0, 0)
-	if table := mustRelay(t, "status", "--nats", n.URL); !strings.Contains(table, ", in time -, ") {
+	if table := mustRelay(t, "status", "--nats", n.URL, "--wide"); !strings.Contains(table, ", in time -, ") {
 		t.Errorf("summary without the bucket:\n%s", table)
 	}
 }

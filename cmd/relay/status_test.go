@@ -149,7 +149,7 @@ func TestStatusCountsEachSubscribersMessages(t *testing.T) {
 		t.Errorf("status --lanes 4 does not show alpha on %s with 3 pending:\n%s", subscribers.LaneFor("alpha", 4), out)
 	}
 
-	table := mustRelay(t, "status", "--nats", n.URL)
+	table := mustRelay(t, "status", "--nats", n.URL, "--wide")
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	if len(lines) != 15 || !strings.HasPrefix(lines[8], "STREAM ") || !strings.HasPrefix(lines[6], "hint: beta: disabled: new events are not copied") {
 		t.Fatalf("table has %d lines, want a summary, a blank line, a header and two rows, a blank line and beta's hint, then a blank line and the streams' header and six rows:\n%s", len(lines), table)
@@ -198,7 +198,7 @@ func TestStatusShowsTheRateLimitEntry(t *testing.T) {
 	if r.OldestPendingAge != "" {
 		t.Errorf("oldest pending age %q without a queue", r.OldestPendingAge)
 	}
-	table := mustRelay(t, "status", "--nats", n.URL)
+	table := mustRelay(t, "status", "--nats", n.URL, "--wide")
 	for _, want := range []string{future.Format(time.RFC3339), "open", " 5 "} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
@@ -223,7 +223,7 @@ func TestStatusHintsAtADedicatedLaneForABigBacklog(t *testing.T) {
 	if got := rows["quick"].Hint; got != "" {
 		t.Errorf("quick: hint %q, want none", got)
 	}
-	table := mustRelay(t, "status", "--nats", n.URL)
+	table := mustRelay(t, "status", "--nats", n.URL, "--wide")
 	if !strings.Contains(table, "hint: slow: "+want) || strings.Contains(table, "hint: quick") {
 		t.Errorf("table does not give slow, and only slow, the hint:\n%s", table)
 	}

@@ -129,9 +129,12 @@ func TestPauseShowsItsEndAndRefusesThePast(t *testing.T) {
 	out := mustRelay(t, "sub", "pause", "demo", "--nats", n.URL, "--until", until.Format(time.RFC3339))
 	require.Contains(t, out, "paused until "+until.Format(time.RFC3339))
 	want := "paused until " + until.Format(time.RFC3339)
-	require.Contains(t, mustRelay(t, "sub", "ls", "--nats", n.URL), want)
+	require.Contains(t, mustRelay(t, "sub", "ls", "--nats", n.URL, "--wide"), want)
 	require.Contains(t, mustRelay(t, "sub", "get", "demo", "--nats", n.URL), want)
-	require.Contains(t, mustRelay(t, "status", "--nats", n.URL), want)
+	require.Contains(t, mustRelay(t, "status", "--nats", n.URL, "--wide"), want)
+	// Within 100 columns, the time it has left.
+	require.Regexp(t, `paused, (59m5\d|1h0m0)s left`, mustRelay(t, "sub", "ls", "--nats", n.URL))
+	require.Regexp(t, `paused, (59m5\d|1h0m0)s left`, mustRelay(t, "status", "--nats", n.URL))
 
 	for _, arg := range []string{"-5m", "0s", "2001-01-01T00:00:00Z", "tomorrow", "12:00"} {
 		code, _, errOut := relayCmd(t, "sub", "pause", "demo", "--nats", n.URL, "--until", arg)
@@ -142,6 +145,6 @@ func TestPauseShowsItsEndAndRefusesThePast(t *testing.T) {
 	for _, cmd := range []string{"pause", "resume"} {
 		code, _, errOut := relayCmd(t, "sub", cmd, "nobody", "--nats", n.URL)
 		require.Equal(t, exitFailure, code, errOut)
-		require.Contains(t, errOut, "no subscriber nobody")
+		require.Contains(t, errOut, "no such subscriber: nobody")
 	}
 }

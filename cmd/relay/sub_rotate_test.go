@@ -153,7 +153,7 @@ func TestRotateSecretGraceZeroAndRefusals(t *testing.T) {
 	}
 	code, _, errOut = relayCmd(t, "sub", "rotate-secret", "nobody", "--nats", n.URL)
 	require.Equal(t, exitFailure, code)
-	require.Contains(t, errOut, "no subscriber nobody; add it with relay sub add")
+	require.Contains(t, errOut, "no such subscriber: nobody (relay sub ls lists them)")
 	require.Len(t, rawSubscriberValues(t, n.JS, "demo"), 1)
 }
 

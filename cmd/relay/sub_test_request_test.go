@@ -173,7 +173,7 @@ func TestSubTestUnknownSubscriberAndUsage(t *testing.T) {
 	n := testutil.StartRelayNATS(t)
 	code, _, errOut := relayCmd(t, "sub", "test", "nobody", "--nats", n.URL)
 	require.Equal(t, exitFailure, code)
-	require.Equal(t, "relay: no subscriber nobody; add it with relay sub add\n", errOut)
+	require.Equal(t, "relay: no such subscriber: nobody (relay sub ls lists them)\n", errOut)
 
 	unreachable := "nats://127.0.0.1:1"
 	for _, c := range []struct {
@@ -184,7 +184,7 @@ func TestSubTestUnknownSubscriberAndUsage(t *testing.T) {
 		{[]string{"demo", "--data", "{not json"}, "--data: must be JSON"},
 		{[]string{"demo", "--data", ""}, "--data: must be JSON"},
 		{[]string{"demo", "--type", "order.*"}, "--type: must be an event type"},
-		{[]string{"demo", "--type", "x", "--data", "{}"}, "--type: names the type in the default body"},
+		{[]string{"demo", "--type", "x", "--data", "{}"}, "--type and --data cannot be combined"},
 		{[]string{"demo", "--wait", "-1s"}, "--wait: must be 0"},
 		{[]string{}, "expects a subscriber ID"},
 	} {

@@ -72,7 +72,7 @@ func TestSubUpdateChangesOnlyTheFlagsGiven(t *testing.T) {
 		{[]string{"demo", "--lane", "fast"}, exitUsage, "--lane"},
 		{[]string{"demo", "--secret", "whsec_short"}, exitUsage, "--secret"},
 		{[]string{"bad id"}, exitUsage, "ID"},
-		{[]string{"nobody", "--rate", "1"}, exitFailure, "no subscriber nobody; add it with relay sub add"},
+		{[]string{"nobody", "--rate", "1"}, exitFailure, "no such subscriber: nobody (relay sub ls lists them)"},
 	} {
 		code, _, errOut := relayCmd(t, append([]string{"sub", "update", "--nats", n.URL}, tt.args...)...)
 		requireOneLine(t, code, errOut, tt.code, tt.contains)
@@ -168,7 +168,11 @@ func TestSubLsAndGetRedactURLs(t *testing.T) {
 	require.NotContains(t, out, "credential")
 	mustRelay(t, "sub", "rotate-secret", "demo", "--nats", n.URL, "--secret", secondSecret)
 
-	for _, args := range [][]string{{"sub", "ls"}, {"sub", "ls", "--json"}, {"sub", "get", "demo"}, {"sub", "get", "demo", "--json"}} {
+	// sub ls within 100 columns cuts a long URL: --wide shows it whole.
+	narrow := mustRelay(t, "sub", "ls", "--nats", n.URL)
+	require.Contains(t, narrow, "https://example.com/hook?…")
+	require.NotContains(t, narrow, "credential")
+	for _, args := range [][]string{{"sub", "ls", "--wide"}, {"sub", "ls", "--json"}, {"sub", "get", "demo"}, {"sub", "get", "demo", "--json"}} {
 		out := mustRelay(t, append(args, "--nats", n.URL)...)
 		require.Contains(t, out, "https://example.com/hook?…#…", args)
 		require.NotContains(t, out, "credential", args)

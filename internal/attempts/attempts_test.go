@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -197,13 +198,20 @@ func stored(t *testing.T, s jetstream.Stream, want uint64, what string) {
 	require.Equal(t, want, got, what)
 }
 
-// TestCutKeepsRunes: an error is cut on a rune boundary, marked.
+// TestCutKeepsRunes: an error is cut on rune boundaries, by its middle,
+// marked: its start and its end, the useful part of a dial error, are kept.
 func TestCutKeepsRunes(t *testing.T) {
 	s := strings.Repeat("é", 100)
 	c := cut(s, MaxError)
 	require.LessOrEqual(t, len(c), MaxError)
-	require.True(t, strings.HasSuffix(c, "…"))
+	require.True(t, utf8.ValidString(c), c)
+	require.Contains(t, c, "…")
 	require.Equal(t, "short", cut("short", MaxError))
+	dial := `connection failed: Post "http://127.0.0.1:1/": dial tcp 127.0.0.1:1: connect: connection refused`
+	c = cut(dial, MaxError)
+	require.LessOrEqual(t, len(c), MaxError)
+	require.True(t, strings.HasPrefix(c, "connection failed: "), c)
+	require.True(t, strings.HasSuffix(c, "connect: connection refused"), c)
 }
 
 // TestPlainFanoutIsNotWritten: the fan-out of an event to one subscriber,

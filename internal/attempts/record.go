@@ -48,7 +48,7 @@ type Record struct {
 	// RetryAfter is the answer's Retry-After, in seconds, when it had one.
 	RetryAfter int64 `json:"retry_after_s,omitempty"`
 	// Error is what went wrong without an answer (a timeout, a refused
-	// connection), or why it died, cut to [MaxError] bytes.
+	// connection), or why it died, cut to [MaxError] bytes by its middle.
 	Error string `json:"error,omitempty"`
 	// Outcome is what the attempt settled.
 	Outcome Outcome `json:"outcome"`

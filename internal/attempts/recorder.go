@@ -102,7 +102,7 @@ type Recorder struct {
 // New returns a Recorder; [Recorder.Run] writes what it is given.
 func New(cfg Config) (*Recorder, error) {
 	if cfg.Conn == nil {
-		return nil, errors.New("attempts: no NATS connection")
+		return nil, errors.New("no NATS connection")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Relay = cut(cfg.Relay, maxRelayName)
@@ -315,17 +315,25 @@ func (r *Recorder) lost(dropped bool) {
 	}
 }
 
-// cut shortens s to at most n bytes, on a rune boundary, marking the cut.
+// cut shortens s to at most n bytes, on rune boundaries, by its middle: an
+// error's start says what failed ("connection failed: Post …") and its end
+// why ("connect: connection refused"), so both are kept, a third and two
+// thirds, the cut marked.
 func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	const mark = "…"
-	i := n - len(mark)
+	room := n - len(mark)
+	i := room / 3
 	for i > 0 && !utf8RuneStart(s[i]) {
 		i--
 	}
-	return s[:i] + mark
+	j := len(s) - (room - i)
+	for j < len(s) && !utf8RuneStart(s[j]) {
+		j++
+	}
+	return s[:i] + mark + s[j:]
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -18,11 +18,11 @@ import (
 // not fanned out yet, older than ATTEMPTS keeps, published to no subscriber,
 // to one whose lane has not attempted it yet (see [Fanout.Plain]), or
 // handled by relays that record no attempts.
-var ErrNoRecords = errors.New("attempts: no records of this event")
+var ErrNoRecords = errors.New("no records of this event")
 
 // ErrNoStream is returned when ATTEMPTS does not exist: no relay that
 // records attempts has run on this cluster.
-var ErrNoStream = errors.New("attempts: no " + streams.Attempts + " stream (no relay run has recorded attempts here; relay run --record-attempts=false records none)")
+var ErrNoStream = errors.New("no " + streams.Attempts + " stream (no relay run has recorded attempts here; relay run --record-attempts=false records none)")
 
 // maxReads bounds the records one [Read] reads: far more than one event's
 // attempts to all its subscribers make in 72 hours, with the defaults.
@@ -104,7 +104,7 @@ func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, e
 		return Trace{}, ErrNoStream
 	}
 	if err != nil {
-		return Trace{}, fmt.Errorf("attempts: opening %s: %w", streams.Attempts, err)
+		return Trace{}, fmt.Errorf("opening %s: %w", streams.Attempts, err)
 	}
 	subject := streams.EventRecords(streams.EventKey(eventID))
 	var fanouts []Fanout
@@ -120,7 +120,7 @@ func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Trace, e
 			break
 		}
 		if err != nil {
-			return Trace{}, fmt.Errorf("attempts: reading the records of %q: %w", eventID, err)
+			return Trace{}, fmt.Errorf("reading the records of %q: %w", eventID, err)
 		}
 		seq = m.Sequence + 1
 		switch f, r, ok := decodeOnEvent(eventID, m.Data); {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/subscribers"
 	"github.com/relay-dev/relay/streams"
 )
@@ -15,7 +16,7 @@ import (
 // Subscriber and Reason are the tokens of the subject dlq.<subscriber>.
 // <reason>, and Since is a start time: the server does that selection, so a
 // narrow filter reads only what it selects. Type and Until are judged on
-// each entry the server sends (headers only). Seqs, when set, names the
+// each entry the server sends (headers only), and so is Event. Seqs, when set, names the
 // entries outright and the other fields must be empty.
 type Filter struct {
 	// Subscriber is the subscriber id to select, or "" for all.
@@ -25,6 +26,9 @@ type Filter struct {
 	// Type is an event type or a pattern with the wildcards of `relay sub
 	// add --events` (video.*, order.>), or "" for all.
 	Type string
+	// Event is an event id, or the webhook-id its subscriber saw (see
+	// deliver.WebhookID), or "" for all.
+	Event string
 	// Since and Until bound when an entry was stored in the DLQ (the moment
 	// its delivery died), inclusive; zero for no bound.
 	Since, Until time.Time
@@ -49,7 +53,7 @@ func (f Filter) Subject() string {
 // bySubject reports whether the subject alone decides what f selects, so
 // that a server-side purge of [Filter.Subject] does exactly what f says.
 func (f Filter) bySubject() bool {
-	return f.Seqs == nil && f.Type == "" && f.Since.IsZero() && f.Until.IsZero()
+	return f.Seqs == nil && f.Type == "" && f.Event == "" && f.Since.IsZero() && f.Until.IsZero()
 }
 
 // validate reports a field of f that would change the meaning of its
@@ -74,7 +78,7 @@ func (f Filter) validate() error {
 		return fmt.Errorf("%w: until %s is before since %s", ErrInvalidFilter, f.Until.UTC().Format(time.RFC3339), f.Since.UTC().Format(time.RFC3339))
 	}
 	if f.Seqs != nil {
-		if f.Subscriber != "" || f.Reason != "" || f.Type != "" || !f.Since.IsZero() || !f.Until.IsZero() {
+		if f.Subscriber != "" || f.Reason != "" || f.Type != "" || f.Event != "" || !f.Since.IsZero() || !f.Until.IsZero() {
 			return fmt.Errorf("%w: sequences select entries on their own; give them without other filters", ErrInvalidFilter)
 		}
 		if slices.Contains(f.Seqs, 0) {
@@ -84,10 +88,13 @@ func (f Filter) validate() error {
 	return nil
 }
 
-// matches judges what the server could not: the event type and the end
-// bound. stored is when the entry was stored in the DLQ.
+// matches judges what the server could not: the event type, the event
+// and the end bound. stored is when the entry was stored in the DLQ.
 func (f Filter) matches(e Entry, stored time.Time) bool {
 	if f.Type != "" && !subscribers.MatchFilter(f.Type, e.EventType) {
+		return false
+	}
+	if f.Event != "" && e.EventID != f.Event && deliver.WebhookID(e.EventID) != f.Event {
 		return false
 	}
 	if !f.Since.IsZero() && stored.Before(f.Since) {

@@ -44,7 +44,7 @@ func (m Message) Bodiless() bool {
 func Get(ctx context.Context, js jetstream.JetStream, seq uint64) (Message, error) {
 	stream, err := js.Stream(ctx, streams.DLQ)
 	if err != nil {
-		return Message{}, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+		return Message{}, fmt.Errorf("opening stream %s (relay run creates it): %w", streams.DLQ, err)
 	}
 	return get(ctx, stream, seq)
 }
@@ -55,10 +55,10 @@ func get(ctx context.Context, stream jetstream.Stream, seq uint64) (Message, err
 	}
 	raw, err := stream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Message{}, fmt.Errorf("%w: no dead letter at DLQ sequence %d", ErrNotFound, seq)
+		return Message{}, fmt.Errorf("%w: DLQ sequence %d", ErrNotFound, seq)
 	}
 	if err != nil {
-		return Message{}, fmt.Errorf("deadletter: reading DLQ sequence %d: %w", seq, err)
+		return Message{}, fmt.Errorf("reading DLQ sequence %d: %w", seq, err)
 	}
 	e, err := EntryFromMsg(raw.Subject, raw.Header, raw.Data, raw.Sequence)
 	if err != nil {

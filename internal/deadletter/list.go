@@ -27,7 +27,7 @@ const listBuffer = 500
 const listConsumerIdle = time.Minute
 
 // errStop ends a [Scan] from its callback without an error.
-var errStop = errors.New("deadletter: stop")
+var errStop = errors.New("stop")
 
 // Scan calls fn with each DLQ entry f selects, oldest first (in DLQ stream
 // order), and returns the first error fn returns. It holds one batch of
@@ -65,7 +65,7 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 	}
 	stream, err := js.Stream(ctx, streams.DLQ)
 	if err != nil {
-		return 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+		return 0, fmt.Errorf("opening stream %s (relay run creates it): %w", streams.DLQ, err)
 	}
 	if f.Seqs != nil {
 		return 0, scanSeqs(ctx, stream, f.Seqs, fn)
@@ -90,7 +90,7 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 	}
 	oc, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+		return 0, fmt.Errorf("reading stream %s: %w", streams.DLQ, err)
 	}
 	defer deleteConsumer(ctx, js, oc)
 	if info := oc.CachedInfo(); info != nil && info.NumPending == 0 {
@@ -98,7 +98,7 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 	}
 	it, err := oc.Messages(jetstream.PullMaxMessages(listBuffer))
 	if err != nil {
-		return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+		return 0, fmt.Errorf("reading stream %s: %w", streams.DLQ, err)
 	}
 	defer it.Stop()
 
@@ -112,11 +112,11 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 			break
 		}
 		if err != nil {
-			return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+			return 0, fmt.Errorf("reading stream %s: %w", streams.DLQ, err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return 0, fmt.Errorf("deadletter: reading stream %s: %w", streams.DLQ, err)
+			return 0, fmt.Errorf("reading stream %s: %w", streams.DLQ, err)
 		}
 		seen = meta.Sequence.Stream
 		if seen > last || (!f.Until.IsZero() && meta.Timestamp.After(f.Until)) {
@@ -144,7 +144,7 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 }
 
 // errNoMore ends a scan whose remaining entries were removed while it read.
-var errNoMore = errors.New("deadletter: nothing more to read")
+var errNoMore = errors.New("nothing more to read")
 
 // nextWait is how long a scan waits for its next entry before it asks the
 // stream whether one is left.

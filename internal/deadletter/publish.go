@@ -141,7 +141,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, body []byte, header na
 	}
 	ack, err := streams.StoreOnce(ctx, js, msg, id)
 	if err != nil {
-		return 0, fmt.Errorf("deadletter: storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
+		return 0, fmt.Errorf("storing the DLQ copy of DELIVERIES sequence %d on %s: %w", d.OriginSeq, msg.Subject, err)
 	}
 	return ack.Sequence, nil
 }
@@ -157,7 +157,7 @@ func PublishAsync(js jetstream.JetStream, body []byte, header nats.Header, d Dea
 	}
 	f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 	if err != nil {
-		return nil, fmt.Errorf("deadletter: storing a DLQ copy on %s: %w", msg.Subject, err)
+		return nil, fmt.Errorf("storing a DLQ copy on %s: %w", msg.Subject, err)
 	}
 	return f, nil
 }

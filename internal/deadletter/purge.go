@@ -37,11 +37,11 @@ func Count(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error
 func subjectCount(ctx context.Context, js jetstream.JetStream, subject string) (n, last uint64, err error) {
 	stream, err := js.Stream(ctx, streams.DLQ)
 	if err != nil {
-		return 0, 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+		return 0, 0, fmt.Errorf("opening stream %s (relay run creates it): %w", streams.DLQ, err)
 	}
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
-		return 0, 0, fmt.Errorf("deadletter: counting %s: %w", subject, err)
+		return 0, 0, fmt.Errorf("counting %s: %w", subject, err)
 	}
 	for _, c := range info.State.Subjects {
 		n += c
@@ -62,7 +62,7 @@ func Purge(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error
 	}
 	stream, err := js.Stream(ctx, streams.DLQ)
 	if err != nil {
-		return 0, fmt.Errorf("deadletter: opening stream %s (relay run creates it): %w", streams.DLQ, err)
+		return 0, fmt.Errorf("opening stream %s (relay run creates it): %w", streams.DLQ, err)
 	}
 	if f.bySubject() {
 		n, last, err := subjectCount(ctx, js, f.Subject())
@@ -70,14 +70,14 @@ func Purge(ctx context.Context, js jetstream.JetStream, f Filter) (uint64, error
 			return 0, err
 		}
 		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(f.Subject()), jetstream.WithPurgeSequence(last+1)); err != nil {
-			return 0, fmt.Errorf("deadletter: purging %s: %w", f.Subject(), err)
+			return 0, fmt.Errorf("purging %s: %w", f.Subject(), err)
 		}
 		return n, nil
 	}
 	var n uint64
 	err = Scan(ctx, js, f, func(e Entry) error {
 		if err := remove(ctx, stream, e.DLQSeq); err != nil {
-			return fmt.Errorf("deadletter: removing DLQ sequence %d: %w", e.DLQSeq, err)
+			return fmt.Errorf("removing DLQ sequence %d: %w", e.DLQSeq, err)
 		}
 		n++
 		return nil

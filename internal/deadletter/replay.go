@@ -144,7 +144,7 @@ func (r *Replayer) now() time.Time {
 // changed. A plan keeps 8 bytes or so per entry, not the entries.
 func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 	if r.JS == nil || r.Store == nil || r.SharedLanes < 1 {
-		return nil, errors.New("deadletter: a Replayer needs JS, Store and SharedLanes")
+		return nil, errors.New("a Replayer needs JS, Store and SharedLanes")
 	}
 	p := &Plan{Subscribers: map[string]int{}, Unknown: map[string]int{}, lanes: map[string]string{}}
 	now := r.now()
@@ -204,7 +204,7 @@ func (r *Replayer) Plan(ctx context.Context, f Filter) (*Plan, error) {
 			return nil, fmt.Errorf("%w: no consumer lane_%s on %s (give --lanes as relay run has it, and run relay once since the subscriber was added)", ErrNoLane, lane, streams.Deliveries)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("deadletter: checking lane %s: %w", lane, err)
+			return nil, fmt.Errorf("checking lane %s: %w", lane, err)
 		}
 	}
 	return p, malformed
@@ -228,13 +228,13 @@ func (r *Replayer) Run(ctx context.Context, p *Plan) (Summary, error) {
 	if r.Enable {
 		for _, id := range p.Disabled {
 			if err := r.Store.SetDisabled(ctx, id, false, ""); err != nil {
-				return sum, fmt.Errorf("deadletter: enabling %s: %w", id, err)
+				return sum, fmt.Errorf("enabling %s: %w", id, err)
 			}
 		}
 	}
 	stream, err := r.JS.Stream(ctx, streams.DLQ)
 	if err != nil {
-		return sum, fmt.Errorf("deadletter: opening stream %s: %w", streams.DLQ, err)
+		return sum, fmt.Errorf("opening stream %s: %w", streams.DLQ, err)
 	}
 	// A few entries are on their way at once: each costs three round trips
 	// (read, publish, remove), and one at a time would leave the server
@@ -269,7 +269,7 @@ func (r *Replayer) Run(ctx context.Context, p *Plan) (Summary, error) {
 					firstErr = err
 				}
 				if streak >= maxFailStreak {
-					stop(fmt.Errorf("deadletter: stopped after %d failures in a row: %w", streak, err))
+					stop(fmt.Errorf("stopped after %d failures in a row: %w", streak, err))
 				}
 			case why == "":
 				sum.Replayed++
@@ -322,7 +322,7 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	}
 	ack, err := r.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(replayMsgID(e.seq)))
 	if err != nil {
-		return "", fmt.Errorf("deadletter: re-enqueueing DLQ sequence %d on %s: %w", e.seq, msg.Subject, err)
+		return "", fmt.Errorf("re-enqueueing DLQ sequence %d on %s: %w", e.seq, msg.Subject, err)
 	}
 	// Once its copy is stored the entry must go, even when the replay is
 	// being stopped: left behind, it would be enqueued again by a run after
@@ -330,7 +330,7 @@ func (r *Replayer) replay(ctx context.Context, stream jetstream.Stream, e planne
 	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
 	if err := remove(rmCtx, stream, e.seq); err != nil {
-		return "", fmt.Errorf("deadletter: DLQ sequence %d was re-enqueued but not removed (a replay run again will not enqueue it twice within %s): %w",
+		return "", fmt.Errorf("DLQ sequence %d was re-enqueued but not removed (a replay run again will not enqueue it twice within %s): %w",
 			e.seq, "the DELIVERIES duplicate window", err)
 	}
 	if ack.Duplicate {

@@ -345,7 +345,7 @@ func TestHostileSlowBody(t *testing.T) {
 // 3. A 2xx whose chunked body never ends, sent as fast as the wire takes
 // it. The client reads its body limit (DefaultMaxResponseBody) and closes;
 // the status was a 2xx, and client.go classifies by the status alone (the
-// body is "read up to 64 KiB and dropped", README), so it is delivered.
+// body is "read up to 64 KiB and dropped", docs/design.md), so it is delivered.
 func TestHostileEndlessBody(t *testing.T) {
 	t.Parallel()
 	srv := startRawServer(t, func(s *rawServer, c net.Conn, br *bufio.Reader) error {
@@ -413,7 +413,7 @@ func TestHostileTLSHandshakeNeverFinishes(t *testing.T) {
 }
 
 // 6. A certificate the client does not trust (httptest's self-signed one):
-// a connection failure, so retryable (README: "connection failure" is
+// a connection failure, so retryable (docs/design.md: "connection failure" is
 // retried; a certificate gets fixed or renewed, and dead-lettering at once
 // would lose every event of the hours that takes), with an error that
 // names the certificate problem for the dead letter and the log.
@@ -445,7 +445,7 @@ func TestHostileCertificateError(t *testing.T) {
 }
 
 // 7. Redirects are never followed: each is dead-lettered at once, reason
-// rejected (README, "any other 4xx, or a redirect"), and the target never
+// rejected (docs/design.md, "any other 4xx, or a redirect"), and the target never
 // sees the request. A redirect is a complete reply, so its connection may
 // wait in the pool.
 func TestHostileRedirects(t *testing.T) {

@@ -37,7 +37,7 @@ type Proxy struct {
 // answered: it could not be reached, or it refused to open the tunnel
 // (CONNECT answered other than 200). The attempt is [Local]: relay's own
 // path failed, not the receiver.
-var ErrProxy = errors.New("deliver: egress proxy failed")
+var ErrProxy = errors.New("egress proxy failed")
 
 // ProxyFromEnvironment is the proxy HTTPS_PROXY, HTTP_PROXY and NO_PROXY
 // (or their lower-case spellings) name; the zero Proxy when they name none.

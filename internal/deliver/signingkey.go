@@ -75,7 +75,7 @@ func ParsePublicKey(s string) (ed25519.PublicKey, error) {
 func NewSigningKey() (string, error) {
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return "", fmt.Errorf("deliver: generating a signing key: %w", err)
+		return "", fmt.Errorf("generating a signing key: %w", err)
 	}
 	return SigningKeyPrefix + base64.StdEncoding.EncodeToString(key), nil
 }

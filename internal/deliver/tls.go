@@ -29,7 +29,7 @@ type TLS struct {
 // ErrTLS means a subscriber's TLS setting cannot be used: a certificate or
 // key that does not parse, a key that does not match its certificate, a
 // certificate without its key.
-var ErrTLS = errors.New("deliver: invalid TLS setting")
+var ErrTLS = errors.New("invalid TLS setting")
 
 // Check reports whether t can be used, as [ErrTLS] wrapped with what is
 // wrong; it never quotes the key.

@@ -65,3 +65,48 @@ func WebhookID(eventID string) string {
 func safeIDByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':'
 }
+
+// EventIDOf is WebhookID's inverse: the event id whose webhook-id is
+// webhookID, so that an operator may look an event up by the id its
+// receiver logged. It reports false for a webhook-id no event id maps to
+// by escaping, and for the hashed form of a long id, which does not decode.
+func EventIDOf(webhookID string) (string, bool) {
+	if strings.HasPrefix(webhookID, "~~") {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(len(webhookID))
+	for i := 0; i < len(webhookID); i++ {
+		c := webhookID[i]
+		if c != '~' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(webhookID) {
+			return "", false
+		}
+		hi, lo := hexDigit(webhookID[i+1]), hexDigit(webhookID[i+2])
+		if hi < 0 || lo < 0 {
+			return "", false
+		}
+		b.WriteByte(byte(hi<<4 | lo))
+		i += 2
+	}
+	id := b.String()
+	if WebhookID(id) != webhookID {
+		return "", false
+	}
+	return id, true
+}
+
+// hexDigit is the value of an upper-case hex digit as WebhookID writes it,
+// or -1.
+func hexDigit(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}

@@ -35,6 +35,21 @@ func TestWebhookID(t *testing.T) {
 	require.NotEqual(t, WebhookID(strings.Repeat("x", MaxWebhookID+1)), strings.Repeat("x", MaxWebhookID+1))
 }
 
+// TestEventIDOf: the webhook-id a receiver logged gives back its event id;
+// what no event id escapes to (a lone '~', lower-case hex, an escaped safe
+// byte) and the hashed form give none.
+func TestEventIDOf(t *testing.T) {
+	for _, id := range []string{"evt_1", "order.42.created", "a~2Eb", "évt", "evt\r\nX-Injected: 1"} {
+		got, ok := EventIDOf(WebhookID(id))
+		require.True(t, ok, "EventIDOf(WebhookID(%q))", id)
+		require.Equal(t, id, got)
+	}
+	for _, w := range []string{"~", "a~2", "a~2e", "a~41", "~~" + strings.Repeat("0", 64), WebhookID(strings.Repeat("a.", 80))} {
+		_, ok := EventIDOf(w)
+		require.False(t, ok, "EventIDOf(%q)", w)
+	}
+}
+
 // TestSendMapsTheEventID: a request for an event id with dots, a line
 // break and a space carries the mapped webhook-id, signed over it, no
 // header of the id's making, and the event id as it is in Relay-Event-Id
@@ -57,38 +72,6 @@ func TestSendMapsTheEventID(t *testing.T) {
 		require.NoError(t, Verify([][]byte{key}, r.header.Get("Webhook-Id"), r.header.Get("Webhook-Timestamp"),
 			r.header.Get("Webhook-Signature"), r.body, fixedClock(), time.Hour))
 	}
-}
-
-// unescapeWebhookID decodes the escaped form of [WebhookID]; false for a
-// hashed one or a malformed escape.
-func unescapeWebhookID(s string) (string, bool) {
-	if strings.HasPrefix(s, "~~") {
-		return "", false
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '~' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", false
-		}
-		var v byte
-		for _, c := range []byte(s[i+1 : i+3]) {
-			switch {
-			case c >= '0' && c <= '9':
-				v = v<<4 | (c - '0')
-			case c >= 'A' && c <= 'F':
-				v = v<<4 | (c - 'A' + 10)
-			default:
-				return "", false
-			}
-		}
-		b.WriteByte(v)
-		i += 2
-	}
-	return b.String(), true
 }
 
 // FuzzWebhookID checks, for any event id, that its webhook-id is never
@@ -114,9 +97,12 @@ func FuzzWebhookID(f *testing.F) {
 			}
 		}
 		if strings.HasPrefix(w, "~~") {
+			if _, ok := EventIDOf(w); ok {
+				t.Fatalf("EventIDOf(%q), a hashed webhook-id, decodes", w)
+			}
 			return
 		}
-		back, ok := unescapeWebhookID(w)
+		back, ok := EventIDOf(w)
 		if !ok || back != id {
 			t.Fatalf("WebhookID(%q) = %q decodes to %q, %v", id, w, back, ok)
 		}

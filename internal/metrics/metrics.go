@@ -1,7 +1,7 @@
 // Package metrics owns what `relay run` serves on --metrics: the Prometheus
 // series of the fan-out, the deliveries, the queues and the flow control of
 // every subscriber, and the /healthz and /readyz probes an orchestrator uses
-// to know whether the relay is alive and working. README.md ("Metrics")
+// to know whether the relay is alive and working. docs/metrics.md
 // documents every series.
 //
 // Cost and cardinality are bounded by construction, so that a relay with

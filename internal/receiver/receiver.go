@@ -33,6 +33,10 @@ const (
 	// recognise an event, short enough to keep the terminal readable.
 	previewBytes = 200
 
+	// lineWidth is the width of a terminal the lines of a delivery fit:
+	// a longer line of its body is cut.
+	lineWidth = 100
+
 	// hexBytes is how much of a binary body is printed, in hex.
 	hexBytes = 32
 
@@ -83,7 +87,7 @@ type Config struct {
 }
 
 // Validate says whether cfg can run, naming the flag at fault: the CLI prints
-// the error as is and exits 2. Errors wrap [ErrInvalidConfig].
+// the error as is and exits 2. Errors are [ErrInvalidConfig].
 func (cfg Config) Validate() error {
 	if _, err := parseKeys(cfg.Secrets); err != nil {
 		return err
@@ -92,19 +96,19 @@ func (cfg Config) Validate() error {
 		return err
 	}
 	if cfg.Status != 0 && (cfg.Status < 100 || cfg.Status > 599) {
-		return fmt.Errorf("%w: --status must be 100-599, got %d", ErrInvalidConfig, cfg.Status)
+		return invalid("--status must be 100-599, got %d", cfg.Status)
 	}
 	// Written so that NaN fails too.
 	if !(cfg.FailRate >= 0 && cfg.FailRate <= 1) {
-		return fmt.Errorf("%w: --fail-rate must be between 0 and 1, got %v", ErrInvalidConfig, cfg.FailRate)
+		return invalid("--fail-rate must be between 0 and 1, got %v", cfg.FailRate)
 	}
 	if cfg.RetryAfter != "" {
 		if _, ok := deliver.ParseRetryAfter(cfg.RetryAfter, time.Time{}); !ok {
-			return fmt.Errorf("%w: --retry-after must be seconds or an HTTP date, got %q", ErrInvalidConfig, cfg.RetryAfter)
+			return invalid("--retry-after must be seconds or an HTTP date, got %q", cfg.RetryAfter)
 		}
 	}
 	if cfg.Delay < 0 {
-		return fmt.Errorf("%w: --delay must not be negative, got %s", ErrInvalidConfig, cfg.Delay)
+		return invalid("--delay must not be negative, got %s", cfg.Delay)
 	}
 	return nil
 }
@@ -115,7 +119,7 @@ func parseKeys(secrets []string) ([][]byte, error) {
 	for _, s := range secrets {
 		key, err := deliver.ParseSecret(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --secret: %w", ErrInvalidConfig, err)
+			return nil, invalidKey("--secret", err)
 		}
 		keys = append(keys, key)
 	}
@@ -129,7 +133,7 @@ func parsePublicKeys(keys []string) ([]ed25519.PublicKey, error) {
 	for _, k := range keys {
 		key, err := deliver.ParsePublicKey(k)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --public-key: %w", ErrInvalidConfig, err)
+			return nil, invalidKey("--public-key", err)
 		}
 		out = append(out, key)
 	}
@@ -237,8 +241,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 }
 
-// print writes one block for a delivery: a summary line, then the body
-// preview indented under it.
+// print writes one block for a delivery, each line within [lineWidth]
+// columns for a webhook-id of ordinary length: a summary line (the time of
+// day, the request, its id, signature check and answer), a line of its
+// attempt, size, content type and the event id as published when relay sent
+// one (relay-event-id, where the webhook-id had to escape it; on a line of
+// its own when the line would not fit), then the body preview indented
+// under them.
 func (h *handler) print(r *http.Request, id string, body []byte, readErr error, signature string, status int) {
 	var b bytes.Buffer
 	h.mu.Lock()
@@ -254,12 +263,20 @@ func (h *handler) print(r *http.Request, id string, body []byte, readErr error, 
 	if contentType == "" {
 		contentType = "(none)"
 	}
-	fmt.Fprintf(&b, "%s %s  webhook-id: %s  attempt: %s  signature: %s  size: %d B  content-type: %s  reply: %d",
-		r.Method, printable(r.URL.RequestURI()), shownID, attempt, signature, len(body), printable(contentType), status)
+	fmt.Fprintf(&b, "%s %s %s  webhook-id: %s  signature: %s  reply: %d",
+		h.cfg.Clock().Format(time.TimeOnly), r.Method, printable(r.URL.RequestURI()), shownID, signature, status)
 	if h.cfg.Delay > 0 {
 		fmt.Fprintf(&b, " after %s", h.cfg.Delay)
 	}
-	b.WriteByte('\n')
+	second := fmt.Sprintf("  attempt: %s  size: %d B  content-type: %s", attempt, len(body), printable(contentType))
+	if eventID := r.Header.Get("Relay-Event-Id"); eventID != "" {
+		more := "  relay-event-id: " + printable(eventID)
+		if utf8.RuneCountInString(second+more) > lineWidth {
+			more = "\n" + more
+		}
+		second += more
+	}
+	b.WriteString("\n" + second + "\n")
 	if readErr != nil {
 		fmt.Fprintf(&b, "  (body unreadable: %s)\n", printable(readErr.Error()))
 	} else {
@@ -269,7 +286,8 @@ func (h *handler) print(r *http.Request, id string, body []byte, readErr error, 
 }
 
 // writePreview writes the start of body, indented: text if it is valid
-// UTF-8, else its size and the hex of its first bytes.
+// UTF-8, each line cut to fit [lineWidth], else its size and the hex of its
+// first bytes.
 func writePreview(b *bytes.Buffer, body []byte) {
 	switch {
 	case len(body) == 0:
@@ -286,9 +304,14 @@ func writePreview(b *bytes.Buffer, body []byte) {
 		}
 		lines := strings.Split(strings.TrimRight(string(text), "\n"), "\n")
 		for i, line := range lines {
+			line = printable(line)
+			lineCut := cut && i == len(lines)-1
+			if r := []rune(line); len(r) > lineWidth-2 {
+				line, lineCut = string(r[:lineWidth-3]), true
+			}
 			b.WriteString("  ")
-			b.WriteString(printable(line))
-			if cut && i == len(lines)-1 {
+			b.WriteString(line)
+			if lineCut {
 				b.WriteString("…")
 			}
 			b.WriteByte('\n')
@@ -396,7 +419,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("receiver: listen on %s: %w", addr, err)
+		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -411,7 +434,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr
 
 	select {
 	case err := <-served:
-		return fmt.Errorf("receiver: serve on %s: %w", ln.Addr(), err)
+		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
@@ -422,7 +445,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready func(net.Addr
 	}
 	<-served
 	if err != nil {
-		return fmt.Errorf("receiver: shut down: %w", err)
+		return fmt.Errorf("shut down: %w", err)
 	}
 	return nil
 }

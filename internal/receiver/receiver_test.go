@@ -102,7 +102,8 @@ func TestSignedDeliveryIsAcceptedAndPrinted(t *testing.T) {
 	require.Empty(t, o.Body)
 
 	require.Equal(t,
-		"POST /  webhook-id: evt_01  attempt: 1  signature: ok  size: 38 B  content-type: application/json  reply: 200\n"+
+		testNow.Format(time.TimeOnly)+" POST /  webhook-id: evt_01  signature: ok  reply: 200\n"+
+			"  attempt: 1  size: 38 B  content-type: application/json\n"+
 			`  {"id":"evt_01","video_id":"vv_9f31c2"}`+"\n",
 		out.String())
 }
@@ -154,7 +155,8 @@ func TestWithoutSecretsSignaturesAreUnchecked(t *testing.T) {
 	resp := post(t, srv.URL+"/in?x=1", http.Header{"Webhook-Id": {"evt_u"}}, []byte("hello"))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t,
-		"POST /in?x=1  webhook-id: evt_u  attempt: 1  signature: unchecked  size: 5 B  content-type: (none)  reply: 200\n"+
+		testNow.Format(time.TimeOnly)+" POST /in?x=1  webhook-id: evt_u  signature: unchecked  reply: 200\n"+
+			"  attempt: 1  size: 5 B  content-type: (none)\n"+
 			"  hello\n",
 		out.String())
 }
@@ -170,10 +172,13 @@ func TestAttemptCountsRepeatedIDs(t *testing.T) {
 		require.Equal(t, deliver.Delivered, o.Class)
 	}
 	var got []string
+	id := ""
 	for line := range strings.Lines(out.String()) {
-		if strings.HasPrefix(line, "POST") {
-			fields := strings.Fields(line)
-			got = append(got, fields[3]+" "+fields[5])
+		if fields := strings.Fields(line); len(fields) > 5 && fields[1] == "POST" {
+			id = fields[4]
+		}
+		if fields := strings.Fields(line); len(fields) > 1 && fields[0] == "attempt:" {
+			got = append(got, id+" "+fields[1])
 		}
 	}
 	require.Equal(t, []string{"evt_a 1", "evt_a 2", "evt_b 1", "evt_a 3"}, got)
@@ -228,7 +233,7 @@ func TestForcedStatus(t *testing.T) {
 			})
 			require.Equal(t, tt.wantClass, o.Class)
 			require.Equal(t, tt.wantRetryAfter, o.RetryAfter)
-			require.Contains(t, out.String(), "attempt: 2  signature: ok")
+			require.Contains(t, out.String(), "attempt: 2  size: 2 B")
 			require.Contains(t, out.String(), "reply: "+strconv.Itoa(tt.status))
 		})
 	}
@@ -285,8 +290,9 @@ func TestBodyPreview(t *testing.T) {
 	for i := range allBytes {
 		allBytes[i] = byte(i)
 	}
-	long := strings.Repeat("é", 150)      // 300 bytes; 200 falls on a rune boundary
-	odd := "x" + strings.Repeat("é", 150) // 301 bytes; 200 falls inside a rune
+	long := strings.Repeat("é", 150)        // 300 bytes; 200 falls on a rune boundary
+	odd := "x" + strings.Repeat("é\n", 100) // 301 bytes; 200 falls inside a rune
+	lines := strings.Repeat("é\n", 100)     // 300 bytes of short lines
 
 	tests := []struct {
 		name string
@@ -297,8 +303,9 @@ func TestBodyPreview(t *testing.T) {
 			want: "  (binary, 256 bytes) 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"},
 		{name: "short binary", body: []byte{0xff, 0x00}, want: "  (binary, 2 bytes) ff00\n"},
 		{name: "empty", body: nil, want: "  (empty)\n"},
-		{name: "long text is cut at 200 bytes", body: []byte(long), want: "  " + long[:200] + "…\n"},
-		{name: "cut never splits a rune", body: []byte(odd), want: "  " + odd[:199] + "…\n"},
+		{name: "a long line is cut to fit 100 columns", body: []byte(long), want: "  " + strings.Repeat("é", 97) + "…\n"},
+		{name: "long text is cut at 200 bytes", body: []byte(lines), want: strings.Repeat("  é\n", 66) + "  é…\n"},
+		{name: "cut never splits a rune", body: []byte(odd), want: "  xé\n" + strings.Repeat("  é\n", 64) + "  é…\n"},
 		{name: "lines are indented", body: []byte("{\n  \"a\": 1\n}\n"), want: "  {\n    \"a\": 1\n  }\n"},
 		{name: "terminal escapes are neutralised", body: []byte("hi\x1b[2Jthere\r\x00"), want: "  hi\\x1b[2Jthere\\r\\x00\n"},
 	}
@@ -309,6 +316,8 @@ func TestBodyPreview(t *testing.T) {
 			require.Equal(t, http.StatusOK, post(t, srv.URL, http.Header{"Webhook-Id": {"evt_p"}}, tt.body).StatusCode)
 			printed := out.String()
 			_, preview, ok := strings.Cut(printed, "\n")
+			require.True(t, ok)
+			_, preview, ok = strings.Cut(preview, "\n")
 			require.True(t, ok)
 			require.Equal(t, tt.want, preview)
 			require.Contains(t, printed, "size: "+strconv.Itoa(len(tt.body))+" B")
@@ -332,7 +341,7 @@ func TestHeaderValuesAreNeutralised(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 
 	require.Contains(t, out.String(), `webhook-id: evt\x1b[31m  `)
-	require.Contains(t, out.String(), `content-type: text/\x1b]0;pwned\a  `)
+	require.Contains(t, out.String(), `content-type: text/\x1b]0;pwned\a`+"\n")
 	require.NotContains(t, out.String(), "\x1b")
 	require.NotContains(t, out.String(), "\a")
 }

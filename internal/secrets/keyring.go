@@ -120,7 +120,7 @@ func LoadFile(path string) (*Keyring, error) {
 func NewKey() (string, error) {
 	b := make([]byte, KeySize)
 	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("secrets: generating a key: %w", err)
+		return "", fmt.Errorf("generating a key: %w", err)
 	}
 	return base64.StdEncoding.EncodeToString(b), nil
 }
@@ -166,7 +166,7 @@ func (k *Keyring) Seal(plain, context string) (string, error) {
 	cur := k.keys[0]
 	nonce := make([]byte, cur.aead.NonceSize(), cur.aead.NonceSize()+len(plain)+cur.aead.Overhead())
 	if _, err := rand.Read(nonce); err != nil {
-		return "", fmt.Errorf("secrets: sealing: %w", err)
+		return "", fmt.Errorf("sealing: %w", err)
 	}
 	out := cur.aead.Seal(nonce, nonce, []byte(plain), []byte(context))
 	return prefix + cur.id + ":" + base64.RawStdEncoding.EncodeToString(out), nil

@@ -197,7 +197,7 @@ func (r *reader) waiting(ctx context.Context, id string) (uint64, error) {
 func (r *reader) subjectTotal(ctx context.Context, stream, filter string) (uint64, error) {
 	req, err := json.Marshal(subjectTotalRequest{SubjectsFilter: filter, Offset: math.MaxInt32})
 	if err != nil {
-		return 0, fmt.Errorf("status: counting %s: %w", filter, err)
+		return 0, fmt.Errorf("counting %s: %w", filter, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -206,11 +206,11 @@ func (r *reader) subjectTotal(ctx context.Context, stream, filter string) (uint6
 	}
 	msg, err := r.nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+stream, req)
 	if err != nil {
-		return 0, fmt.Errorf("status: counting %s in stream %s: %w", filter, stream, err)
+		return 0, fmt.Errorf("counting %s in stream %s: %w", filter, stream, err)
 	}
 	var resp subjectTotalResponse
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, fmt.Errorf("status: counting %s in stream %s: %w", filter, stream, err)
+		return 0, fmt.Errorf("counting %s in stream %s: %w", filter, stream, err)
 	}
 	if resp.Error != nil {
 		return 0, streamErr(stream, resp.Error)

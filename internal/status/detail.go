@@ -110,7 +110,7 @@ func lastFailedAttempts(ctx context.Context, s jetstream.Stream, id string, n in
 	}
 	msgs, err := newestOn(ctx, s, streams.SubscriberFailures(id), state.FirstSeq, state.LastSeq, n)
 	if err != nil {
-		return nil, fmt.Errorf("status: reading the last failed attempts of %s: %w", id, err)
+		return nil, fmt.Errorf("reading the last failed attempts of %s: %w", id, err)
 	}
 	for _, m := range msgs {
 		if r, ok := attempts.Failure(m.Data); ok && r.Subscriber == id {
@@ -134,7 +134,7 @@ func lastFailedAttempts(ctx context.Context, s jetstream.Stream, id string, n in
 func (r *reader) lastDead(ctx context.Context, id string, first, last uint64, n int) ([]deadletter.Entry, error) {
 	msgs, err := newestOn(ctx, r.dlq, streams.DeadLetterFilter(id), first, last, n)
 	if err != nil {
-		return nil, fmt.Errorf("status: reading the last dead letters of %s: %w", id, err)
+		return nil, fmt.Errorf("reading the last dead letters of %s: %w", id, err)
 	}
 	entries := make([]deadletter.Entry, 0, len(msgs))
 	for _, m := range msgs {

@@ -47,7 +47,7 @@ func (r *reader) bucketEntries(ctx context.Context, bucket, key string) (map[str
 		got, done, err := streams.GetBatch(batchCtx, r.nc, "KV_"+bucket, streams.DirectGet{Seq: from, NextBySubj: prefix + key, Batch: kvBatch})
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("status: reading KV bucket %s: %w", bucket, err)
+			return nil, fmt.Errorf("reading KV bucket %s: %w", bucket, err)
 		}
 		for _, m := range got {
 			id := strings.TrimPrefix(m.Subject, prefix)

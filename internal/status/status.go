@@ -282,13 +282,13 @@ func open(ctx context.Context, js jetstream.JetStream) (*reader, error) {
 		*s.dst = stream
 	}
 	if _, err := js.KeyValue(ctx, streams.RateLimitBucket); err != nil {
-		return nil, fmt.Errorf("status: opening KV bucket %s (relay run creates it): %w", streams.RateLimitBucket, err)
+		return nil, fmt.Errorf("opening KV bucket %s (relay run creates it): %w", streams.RateLimitBucket, err)
 	}
 	stream, err := js.Stream(ctx, "KV_"+streams.TimelinessBucket)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 	case err != nil:
-		return nil, fmt.Errorf("status: opening KV bucket %s: %w", streams.TimelinessBucket, err)
+		return nil, fmt.Errorf("opening KV bucket %s: %w", streams.TimelinessBucket, err)
 	default:
 		r.timeliness = stream
 	}
@@ -412,9 +412,9 @@ func utcOrZero(t time.Time) time.Time {
 
 func streamErr(name string, err error) error {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("status: stream %s does not exist (relay run creates it): %w", name, err)
+		return fmt.Errorf("stream %s does not exist (relay run creates it): %w", name, err)
 	}
-	return fmt.Errorf("status: reading stream %s: %w", name, err)
+	return fmt.Errorf("reading stream %s: %w", name, err)
 }
 
 // laneInFlight is the NumAckPending of a lane's consumer, 0 when the lane
@@ -425,7 +425,7 @@ func laneInFlight(ctx context.Context, deliveries jetstream.Stream, lane string)
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("status: reading consumer %s: %w", streams.LaneConsumer(lane), err)
+		return 0, fmt.Errorf("reading consumer %s: %w", streams.LaneConsumer(lane), err)
 	}
 	return c.CachedInfo().NumAckPending, nil
 }
@@ -439,7 +439,7 @@ func readOldest(ctx context.Context, deliveries jetstream.Stream, firstSeq uint6
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("status: reading the oldest delivery of %s: %w", row.ID, err)
+		return fmt.Errorf("reading the oldest delivery of %s: %w", row.ID, err)
 	}
 	row.OldestPendingAt = msg.Time.UTC()
 	row.OldestPendingAge = formatAge(now.Sub(msg.Time))

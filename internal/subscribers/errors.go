@@ -8,7 +8,7 @@ import (
 var (
 	// ErrNotFound means no subscriber has the given id. It is wrapped with
 	// the id, so the message says which one was looked for.
-	ErrNotFound = errors.New("subscriber not found")
+	ErrNotFound = errors.New("no such subscriber")
 
 	// ErrInvalid means a subscriber, or one of its parts given on its own,
 	// breaks a rule of docs/cli.md (relay sub add). Every validation error wraps it and is a

@@ -20,7 +20,7 @@ import (
 
 // errWatchEnded means the KV watch stopped delivering without being asked
 // to, which happens when its connection is closed.
-var errWatchEnded = errors.New("subscribers: KV watch ended (connection closed)")
+var errWatchEnded = errors.New("KV watch ended (connection closed)")
 
 // errBucketReset means the bucket's last revision is older than the view's:
 // the bucket was restored or created again, and the view is loaded again.
@@ -145,7 +145,7 @@ func (s *Store) Watch(ctx context.Context, opts ...WatchOption) (*Live, error) {
 func (l *Live) start(ctx context.Context, st *liveState) error {
 	w, err := l.kv.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, err)
+		return fmt.Errorf("watching KV bucket %s: %w", streams.SubscribersBucket, err)
 	}
 	for loaded := false; !loaded; {
 		select {
@@ -153,7 +153,7 @@ func (l *Live) start(ctx context.Context, st *liveState) error {
 			switch {
 			case !ok:
 				stopWatcher(w)
-				return fmt.Errorf("subscribers: watching KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
+				return fmt.Errorf("watching KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
 			case e == nil: // all values stored at the start have arrived
 				loaded = true
 			default:
@@ -184,11 +184,11 @@ func (l *Live) start(ctx context.Context, st *liveState) error {
 func (l *Live) chooseGet(ctx context.Context) error {
 	status, err := l.kv.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
+		return fmt.Errorf("reading bucket %s: %w", streams.SubscribersBucket, err)
 	}
 	bs, ok := status.(*jetstream.KeyValueBucketStatus)
 	if !ok {
-		return fmt.Errorf("subscribers: bucket %s: no stream status", streams.SubscribersBucket)
+		return fmt.Errorf("bucket %s: no stream status", streams.SubscribersBucket)
 	}
 	cfg := bs.StreamInfo().Config
 	l.direct = cfg.AllowDirect && cfg.Replicas <= 1
@@ -700,7 +700,7 @@ func (l *Live) Sync(ctx context.Context) error {
 		case l.reload <- struct{}{}:
 		default:
 		}
-		return fmt.Errorf("subscribers: bucket %s: %w", streams.SubscribersBucket, errBucketReset)
+		return fmt.Errorf("bucket %s: %w", streams.SubscribersBucket, errBucketReset)
 	}
 	if l.snap.Load().rev < last {
 		l.noteAhead(last)
@@ -761,7 +761,7 @@ func syncError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("subscribers: reading bucket %s: %w", streams.SubscribersBucket, err)
+	return fmt.Errorf("reading bucket %s: %w", streams.SubscribersBucket, err)
 }
 
 // syncWait is how long Sync waits for the view to move before it asks

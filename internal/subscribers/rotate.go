@@ -30,7 +30,7 @@ const newSecretLen = 32
 func NewSecret() (string, error) {
 	key := make([]byte, newSecretLen)
 	if _, err := rand.Read(key); err != nil {
-		return "", fmt.Errorf("subscribers: generating a secret: %w", err)
+		return "", fmt.Errorf("generating a secret: %w", err)
 	}
 	return deliver.SecretPrefix + base64.StdEncoding.EncodeToString(key), nil
 }

@@ -95,11 +95,11 @@ func encode(sub Subscriber, keys *secrets.Keyring) ([]byte, error) {
 		*v = sealed
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("subscribers: sealing %s: %w", sub.ID, err)
+		return nil, fmt.Errorf("sealing %s: %w", sub.ID, err)
 	}
 	data, err := json.Marshal(c)
 	if err != nil {
-		return nil, fmt.Errorf("subscribers: encoding %s: %w", sub.ID, err)
+		return nil, fmt.Errorf("encoding %s: %w", sub.ID, err)
 	}
 	return data, nil
 }
@@ -182,7 +182,7 @@ func (s *Store) reseal(ctx context.Context, id string) (bool, error) {
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("subscribers: reading %s: %w", id, err)
+			return false, fmt.Errorf("reading %s: %w", id, err)
 		}
 		sub, stale, err := decode(id, entry.Value(), s.keys)
 		if err != nil {

@@ -58,14 +58,14 @@ func WithKeys(keys *secrets.Keyring) Option {
 // says so and wraps [jetstream.ErrBucketNotFound].
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
 	if js == nil {
-		return nil, errors.New("subscribers: Open needs a JetStream context, got nil")
+		return nil, errors.New("Open needs a JetStream context, got nil")
 	}
 	kv, err := js.KeyValue(ctx, streams.SubscribersBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("subscribers: KV bucket %s does not exist (`relay run` creates it: start relay once against this NATS): %w", streams.SubscribersBucket, err)
+		return nil, fmt.Errorf("KV bucket %s does not exist (`relay run` creates it: start relay once against this NATS): %w", streams.SubscribersBucket, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("subscribers: opening KV bucket %s: %w", streams.SubscribersBucket, err)
+		return nil, fmt.Errorf("opening KV bucket %s: %w", streams.SubscribersBucket, err)
 	}
 	s := &Store{kv: kv, nc: js.Conn(), now: time.Now}
 	for _, opt := range opts {
@@ -385,7 +385,7 @@ func (s *Store) list(ctx context.Context) ([]Subscriber, error) {
 func (s *Store) entries(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
 	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("subscribers: reading KV bucket %s: %w", streams.SubscribersBucket, err)
+		return nil, fmt.Errorf("reading KV bucket %s: %w", streams.SubscribersBucket, err)
 	}
 	defer stopWatcher(w)
 	var entries []jetstream.KeyValueEntry
@@ -393,7 +393,7 @@ func (s *Store) entries(ctx context.Context) ([]jetstream.KeyValueEntry, error) 
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("subscribers: reading KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
+				return nil, fmt.Errorf("reading KV bucket %s: %w", streams.SubscribersBucket, errWatchEnded)
 			}
 			if e == nil {
 				return entries, nil
@@ -419,7 +419,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
 		if err != nil {
-			return fmt.Errorf("subscribers: reading %s: %w", id, err)
+			return fmt.Errorf("reading %s: %w", id, err)
 		}
 		if s.beforeWrite != nil {
 			s.beforeWrite()
@@ -429,7 +429,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("subscribers: deleting %s: %w", id, err)
+			return fmt.Errorf("deleting %s: %w", id, err)
 		}
 		return nil
 	}
@@ -530,7 +530,7 @@ func (s *Store) read(ctx context.Context, id string) (Subscriber, uint64, error)
 		return Subscriber{}, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return Subscriber{}, 0, fmt.Errorf("subscribers: reading %s: %w", id, err)
+		return Subscriber{}, 0, fmt.Errorf("reading %s: %w", id, err)
 	}
 	sub, _, err := decode(id, entry.Value(), s.keys)
 	if err != nil {
@@ -558,7 +558,7 @@ func (s *Store) write(ctx context.Context, sub Subscriber, rev uint64) (retry bo
 		return true, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("subscribers: writing %s: %w", sub.ID, err)
+		return false, fmt.Errorf("writing %s: %w", sub.ID, err)
 	}
 	return false, nil
 }

@@ -25,14 +25,14 @@ func Ask(ctx context.Context, nc *nats.Conn, r Request) (Answer, error) {
 	}
 	data, err := json.Marshal(r)
 	if err != nil {
-		return Answer{}, fmt.Errorf("testrequest: encoding the request: %w", err)
+		return Answer{}, fmt.Errorf("encoding the request: %w", err)
 	}
 	msg, err := nc.RequestWithContext(ctx, Subject, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return Answer{}, fmt.Errorf("%w on %s", ErrNoRelay, Subject)
 	case err != nil:
-		return Answer{}, fmt.Errorf("testrequest: asking a relay on %s: %w", Subject, err)
+		return Answer{}, fmt.Errorf("asking a relay on %s: %w", Subject, err)
 	}
 	var a Answer
 	if err := json.Unmarshal(msg.Data, &a); err != nil {

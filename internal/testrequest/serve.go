@@ -83,7 +83,7 @@ func Start(cfg Config) (*Responder, error) {
 	r := &Responder{cfg: cfg, msgs: make(chan *nats.Msg, MaxConcurrent)}
 	var err error
 	if r.sub, err = cfg.Conn.ChanQueueSubscribe(Subject, Queue, r.msgs); err != nil {
-		return nil, fmt.Errorf("testrequest: subscribing to %s: %w", Subject, err)
+		return nil, fmt.Errorf("subscribing to %s: %w", Subject, err)
 	}
 	// Not confirmed in time (NATS away for a moment), the subscription
 	// still stands, and is made again on every reconnect.

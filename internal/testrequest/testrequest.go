@@ -44,19 +44,19 @@ var (
 	// ErrNoRelay means no relay answers on [Subject]: none runs against
 	// this NATS (or none may subscribe to it). A test request needs one,
 	// as a delivery does.
-	ErrNoRelay = errors.New("testrequest: no relay answers")
+	ErrNoRelay = errors.New("no relay answers")
 
 	// ErrInvalid means a [Request] cannot be made: a subscriber id that
 	// cannot be one, a body that is not JSON, a type that is not an event
 	// type.
-	ErrInvalid = errors.New("testrequest: invalid test request")
+	ErrInvalid = errors.New("invalid test request")
 
 	// ErrAnswer means what came back on [Subject] is not an [Answer].
-	ErrAnswer = errors.New("testrequest: the relay's answer does not parse")
+	ErrAnswer = errors.New("the relay's answer does not parse")
 
 	// ErrConfig means a [Responder] was started without what it answers
 	// with: a relay's wiring is wrong, not a request.
-	ErrConfig = errors.New("testrequest: incomplete config")
+	ErrConfig = errors.New("incomplete config")
 )
 
 // Request is what `relay sub test` asks a relay to send, as JSON on

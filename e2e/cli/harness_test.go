@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relay-dev/relay/internal/testutil"
+)
+
+// testSecret is a valid whsec_ secret (32 bytes).
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// env is a running relay on its own NATS server, and the binary to run its
+// commands with.
+type env struct {
+	t    *testing.T
+	bin  string
+	nats string
+	dir  string
+}
+
+// startEnv starts a NATS server and a built relay run against it, allowed
+// to deliver to loopback, and waits until it is ready.
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	bin := testutil.Build(t, "github.com/relay-dev/relay/cmd/relay")
+	n := testutil.StartNATS(t)
+	e := &env{t: t, bin: bin, nats: n.URL, dir: t.TempDir()}
+	addr := testutil.FreeAddr(t)
+	log, err := os.CreateTemp(e.dir, "relay-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--nats", n.URL, "--metrics", addr, "--lanes", "2", "--allow-private-targets")
+	cmd.Stdout, cmd.Stderr = log, log
+	p := testutil.StartProcess(t, cmd)
+	t.Cleanup(func() {
+		if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Errorf("relay run: %v", err)
+		}
+		if t.Failed() {
+			out, _ := os.ReadFile(log.Name())
+			t.Logf("relay run logged:\n%s", tail(out, 4000))
+		}
+	})
+	testutil.Eventually(t, func() bool { return httpStatus("http://"+addr+"/readyz") == http.StatusOK }, "relay run not ready")
+	return e
+}
+
+// result is what one command printed and how it exited.
+type result struct {
+	args           []string
+	stdout, stderr string
+	code           int
+}
+
+// run runs the built relay with args against the env's NATS.
+func (e *env) run(args ...string) result {
+	e.t.Helper()
+	return runBin(e.t, e.bin, []string{"NATS_URL=" + e.nats}, args...)
+}
+
+// must is run, failing the test unless the command exits 0.
+func (e *env) must(args ...string) result {
+	e.t.Helper()
+	r := e.run(args...)
+	if r.code != 0 {
+		e.t.Fatalf("relay %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func runBin(t *testing.T, bin string, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("relay %s: %v", strings.Join(args, " "), err)
+	}
+	return result{args: args, stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// tail is the last n bytes of b.
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// httpStatus is the status code of a GET of url, 0 when it cannot be had.
+func httpStatus(url string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
