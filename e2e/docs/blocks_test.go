@@ -30,13 +30,9 @@ var setup = map[string]string{
 	"go install github.com/nats-io/natscli/nats@v0.5.0": "the test takes the nats CLI from PATH",
 }
 
-// pending are lines of the recipes whose behaviour is built apart from the
-// recipes themselves (issue 49): `relay sub rm` takes --yes once removal
-// asks for it when deliveries wait. Until then the line is left out, and
-// the test says so.
-var pending = map[string]string{
-	"relay sub rm flaky --yes": "relay sub rm --yes is not built on this branch yet",
-}
+// pending are lines of the docs whose behaviour is not built yet: the line
+// is left out, and the test says so. None today.
+var pending = map[string]string{}
 
 // exitsComment is a line's "# exits N": the exit status the reader is told
 // to expect.
