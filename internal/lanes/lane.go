@@ -45,6 +45,11 @@ type lane struct {
 	// comes after every scheduler's mu.
 	activeMu sync.Mutex
 	active   map[*scheduler]struct{}
+	// marked holds the schedulers that take their subscriber for one with
+	// a backlog in overflow (s.marked, see [scheduler.syncLocked]): the
+	// sweep and a subscriber change look at them and the busy ones alone,
+	// not at every subscriber the lane has met. Under activeMu.
+	marked map[*scheduler]struct{}
 	// confirmed is when the last keep-alive round that the server is known
 	// to have received began (unix nanoseconds, real time).
 	confirmed atomic.Int64
@@ -317,6 +322,26 @@ func (l *lane) busySchedulers() []*scheduler {
 	out := make([]*scheduler, 0, len(l.active))
 	for s := range l.active {
 		out = append(out, s)
+	}
+	return out
+}
+
+// markedSchedulers lists the schedulers that take their subscriber for one
+// with a backlog in overflow, and with busy those that are busy besides:
+// between them, every scheduler a sweep or a kick has anything to do for.
+func (l *lane) markedSchedulers(busy bool) []*scheduler {
+	l.activeMu.Lock()
+	defer l.activeMu.Unlock()
+	out := make([]*scheduler, 0, len(l.marked)+len(l.active))
+	for s := range l.marked {
+		out = append(out, s)
+	}
+	if busy {
+		for s := range l.active {
+			if _, ok := l.marked[s]; !ok {
+				out = append(out, s)
+			}
+		}
 	}
 	return out
 }

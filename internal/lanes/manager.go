@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg Config) error {
 func (m *manager) sweep(ctx context.Context) {
 	marked := make(map[*scheduler]uint64)
 	for _, l := range m.running() {
-		for _, s := range l.schedulers() {
+		for _, s := range l.markedSchedulers(false) {
 			if backlog, puts := s.marks(); backlog {
 				marked[s] = puts
 			}
@@ -324,11 +324,20 @@ func (m *manager) sweep(ctx context.Context) {
 	m.prune()
 }
 
-// prune forgets the schedulers of subscribers the view no longer holds once
-// they have nothing left to do, and the lookups it no longer needs.
+// prune forgets the lookups it no longer needs and, when the view has lost
+// a subscriber since the last look (or pruneEvery has passed, for what was
+// still busy then), the schedulers and the limiter's state of subscribers
+// the view no longer holds once they have nothing left to do. Those hold
+// an entry for every subscriber delivered to: looking at them all every
+// sweep is what a hundred thousand idle subscribers would cost.
 func (m *manager) prune() {
 	inView := func(id string) bool { _, ok := m.cfg.Subscribers.Get(id); return ok }
 	m.env.forget(inView)
+	now, removals := m.cfg.Clock.Now(), m.cfg.Subscribers.Removals()
+	if removals == m.prunedRemovals && now.Sub(m.prunedAt) < pruneEvery {
+		return
+	}
+	m.prunedRemovals, m.prunedAt = removals, now
 	if f, ok := m.cfg.Limiter.(forgetter); ok {
 		f.Forget(inView)
 	}
@@ -373,10 +382,11 @@ func (m *manager) running() []*lane {
 	return all
 }
 
-// kickAll wakes every scheduler with a backlog.
+// kickAll wakes every scheduler with a backlog, and the busy ones (a
+// pause lifted, a subscriber enabled): a kick does nothing to any other.
 func (m *manager) kickAll() {
 	for _, l := range m.running() {
-		for _, s := range l.schedulers() {
+		for _, s := range l.markedSchedulers(true) {
 			s.kick(l.ctx(), false)
 		}
 	}
@@ -449,6 +459,11 @@ type manager struct {
 	// stopping names the dedicated lanes being retired (see
 	// [manager.retire]).
 	stopping map[string]bool
+	// prunedAt and prunedRemovals are when the last full prune ran, and
+	// the view's removals then (see [manager.prune]); the sweep's
+	// goroutine alone uses them.
+	prunedAt       time.Time
+	prunedRemovals uint64
 }
 
 // errLaneStopping is a start refused while a lane of the same name stops;

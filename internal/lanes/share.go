@@ -103,5 +103,15 @@ func (s *scheduler) syncLocked() {
 	if s.backlog != s.marked {
 		s.marked = s.backlog
 		s.lane.cfg.Backlogs.Set(s.id, s.backlog)
+		s.lane.activeMu.Lock()
+		if s.lane.marked == nil {
+			s.lane.marked = make(map[*scheduler]struct{})
+		}
+		if s.marked {
+			s.lane.marked[s] = struct{}{}
+		} else {
+			delete(s.lane.marked, s)
+		}
+		s.lane.activeMu.Unlock()
 	}
 }

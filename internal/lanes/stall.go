@@ -72,7 +72,8 @@ func (l *lane) watchStalls(ctx context.Context) {
 // schedulers whose lock is taken (their count unknown): the watch does not
 // wait for a lock, which may be what the lane is stuck on.
 func (l *lane) heldNow() (held, locked int) {
-	for _, s := range l.schedulers() {
+	// Only a busy scheduler holds (see [scheduler.syncLocked]).
+	for _, s := range l.busySchedulers() {
 		if !s.mu.TryLock() {
 			locked++
 			continue

@@ -49,7 +49,10 @@ func TestStalledLaneIsReportedOnce(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	l := &lane{cfg: Config{Clock: fake, Metrics: m, Logger: log}, log: log, scheds: make(map[string]*scheduler)}
 	s := newScheduler(l, "stuck")
+	s.mu.Lock()
 	s.queue = []delivery{{seq: 1}}
+	s.syncLocked() // held: busy, as the lane's own paths mark it
+	s.mu.Unlock()
 	l.scheds[s.id] = s
 
 	ctx, cancel := context.WithCancel(context.Background())

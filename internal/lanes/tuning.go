@@ -145,6 +145,11 @@ const DefaultShutdownTimeout = 30 * time.Second
 // a subscriber this relay could not use until now.
 const sweepEvery = 2 * time.Second
 
+// pruneEvery is the longest a scheduler, and the rate limiter's state, of
+// a removed subscriber are kept past the sweep after its removal, for one
+// that still held or sent then; a removal is looked for at every sweep.
+const pruneEvery = time.Minute
+
 // lookupFor is how long the bucket's answer about an id this relay's view
 // lacks is kept, and how often it is read at most: a flood of deliveries
 // for it costs one read a second.

@@ -109,6 +109,9 @@ type snapshot struct {
 	disabled        []string
 	rev             uint64        // the bucket's last revision folded in
 	changed         chan struct{} // closed when a newer snapshot replaces this one
+	// removals counts the subscribers the view has lost since it started
+	// (a reload counts as one): see [Live.Removals].
+	removals uint64
 }
 
 // expiring is a subscriber and the soonest time at which something it
@@ -486,7 +489,9 @@ func (f *follower) watchAgain(ctx context.Context, why string) {
 	f.w, f.knownAt, f.progress = w, knownAt, time.Now()
 	if f.full {
 		f.full, f.loading, f.unpublished = false, true, false
+		removals := f.st.removals
 		f.st = newLiveState(f.st.keys)
+		f.st.removals = removals + 1 // what the reload drops is lost all at once
 	}
 	if l.watching != nil {
 		l.watching(w)
@@ -542,6 +547,12 @@ func (l *Live) publish(next *snapshot) {
 	prev := l.snap.Swap(next)
 	close(prev.changed)
 }
+
+// Removals counts the subscribers the view has lost since it started: it
+// changes whenever one is removed (or the bucket is loaded again), and only
+// then. What keeps state per subscriber checks its ids against the view
+// when it has changed, not every subscriber every few seconds.
+func (l *Live) Removals() uint64 { return l.snap.Load().removals }
 
 // Get returns the subscriber with the given id, and whether there is one.
 // Its slices and map are shared with the view and must not be modified.
@@ -793,6 +804,8 @@ type liveState struct {
 	gone    map[string]struct{}
 	invalid map[string]error
 	rev     uint64
+	// removals counts the subscribers removed since the view started.
+	removals uint64
 	// keys opens the sealed credentials of the values read.
 	keys *secrets.Keyring
 }
@@ -820,6 +833,7 @@ func (st *liveState) remove(id string) {
 		return
 	}
 	delete(st.subs, id)
+	st.removals++
 	if _, ok := st.fresh[id]; ok {
 		delete(st.fresh, id) // not in ids yet
 	} else {
@@ -882,13 +896,14 @@ func (st *liveState) snapshot() *snapshot {
 		all[i] = st.subs[id]
 	}
 	snap := &snapshot{
-		all:     all,
-		enabled: make([]Subscriber, 0, len(all)),
-		index:   make(map[string]int, len(all)),
-		invalid: maps.Clone(st.invalid),
-		sealed:  map[string]string{},
-		rev:     st.rev,
-		changed: make(chan struct{}),
+		all:      all,
+		enabled:  make([]Subscriber, 0, len(all)),
+		index:    make(map[string]int, len(all)),
+		invalid:  maps.Clone(st.invalid),
+		sealed:   map[string]string{},
+		rev:      st.rev,
+		changed:  make(chan struct{}),
+		removals: st.removals,
 	}
 	for i, sub := range all {
 		snap.index[sub.ID] = i

@@ -159,6 +159,39 @@ func TestViewLoadsABucketCreatedAgain(t *testing.T) {
 	require.False(t, errors.Is(last, errBucketReset))
 	require.Equal(t, []string{"z"}, ids(l.All()))
 	require.Zero(t, l.Behind())
+	require.NotZero(t, l.Removals(), "the view lost a, b, c and d and its removals did not move")
+}
+
+// TestRemovalsMoveOnlyWithARemoval: the view's Removals, which what keeps
+// state per subscriber checks before looking at its ids again, moves when a
+// subscriber is removed, and not when one is added or changed.
+func TestRemovalsMoveOnlyWithARemoval(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	ctx := testutil.Context(t)
+	watchCtx, cancel := context.WithCancel(ctx)
+	l, err := st.Watch(watchCtx)
+	require.NoError(t, err)
+	t.Cleanup(func() { cancel(); <-l.Done() })
+
+	for _, id := range []string{"a", "b", "c"} {
+		require.NoError(t, st.Put(ctx, valid(id)))
+	}
+	changed := valid("a")
+	changed.URL = "https://example.com/other"
+	require.NoError(t, st.Put(ctx, changed))
+	require.NoError(t, l.Sync(ctx))
+	require.Zero(t, l.Removals(), "adds and a change are no removal")
+
+	require.NoError(t, st.Delete(ctx, "b"))
+	require.NoError(t, l.Sync(ctx))
+	require.Equal(t, uint64(1), l.Removals())
+	require.NoError(t, st.Put(ctx, valid("b")))
+	require.NoError(t, l.Sync(ctx))
+	require.Equal(t, uint64(1), l.Removals(), "adding b again is no removal")
+	require.NoError(t, st.kv.Delete(ctx, "nobody")) // a removal mark for an id never stored
+	require.NoError(t, l.Sync(ctx))
+	require.Equal(t, uint64(1), l.Removals(), "deleting an id the view never held is no removal")
 }
 
 // TestWatchAgainKeepsWhatSyncLearnt: a watch started again (a resync) ends
