@@ -49,6 +49,10 @@ const (
 	// (empty: nobody), so that one relay at a time reads and republishes
 	// it. A lease whose holder died goes with the bucket's TTL.
 	RefillBucket = "relay_refill"
+	// KeysBucket holds the keys of the HTTP API: key = the key's name,
+	// value = JSON of its SHA-256, scopes and times, never the key
+	// (internal/apikeys).
+	KeysBucket = "relay_keys"
 )
 
 // RefillLeaseTTL is relay_refill's TTL: how long a lease outlives a relay
@@ -207,6 +211,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			Description: "relay refill leases: key = subscriber id, value = the relay bringing its overflow back",
 			History:     1,
 			TTL:         RefillLeaseTTL,
+		},
+		{
+			Bucket:      KeysBucket,
+			Description: "relay API keys: key = name, value = JSON of the key's SHA-256, scopes and times (never the key)",
+			// One value a key: a removed key's hash does not stay.
+			History: 1,
 		},
 	} {
 		ensured = append(ensured, "KV_"+kv.Bucket)
