@@ -379,17 +379,6 @@ func parseSeqArg(v string) (uint64, error) {
 	return n, nil
 }
 
-// shownEntry is relay dlq show --json: the entry's fields, its subject,
-// every header and the body, as text when it is UTF-8 and else in base64.
-type shownEntry struct {
-	deadletter.Entry
-	Subject    string              `json:"subject"`
-	StoredAt   time.Time           `json:"stored_at"`
-	Headers    map[string][]string `json:"headers"`
-	Body       *string             `json:"body,omitempty"`
-	BodyBase64 *string             `json:"body_base64,omitempty"`
-}
-
 func newDLQShowCmd(conn *connFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -424,21 +413,7 @@ none: it says so, and --json has neither "body" nor "body_base64".`,
 func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 	text := utf8.Valid(m.Body)
 	if asJSON {
-		v := shownEntry{Entry: m.Entry, Subject: m.Subject, StoredAt: m.Stored, Headers: map[string][]string(m.Header)}
-		if v.Headers == nil {
-			v.Headers = map[string][]string{}
-		}
-		switch {
-		case m.Bodiless():
-			// No body: neither "body" nor "body_base64".
-		case text:
-			s := string(m.Body)
-			v.Body = &s
-		default:
-			s := base64.StdEncoding.EncodeToString(m.Body)
-			v.BodyBase64 = &s
-		}
-		return writeJSON(out, v)
+		return writeJSON(out, m.Show())
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -43,9 +42,7 @@ an older event has no trace. Exits 1 when there is none.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStreamFor(cmd.Context(), conn, "relay trace", traceTimeout, func(ctx context.Context, js jetstream.JetStream) error {
 				t, err := attempts.Read(ctx, js, args[0])
-				if errors.Is(err, attempts.ErrNoRecords) {
-					return fmt.Errorf("no records of event %q in %s: not fanned out yet, matched no subscriber, matched one and waits on its lane for a first attempt (relay status --subscriber ID shows its queue), older than %[2]s keeps (relay run --attempts-max-age), or handled by relays run with --record-attempts=false", args[0], streams.Attempts)
-				}
+				err = attempts.Explain(err, args[0])
 				if err != nil {
 					return err
 				}

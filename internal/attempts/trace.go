@@ -237,3 +237,23 @@ func Result(r Record) string {
 	}
 	return "no answer"
 }
+
+// Explain is err, unless it wraps [ErrNoRecords]: then the one line
+// `relay trace`, the HTTP API and the NATS service give for an event of
+// eventID ATTEMPTS holds nothing of, saying why that may be. It still
+// wraps ErrNoRecords.
+func Explain(err error, eventID string) error {
+	if !errors.Is(err, ErrNoRecords) {
+		return err
+	}
+	return &noRecordsError{id: eventID}
+}
+
+// noRecordsError is [Explain]'s error.
+type noRecordsError struct{ id string }
+
+func (e *noRecordsError) Error() string {
+	return fmt.Sprintf("no records of event %q in %s: not fanned out yet, matched no subscriber, matched one and waits on its lane for a first attempt (relay status --subscriber ID shows its queue), older than %[2]s keeps (relay run --attempts-max-age), or handled by relays run with --record-attempts=false", e.id, streams.Attempts)
+}
+
+func (e *noRecordsError) Unwrap() error { return ErrNoRecords }
