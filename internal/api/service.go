@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -29,7 +31,7 @@ func StartService(nc *nats.Conn, ops *Ops, version string, log *slog.Logger) (mi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	svc, err := micro.AddService(nc, micro.Config{Name: ServiceName, Version: version, QueueGroup: ServiceQueue,
+	svc, err := micro.AddService(nc, micro.Config{Name: ServiceName, Version: ServiceVersion(version), QueueGroup: ServiceQueue,
 		Description: "relay, webhook delivery on NATS JetStream: docs/api.md"})
 	if err != nil {
 		return nil, err
@@ -119,6 +121,28 @@ func StartService(nc *nats.Conn, ops *Ops, version string, log *slog.Logger) (mi
 		}
 	}
 	return svc, nil
+}
+
+// semVer is what micro takes as a version.
+var semVer = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+
+// ServiceVersion is relay's version as the service gives it: micro takes
+// semantic versions alone, so v1.2.3 is 1.2.3, and a build that is not a
+// release (dev, a commit) is 0.0.0-<its version>.
+func ServiceVersion(version string) string {
+	if v := strings.TrimPrefix(version, "v"); semVer.MatchString(v) {
+		return v
+	}
+	clean := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' {
+			return r
+		}
+		return '-'
+	}, version)
+	if clean == "" {
+		clean = "unknown"
+	}
+	return "0.0.0-" + clean
 }
 
 // endpointName is an endpoint's name in `nats micro info`: its subject

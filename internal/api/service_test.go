@@ -93,3 +93,13 @@ func TestService(t *testing.T) {
 		t.Fatalf("answered on retries.wait.victim.x: %s", m.Data)
 	}
 }
+
+// micro takes semantic versions alone: relay's own, or one made of it.
+func TestServiceVersion(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"v1.4.0": "1.4.0", "1.4.0-rc.1": "1.4.0-rc.1", "dev": "0.0.0-dev", "": "0.0.0-unknown", "abc 1.2/x": "0.0.0-abc-1-2-x"} {
+		if got := ServiceVersion(in); got != want || !semVer.MatchString(got) {
+			t.Errorf("ServiceVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
