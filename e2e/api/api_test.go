@@ -31,8 +31,8 @@ var secret = "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x
 // relay is a running relay run and how to reach it.
 type relay struct {
 	bin, nats, api string
-	log          string
-	client       *http.Client
+	log            string
+	client         *http.Client
 }
 
 // startRelay starts the built relay against url with the HTTP API on a
