@@ -81,7 +81,6 @@ func TestEnsureCreatesTheBuckets(t *testing.T) {
 		{streams.RateLimitBucket, 24 * time.Hour},
 		{streams.TimelinessBucket, 0},
 		{streams.RefillBucket, streams.RefillLeaseTTL},
-		{streams.KeysBucket, 0},
 	} {
 		kv, err := n.JS.KeyValue(ctx, c.bucket)
 		if err != nil {

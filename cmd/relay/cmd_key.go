@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/relay-dev/relay/internal/apikeys"
+	"github.com/relay-dev/relay/streams"
 )
 
 func newKeyCmd(conn *connFlags) *cobra.Command {
@@ -30,9 +31,15 @@ Scopes: ` + apikeys.ScopeNames() + ` (admin grants every other).`,
 	return cmd
 }
 
-// withKeys is withJetStream with the key bucket opened.
-func withKeys(ctx context.Context, conn *connFlags, fn func(ctx context.Context, s *apikeys.Store) error) error {
+// withKeys is withJetStream with the key bucket opened; create makes it
+// when it does not exist (relay key add).
+func withKeys(ctx context.Context, conn *connFlags, create bool, fn func(ctx context.Context, s *apikeys.Store) error) error {
 	return withJetStream(ctx, conn, "relay key", func(ctx context.Context, js jetstream.JetStream) error {
+		if create {
+			if err := streams.EnsureKeys(ctx, js, 0); err != nil {
+				return err
+			}
+		}
 		s, err := apikeys.Open(ctx, js)
 		if err != nil {
 			return err
@@ -65,7 +72,7 @@ func newKeyAddCmd(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return usagef("--scopes: %v", err)
 			}
-			return withKeys(cmd.Context(), conn, func(ctx context.Context, s *apikeys.Store) error {
+			return withKeys(cmd.Context(), conn, true, func(ctx context.Context, s *apikeys.Store) error {
 				key, err := s.Add(ctx, args[0], list)
 				if err != nil {
 					return keyErr(err)
@@ -86,7 +93,7 @@ func newKeyLsCmd(conn *connFlags) *cobra.Command {
 		Short: "List the keys: names, scopes, times (never a key)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withKeys(cmd.Context(), conn, func(ctx context.Context, s *apikeys.Store) error {
+			err := withKeys(cmd.Context(), conn, false, func(ctx context.Context, s *apikeys.Store) error {
 				keys, err := s.List(ctx)
 				if err != nil {
 					return err
@@ -95,7 +102,7 @@ func newKeyLsCmd(conn *connFlags) *cobra.Command {
 				for _, k := range keys {
 					shown = append(shown, k.Shown())
 				}
-				return printList(cmd.OutOrStdout(), shown, asJSON, "no keys; make one with: relay key add NAME --scopes SCOPE",
+				return printList(cmd.OutOrStdout(), shown, asJSON, noKeys,
 					"NAME\tSCOPES\tCREATED\tLAST_USED", func(k apikeys.Shown) string {
 						names := make([]string, len(k.Scopes))
 						for i, sc := range k.Scopes {
@@ -108,11 +115,19 @@ func newKeyLsCmd(conn *connFlags) *cobra.Command {
 						return strings.Join([]string{k.Name, strings.Join(names, ","), k.CreatedAt.UTC().Format(time.RFC3339), used}, "\t")
 					})
 			})
+			if errors.Is(err, jetstream.ErrBucketNotFound) {
+				// No key was ever made on this cluster.
+				return printList(cmd.OutOrStdout(), []apikeys.Shown{}, asJSON, noKeys, "", nil)
+			}
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
 }
+
+// noKeys is what relay key ls prints when there are none.
+const noKeys = "no keys; make one with: relay key add NAME --scopes SCOPE"
 
 func newKeyRmCmd(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
@@ -123,7 +138,7 @@ func newKeyRmCmd(conn *connFlags) *cobra.Command {
 			if err := apikeys.ValidateName(args[0]); err != nil {
 				return keyErr(err)
 			}
-			return withKeys(cmd.Context(), conn, func(ctx context.Context, s *apikeys.Store) error {
+			return withKeys(cmd.Context(), conn, false, func(ctx context.Context, s *apikeys.Store) error {
 				if err := s.Remove(ctx, args[0]); err != nil {
 					return err
 				}

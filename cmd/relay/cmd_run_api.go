@@ -14,6 +14,7 @@ import (
 	"github.com/relay-dev/relay/internal/apikeys"
 	"github.com/relay-dev/relay/internal/metrics"
 	"github.com/relay-dev/relay/internal/subscribers"
+	"github.com/relay-dev/relay/streams"
 )
 
 // checkAPI checks --api and its TLS flags: both files or neither, and only
@@ -44,6 +45,10 @@ func startAPI(setupCtx, runCtx context.Context, f *runFlags, js jetstream.JetStr
 	}
 	if f.apiAddr == "" {
 		return stop, nil
+	}
+	if err := streams.EnsureKeys(setupCtx, js, f.replicas); err != nil {
+		stop()
+		return nil, err
 	}
 	keys, err := apikeys.Open(setupCtx, js)
 	if err != nil {

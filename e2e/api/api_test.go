@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -172,8 +171,13 @@ func TestHTTPAPI(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartNATS(t)
 	r := startRelay(t, n.URL)
+	// A second relay: a key removed is refused by every relay.
+	r2 := startRelay(t, n.URL)
 	rc, url := newReceiver(t)
 
+	if code, out, stderr := r.cli(t, "key", "ls", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("relay key ls --json before any key: exit %d, %q, %s", code, out, stderr)
+	}
 	code, out, stderr := r.cli(t, "key", "add", "backend", "--scopes", "publish,subscribers:read,events:read")
 	key := strings.TrimSpace(out)
 	if code != 0 || !strings.HasPrefix(key, "rk_") || strings.Count(out, "\n") != 1 {
@@ -268,17 +272,23 @@ func TestHTTPAPI(t *testing.T) {
 		t.Errorf("a bad type: %d %s", code, got)
 	}
 
-	// Removed: refused.
+	// Removed: refused, by the relay that took it and by the other.
+	testutil.Eventually(t, func() bool {
+		code, _, _ := r2.do(t, "GET", "/v1/subscribers/shop", key, nil, nil)
+		return code == http.StatusOK
+	}, "the second relay never took the key")
 	if code, _, stderr := r.cli(t, "key", "rm", "backend"); code != 0 {
 		t.Fatalf("relay key rm: exit %d, %s", code, stderr)
 	}
 	removed := time.Now()
-	testutil.Eventually(t, func() bool {
-		code, _, _ := r.do(t, "GET", "/v1/subscribers/shop", key, nil, nil)
-		return code == http.StatusUnauthorized
-	}, "a removed key still works")
+	for i, relay := range []*relay{r, r2} {
+		testutil.Eventually(t, func() bool {
+			code, _, _ := relay.do(t, "GET", "/v1/subscribers/shop", key, nil, nil)
+			return code == http.StatusUnauthorized
+		}, "a removed key still works on relay %d", i+1)
+	}
 	took := time.Since(removed)
-	t.Logf("a removed key was refused %s after relay key rm returned", took)
+	t.Logf("a removed key was refused by both relays %s after relay key rm returned", took)
 	if took > time.Second {
 		t.Errorf("a removed key was refused only %s after relay key rm, not within a second", took)
 	}
@@ -367,6 +377,6 @@ func natsCLI(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip(fmt.Sprintf("the nats CLI is not installed: go install github.com/nats-io/natscli/nats@v0.5.0"))
+	t.Skip("the nats CLI is not installed: go install github.com/nats-io/natscli/nats@v0.5.0")
 	return ""
 }

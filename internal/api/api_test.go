@@ -21,6 +21,7 @@ import (
 	"github.com/relay-dev/relay/internal/apikeys"
 	"github.com/relay-dev/relay/internal/subscribers"
 	rtest "github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 var secret = "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xA1}, 32))
@@ -55,6 +56,9 @@ func setup(t *testing.T, cfg Config) *bundle {
 	ctx := rtest.Context(t)
 	store, err := subscribers.Open(ctx, n.JS)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.EnsureKeys(ctx, n.JS, 0); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := apikeys.Open(ctx, n.JS)

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relay-dev/relay/internal/testutil"
+	"github.com/relay-dev/relay/streams"
 )
 
 func TestMain(m *testing.M) {
@@ -50,6 +51,9 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	n := testutil.StartRelayNATS(t)
+	if err := streams.EnsureKeys(testutil.Context(t), n.JS, 0); err != nil {
+		t.Fatal(err)
+	}
 	s, err := Open(testutil.Context(t), n.JS)
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +127,9 @@ func TestVerifierReadsExistingKeys(t *testing.T) {
 	t.Parallel()
 	n := testutil.StartRelayNATS(t)
 	ctx := testutil.Context(t)
+	if err := streams.EnsureKeys(ctx, n.JS, 0); err != nil {
+		t.Fatal(err)
+	}
 	s, err := Open(ctx, n.JS)
 	if err != nil {
 		t.Fatal(err)

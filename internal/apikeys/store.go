@@ -88,11 +88,12 @@ type Store struct {
 	now func() time.Time
 }
 
-// Open opens the bucket, which `relay run` creates.
+// Open opens the bucket, which [streams.EnsureKeys] creates (relay key
+// add, relay run --api).
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	kv, err := js.KeyValue(ctx, streams.KeysBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("KV bucket %s does not exist (`relay run` creates it: start relay once against this NATS): %w", streams.KeysBucket, err)
+		return nil, fmt.Errorf("KV bucket %s does not exist (relay key add creates it): %w", streams.KeysBucket, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening KV bucket %s: %w", streams.KeysBucket, err)
