@@ -5,20 +5,24 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relay-dev/relay/internal/apikeys"
+	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/subscribers"
 	rtest "github.com/relay-dev/relay/internal/testutil"
 	"github.com/relay-dev/relay/streams"
@@ -385,5 +389,96 @@ func TestRate(t *testing.T) {
 	}
 	if code, _, _ := b.call(t, "GET", "/v1/status", other, nil, nil); code == http.StatusTooManyRequests {
 		t.Fatal("another key is held by the first's rate")
+	}
+}
+
+// Dead letters as relay dlq ls and show give them, paged by sequence and
+// filtered by the same words; a status row a subscriber.
+func TestDeadLettersAndStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	key := b.key(t, "reader", apikeys.DLQRead, apikeys.StatusRead)
+	ctx := rtest.Context(t)
+	if err := b.store.Put(ctx, subscribers.Subscriber{ID: "shop", URL: "https://example.com/hook", Secrets: []string{secret}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, reason := range []deadletter.Reason{deadletter.Rejected, deadletter.MaxAttempts, deadletter.Rejected} {
+		h := nats.Header{streams.HeaderEventID: {fmt.Sprintf("evt_%d", i)}, streams.HeaderEventType: {"order.paid"}}
+		body := []byte(`{"n":1}`)
+		if i == 2 {
+			body = []byte{0xff, 0xfe}
+		}
+		d := deadletter.Death{Subscriber: "shop", Reason: reason, Attempts: 1, LastStatus: 400, LastError: "400 Bad Request",
+			OriginSeq: uint64(i + 1), FirstAttemptAt: time.Now(), DeadAt: time.Now()}
+		if _, err := deadletter.Publish(ctx, b.n.JS, body, h, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, h, got := b.call(t, "GET", "/v1/dlq?reason=rejected&limit=1", key, nil, nil)
+	var page []deadletter.Entry
+	if code != http.StatusOK || json.Unmarshal(got, &page) != nil || len(page) != 1 || page[0].EventID != "evt_0" || h.Get(NextCursorHeader) == "" {
+		t.Fatalf("first page: %d %s %v", code, got, h)
+	}
+	code, h, got = b.call(t, "GET", "/v1/dlq?reason=rejected&limit=1&cursor="+h.Get(NextCursorHeader), key, nil, nil)
+	if code != http.StatusOK || json.Unmarshal(got, &page) != nil || len(page) != 1 || page[0].EventID != "evt_2" || h.Get(NextCursorHeader) != "" {
+		t.Fatalf("second page: %d %s %v", code, got, h)
+	}
+	for _, e := range []deadletter.Entry{page[0]} {
+		code, _, got := b.call(t, "GET", fmt.Sprintf("/v1/dlq/%d", e.DLQSeq), key, nil, nil)
+		m, err := deadletter.Get(ctx, b.n.JS, e.DLQSeq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(m.Show())
+		var gotV, wantV any
+		_ = json.Unmarshal(got, &gotV)
+		_ = json.Unmarshal(want, &wantV)
+		if code != http.StatusOK || !jsonEqual(gotV, wantV) || !strings.Contains(string(got), "body_base64") {
+			t.Fatalf("GET /v1/dlq/%d: %d %s, want relay dlq show --json's %s", e.DLQSeq, code, got, want)
+		}
+	}
+	code, _, got = b.call(t, "GET", "/v1/status", key, nil, nil)
+	var rows []map[string]any
+	if code != http.StatusOK || json.Unmarshal(got, &rows) != nil || len(rows) != 1 || rows[0]["subscriber"] != "shop" {
+		t.Fatalf("status: %d %s", code, got)
+	}
+}
+
+// Past MaxConcurrent requests at once, a request is answered 503 with
+// Retry-After, and served again once a slot is free.
+func TestConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{MaxConcurrent: 1})
+	key := b.key(t, "k", apikeys.Admin)
+	// A publish whose body never ends holds the one slot.
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest("POST", b.srv.URL+"/v1/events/order.paid", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	if _, err := pw.Write([]byte(`{"a":`)); err != nil {
+		t.Fatal(err)
+	}
+	var h http.Header
+	rtest.Eventually(t, func() bool {
+		var code int
+		code, h, _ = b.call(t, "GET", "/v1/status", key, nil, nil)
+		return code == http.StatusServiceUnavailable
+	}, "a second request was never refused while the slot was held")
+	if h.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	_, _ = pw.Write([]byte(`1}`))
+	pw.Close()
+	wg.Wait()
+	if code, _, got := b.call(t, "GET", "/v1/status", key, nil, nil); code != http.StatusOK {
+		t.Fatalf("once the slot is free: %d %s", code, got)
 	}
 }
