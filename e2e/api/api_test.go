@@ -380,3 +380,16 @@ func natsCLI(t *testing.T) string {
 	t.Skip("the nats CLI is not installed: go install github.com/nats-io/natscli/nats@v0.5.0")
 	return ""
 }
+
+// The TLS flags go together and with --api: exit 2 at once otherwise.
+func TestAPIFlagsExit2(t *testing.T) {
+	t.Parallel()
+	bin := testutil.Build(t, relayPkg)
+	for _, args := range [][]string{{"--api", "127.0.0.1:0", "--api-tls-cert", "c.pem"}, {"--api-tls-cert", "c.pem", "--api-tls-key", "k.pem"}} {
+		cmd := exec.Command(bin, append([]string{"run", "--nats", "nats://127.0.0.1:1"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--api") {
+			t.Errorf("relay run %v: %v, %s; want exit 2 naming the flags", args, err, out)
+		}
+	}
+}
