@@ -20,6 +20,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/relay-dev/relay/internal/api/apitest"
 	"github.com/relay-dev/relay/internal/testutil"
 )
 
@@ -32,6 +33,9 @@ type relay struct {
 	bin, nats, api string
 	log            string
 	client         *http.Client
+	// spec checks every request and answer against the OpenAPI document
+	// the relay serves; nil until read.
+	spec *apitest.Checker
 }
 
 // startRelay starts the built relay against url with the HTTP API on a
@@ -67,6 +71,15 @@ func startRelay(t *testing.T, url string, extra ...string) *relay {
 		return resp.StatusCode == http.StatusOK
 	}, "relay run never ready")
 	return &relay{bin: bin, nats: url, api: api, log: logf.Name(), client: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// readSpec reads the OpenAPI document the relay serves, without a key:
+// every later answer is checked against it.
+func (r *relay) readSpec(t *testing.T) {
+	t.Helper()
+	if code, _, _ := r.do(t, "GET", "/v1/openapi.json", "", nil, nil); code != http.StatusOK || r.spec == nil {
+		t.Fatalf("GET /v1/openapi.json without a key: %d", code)
+	}
 }
 
 // cli runs a relay command against the relay's NATS and returns its exit
@@ -111,6 +124,14 @@ func (r *relay) do(t *testing.T, method, path, key string, body []byte, h http.H
 	got, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.spec == nil && path == "/v1/openapi.json" && resp.StatusCode == http.StatusOK {
+		r.spec = apitest.New(t, got)
+	}
+	if r.spec != nil {
+		again := req.Clone(req.Context())
+		again.Body = io.NopCloser(bytes.NewReader(body))
+		r.spec.Check(t, again, resp.StatusCode, resp.Header, got)
 	}
 	return resp.StatusCode, resp.Header, got
 }
@@ -174,6 +195,8 @@ func TestHTTPAPI(t *testing.T) {
 	// A second relay: a key removed is refused by every relay.
 	r2 := startRelay(t, n.URL)
 	rc, url := newReceiver(t)
+	r.readSpec(t)
+	r2.readSpec(t)
 
 	if code, out, stderr := r.cli(t, "key", "ls", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("relay key ls --json before any key: exit %d, %q, %s", code, out, stderr)

@@ -14,13 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relay-dev/relay/internal/api/apitest"
 	"github.com/relay-dev/relay/internal/apikeys"
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/subscribers"
@@ -30,20 +27,6 @@ import (
 
 var secret = "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xA1}, 32))
 
-// spec is the embedded OpenAPI document, loaded and validated once.
-var spec = sync.OnceValues(func() (routers.Router, error) {
-	openapi3filter.RegisterBodyDecoder("application/problem+json", openapi3filter.JSONBodyDecoder)
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(OpenAPI)
-	if err != nil {
-		return nil, err
-	}
-	if err := doc.Validate(loader.Context); err != nil {
-		return nil, err
-	}
-	return legacy.NewRouter(doc)
-})
-
 type bundle struct {
 	srv   *httptest.Server
 	ops   *Ops
@@ -52,6 +35,7 @@ type bundle struct {
 	reg   *prometheus.Registry
 	n     *rtest.NATS
 	v     *apikeys.Verifier
+	spec  *apitest.Checker
 }
 
 func setup(t *testing.T, cfg Config) *bundle {
@@ -84,7 +68,7 @@ func setup(t *testing.T, cfg Config) *bundle {
 	}
 	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)
-	return &bundle{srv: hs, ops: ops, store: store, keys: keys, reg: reg, n: n, v: v}
+	return &bundle{srv: hs, ops: ops, store: store, keys: keys, reg: reg, n: n, v: v, spec: apitest.New(t, OpenAPI)}
 }
 
 // key makes a key with scopes and waits until the verifier takes it.
@@ -125,30 +109,7 @@ func (b *bundle) call(t *testing.T, method, path, key string, body []byte, h htt
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := spec()
-	if err != nil {
-		t.Fatalf("the OpenAPI document: %v", err)
-	}
-	req := newReq()
-	route, params, err := router.FindRoute(req)
-	if err != nil {
-		if resp.StatusCode != http.StatusNotFound {
-			t.Fatalf("%s %s: not in the OpenAPI document: %v", method, path, err)
-		}
-		checkProblem(t, resp.StatusCode, resp.Header, got)
-		return resp.StatusCode, resp.Header, got
-	}
-	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
-	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil && resp.StatusCode != http.StatusBadRequest &&
-		resp.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Errorf("%s %s: the request does not match the OpenAPI document: %v", method, path, err)
-	}
-	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
-		Body: io.NopCloser(bytes.NewReader(got)), Options: &openapi3filter.Options{IncludeResponseStatus: true}}
-	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
-		t.Errorf("%s %s: the answer %d does not match the OpenAPI document: %v\n%s", method, path, resp.StatusCode, err, got)
-	}
+	b.spec.Check(t, newReq(), resp.StatusCode, resp.Header, got)
 	if resp.StatusCode >= 400 {
 		checkProblem(t, resp.StatusCode, resp.Header, got)
 	}
