@@ -137,13 +137,11 @@ func (o *Ops) DeadLetters(ctx context.Context, args deadletter.FilterArgs, after
 	if err != nil {
 		return nil, 0, err
 	}
+	f.After = after
 	out := []deadletter.Entry{}
 	var next uint64
 	errFull := errors.New("page full")
 	err = deadletter.Scan(ctx, o.JS, f, func(e deadletter.Entry) error {
-		if e.DLQSeq <= after {
-			return nil
-		}
 		if len(out) == limit {
 			next = out[len(out)-1].DLQSeq
 			return errFull
