@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -413,6 +414,45 @@ func TestAPIFlagsExit2(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--api") {
 			t.Errorf("relay run %v: %v, %s; want exit 2 naming the flags", args, err, out)
+		}
+	}
+}
+
+// One set of rules: a table of bad filters through relay dlq ls, GET
+// /v1/dlq and relay.api.v1.dlq.list gets one line from all three.
+func TestOneSetOfRules(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	r := startRelay(t, n.URL)
+	r.readSpec(t)
+	code, out, stderr := r.cli(t, "key", "add", "reader", "--scopes", "dlq:read")
+	if code != 0 {
+		t.Fatalf("relay key add: exit %d, %s", code, stderr)
+	}
+	key := strings.TrimSpace(out)
+	nc := testutil.Connect(t, n.URL)
+	for _, c := range []struct {
+		flag, value string
+	}{
+		{"reason", "nope"}, {"subscriber", "a b"}, {"type", "a,b"}, {"type", "video..x"}, {"since", "yesterday"}, {"until", "tomorrow"},
+	} {
+		code, _, stderr := r.cli(t, "dlq", "ls", "--"+c.flag, c.value)
+		cli := strings.TrimSpace(strings.TrimPrefix(stderr, "relay: "))
+		if code != 2 {
+			t.Fatalf("relay dlq ls --%s %q: exit %d, %s", c.flag, c.value, code, stderr)
+		}
+		q := url.Values{c.flag: {c.value}}
+		hc, _, got := r.do(t, "GET", "/v1/dlq?"+q.Encode(), key, nil, nil)
+		if hc != http.StatusBadRequest || detail(t, got) != cli {
+			t.Errorf("--%s %q: the CLI says %q, the HTTP API %d %q", c.flag, c.value, cli, hc, detail(t, got))
+		}
+		req, _ := json.Marshal(map[string]string{c.flag: c.value})
+		m, err := nc.Request("relay.api.v1.dlq.list", req, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get("Nats-Service-Error-Code") != "400" || m.Header.Get("Nats-Service-Error") != cli {
+			t.Errorf("--%s %q: the CLI says %q, the service %s %q", c.flag, c.value, cli, m.Header.Get("Nats-Service-Error-Code"), m.Header.Get("Nats-Service-Error"))
 		}
 	}
 }

@@ -321,7 +321,7 @@ func TestReads(t *testing.T) {
 		t.Fatalf("dlq: %d %s", code, got)
 	}
 	code, _, got := b.call(t, "GET", "/v1/dlq?reason=nope", key, nil, nil)
-	if code != http.StatusBadRequest || !strings.HasPrefix(detailOf(t, got), `reason: "nope" is not a reason`) {
+	if code != http.StatusBadRequest || !strings.HasPrefix(detailOf(t, got), `--reason: "nope" is not a reason`) {
 		t.Fatalf("bad reason: %d %s", code, got)
 	}
 	if code, _, got := b.call(t, "GET", "/v1/dlq/7", key, nil, nil); code != http.StatusNotFound {

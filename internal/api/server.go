@@ -372,7 +372,7 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request, _ apikeys.K
 		return &v
 	}
 	args := deadletter.FilterArgs{Subscriber: given("subscriber"), Reason: given("reason"), Type: given("type"),
-		Since: given("since"), Until: given("until"), Name: func(field string) string { return field }}
+		Since: given("since"), Until: given("until")}
 	entries, next, err := s.cfg.Ops.DeadLetters(r.Context(), args, after, limit)
 	if err != nil {
 		return 0, nil, err

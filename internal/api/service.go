@@ -89,8 +89,7 @@ func StartService(nc *nats.Conn, ops *Ops, version string, log *slog.Logger) (mi
 			if err := decode(data, &in); err != nil {
 				return nil, nil, err
 			}
-			args := deadletter.FilterArgs{Subscriber: in.Subscriber, Reason: in.Reason, Type: in.Type, Since: in.Since, Until: in.Until,
-				Name: func(field string) string { return field }}
+			args := deadletter.FilterArgs{Subscriber: in.Subscriber, Reason: in.Reason, Type: in.Type, Since: in.Since, Until: in.Until}
 			entries, next, err := ops.DeadLetters(ctx, args, in.Cursor, in.Limit)
 			if next == 0 {
 				return entries, nil, err

@@ -11,12 +11,10 @@ import (
 
 // FilterArgs are a filter as a person or a program writes it: the flags of
 // `relay dlq ls|replay|purge`, the query parameters of the HTTP API, the
-// fields of the NATS service. A nil field was not given.
+// fields of the NATS service (each named as the flag is). A nil field was
+// not given.
 type FilterArgs struct {
 	Subscriber, Reason, Type, Since, Until *string
-	// Name names a field in an error: "--subscriber" for the CLI,
-	// "subscriber" for the API. Nil: the flag's name.
-	Name func(field string) string
 }
 
 // ParseFilter reads args as of now into a [Filter] (Seqs aside), the one
@@ -24,13 +22,12 @@ type FilterArgs struct {
 // every one, as none given does), a
 // reason, one event type or pattern, and times that are RFC 3339 or a
 // duration ago (24h), since no later than until. A bad value is an error
-// wrapping [ErrInvalidFilter] whose one line names the field.
+// wrapping [ErrInvalidFilter] whose one line names the field by its flag
+// (--reason): the CLI, the HTTP API and the NATS service give that same
+// line.
 func ParseFilter(args FilterArgs, now time.Time) (Filter, error) {
 	var f Filter
-	name := args.Name
-	if name == nil {
-		name = func(field string) string { return "--" + field }
-	}
+	name := func(field string) string { return "--" + field }
 	bad := func(field, format string, a ...any) error {
 		return &filterError{msg: name(field) + ": " + fmt.Sprintf(format, a...)}
 	}

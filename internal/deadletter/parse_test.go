@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// One reading of a filter's words, whose errors name the field as the
-// caller calls it (--reason for the CLI, reason for the API).
+// One reading of a filter's words, whose errors name the field by its
+// flag.
 func TestParseFilter(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 8, 10, 0, 0, 0, time.UTC)
@@ -20,15 +20,14 @@ func TestParseFilter(t *testing.T) {
 	if f.Subscriber != "demo" || f.Reason != Gone || f.Type != "video.*" || !f.Since.Equal(now.Add(-time.Hour)) || !f.Until.Equal(now.Add(-30*time.Minute)) {
 		t.Fatalf("ParseFilter = %+v", f)
 	}
-	api := func(field string) string { return field }
 	for _, c := range []struct {
 		args FilterArgs
 		want string
 	}{
-		{FilterArgs{Reason: s("nope"), Name: api}, `reason: "nope" is not a reason; valid reasons are `},
-		{FilterArgs{Subscriber: s("a.b"), Name: api}, "subscriber: "},
+		{FilterArgs{Reason: s("nope")}, `--reason: "nope" is not a reason; valid reasons are `},
+		{FilterArgs{Subscriber: s("a.b")}, "--subscriber: "},
 		{FilterArgs{Type: s("a,b")}, "--type: takes one event type"},
-		{FilterArgs{Since: s("yesterday"), Name: api}, `since: "yesterday" is neither an RFC 3339 time`},
+		{FilterArgs{Since: s("yesterday")}, `--since: "yesterday" is neither an RFC 3339 time`},
 		{FilterArgs{Since: s("1h"), Until: s("2h")}, "--until: 2026-12-08T08:00:00Z is before --since 2026-12-08T09:00:00Z; swap them"},
 	} {
 		_, err := ParseFilter(c.args, now)
