@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -425,7 +426,7 @@ func TestOneSetOfRules(t *testing.T) {
 	n := testutil.StartNATS(t)
 	r := startRelay(t, n.URL)
 	r.readSpec(t)
-	code, out, stderr := r.cli(t, "key", "add", "reader", "--scopes", "dlq:read")
+	code, out, stderr := r.cli(t, "key", "add", "reader", "--scopes", "dlq:read,subscribers:read")
 	if code != 0 {
 		t.Fatalf("relay key add: exit %d, %s", code, stderr)
 	}
@@ -453,6 +454,31 @@ func TestOneSetOfRules(t *testing.T) {
 		}
 		if m.Header.Get("Nats-Service-Error-Code") != "400" || m.Header.Get("Nats-Service-Error") != cli {
 			t.Errorf("--%s %q: the CLI says %q, the service %s %q", c.flag, c.value, cli, m.Header.Get("Nats-Service-Error-Code"), m.Header.Get("Nats-Service-Error"))
+		}
+	}
+	// A subscriber id that cannot be one (400, exit 2), and one that is
+	// not there (404, exit 1).
+	for _, c := range []struct {
+		id       string
+		exit     int
+		httpCode int
+	}{{"a b", 2, http.StatusBadRequest}, {"nobody", 1, http.StatusNotFound}} {
+		code, _, stderr := r.cli(t, "sub", "get", c.id)
+		cli := strings.TrimSpace(strings.TrimPrefix(stderr, "relay: "))
+		if code != c.exit {
+			t.Fatalf("relay sub get %q: exit %d, %s", c.id, code, stderr)
+		}
+		hc, _, got := r.do(t, "GET", "/v1/subscribers/"+url.PathEscape(c.id), key, nil, nil)
+		if hc != c.httpCode || detail(t, got) != cli {
+			t.Errorf("sub get %q: the CLI says %q, the HTTP API %d %q", c.id, cli, hc, detail(t, got))
+		}
+		req, _ := json.Marshal(map[string]string{"id": c.id})
+		m, err := nc.Request("relay.api.v1.subscribers.get", req, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get("Nats-Service-Error-Code") != strconv.Itoa(c.httpCode) || m.Header.Get("Nats-Service-Error") != cli {
+			t.Errorf("sub get %q: the CLI says %q, the service %s %q", c.id, cli, m.Header.Get("Nats-Service-Error-Code"), m.Header.Get("Nats-Service-Error"))
 		}
 	}
 }
