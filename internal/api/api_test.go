@@ -235,6 +235,13 @@ func TestPublish(t *testing.T) {
 			t.Errorf("type %q: %d %s, want 400 naming it", bad, code, got)
 		}
 	}
+	// Headers relay would dead-letter as malformed are refused at once.
+	for name, v := range map[string]string{"Relay-Deliver-At": "tomorrow", "Relay-Deadline": "2030-13-01"} {
+		code, _, got := b.call(t, "POST", "/v1/events/order.paid", key, []byte(`{}`), http.Header{"Content-Type": {"application/json"}, name: {v}})
+		if code != http.StatusBadRequest || !strings.Contains(detailOf(t, got), name) {
+			t.Errorf("%s: %s: %d %s, want 400 naming it", name, v, code, got)
+		}
+	}
 	limit, err := b.ops.MaxEventBody(rtest.Context(t))
 	if err != nil {
 		t.Fatal(err)

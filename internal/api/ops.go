@@ -251,6 +251,10 @@ func (o *Ops) Publish(ctx context.Context, e Event) (Published, error) {
 			msg.Header.Set(name, v)
 		}
 	}
+	// What relay would dead-letter as malformed, unsent, is refused now.
+	if why := streams.Malformed(msg.Header); why != "" {
+		return Published{}, invalid(why)
+	}
 	ack, err := o.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(e.ID))
 	if err != nil {
 		if Status(err) == http.StatusRequestEntityTooLarge {
