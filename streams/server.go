@@ -33,9 +33,9 @@ type ServerConfig struct {
 	// that connects without credentials is [DefaultUser], with every
 	// permission, as on a server without users (`nats pub events.x` works
 	// as before); [ServiceUser], with this password and only in-process,
-	// may subscribe to [APISubjects] and publish to [ReplySubjects] alone,
-	// the connection relay serves requests from. Empty: no users, every
-	// client may do everything.
+	// may subscribe to [APISubjects] and [DiscoverySubjects] and publish to
+	// [ReplySubjects] alone, the connection relay serves requests from.
+	// Empty: no users, every client may do everything.
 	ServicePassword string
 }
 
@@ -118,7 +118,7 @@ func setServiceUser(opts *server.Options, password string) {
 			Password: password,
 			Permissions: &server.Permissions{
 				Publish:   &server.SubjectPermission{Allow: []string{ReplySubjects}},
-				Subscribe: &server.SubjectPermission{Allow: []string{APISubjects}},
+				Subscribe: &server.SubjectPermission{Allow: []string{APISubjects, DiscoverySubjects}},
 			},
 			AllowedConnectionTypes: map[string]struct{}{jwt.ConnectionTypeInProcess: {}},
 		},

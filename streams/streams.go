@@ -49,6 +49,10 @@ const (
 	// (empty: nobody), so that one relay at a time reads and republishes
 	// it. A lease whose holder died goes with the bucket's TTL.
 	RefillBucket = "relay_refill"
+	// KeysBucket holds the keys of the HTTP API: key = the key's name,
+	// value = JSON of its SHA-256, scopes and times, never the key
+	// (internal/apikeys).
+	KeysBucket = "relay_keys"
 )
 
 // RefillLeaseTTL is relay_refill's TTL: how long a lease outlives a relay
@@ -640,6 +644,35 @@ const (
 	askAttempt  = 5 * time.Second
 	askAttempts = 3
 )
+
+// KeysBucketConfig is the definition of [KeysBucket]: one value a key, so
+// that a removed key's hash does not stay.
+func KeysBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      KeysBucket,
+		Description: "relay API keys: key = name, value = JSON of the key's SHA-256, scopes and times (never the key)",
+		History:     1,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// EnsureKeys creates [KeysBucket] with replicas (0: 1) when it does not
+// exist, and leaves one that exists as it is. Only what uses the keys
+// creates it (relay run --api, relay key add), so that a relay without the
+// HTTP API needs no grant of it.
+func EnsureKeys(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	err := AskAgain(ctx, func(ctx context.Context) error {
+		_, err := js.CreateKeyValue(ctx, KeysBucketConfig(replicas))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("creating bucket %s: %w", KeysBucket, err)
+	}
+	return nil
+}
 
 // AskAgain runs one create-or-update request of the JetStream API (a
 // stream, a bucket, a consumer), or a read, and runs it again while it goes

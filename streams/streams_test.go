@@ -166,3 +166,30 @@ func TestEnsureGivesANewStreamTheReplicasOfThoseThatExist(t *testing.T) {
 		t.Fatalf("BODIES made with %d replicas beside R3 streams, want 3", got)
 	}
 }
+
+// The keys' bucket is made only when asked, once, with one value a key; a
+// second ask leaves it as it is.
+func TestEnsureKeys(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	if _, err := n.JS.KeyValue(ctx, streams.KeysBucket); err == nil {
+		t.Fatal("Ensure made the keys' bucket")
+	}
+	for range 2 {
+		if err := streams.EnsureKeys(ctx, n.JS, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := n.JS.KeyValue(ctx, streams.KeysBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.History() != 1 {
+		t.Errorf("history %d, want 1", st.History())
+	}
+}

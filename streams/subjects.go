@@ -152,9 +152,15 @@ func EventRecords(key string) string { return attemptsPrefix + key }
 func SubscriberFailures(subscriber string) string { return attemptsPrefix + "failed." + subscriber }
 
 // APISubjects are the subjects relay serves requests on over core NATS
-// (`relay sub test` on relay.api.sub.test today): the one subscription the
-// service user of docs/permissions.md is granted.
+// (`relay sub test` on relay.api.sub.test, the NATS service relay on
+// relay.api.v1.>): a subscription the service user of docs/permissions.md
+// is granted.
 const APISubjects = "relay.api.>"
+
+// DiscoverySubjects are the subjects on which a NATS micro service answers
+// `nats micro ls` and `$SRV.PING.relay` ($SRV.PING|INFO|STATS[.name[.id]]):
+// the service user's other subscription.
+const DiscoverySubjects = "$SRV.>"
 
 // ReplySubjects are the inboxes the service user may publish to: nats.go's
 // and the nats CLI's default inbox prefix, under which a request's answer

@@ -21,7 +21,6 @@ import (
 
 	"github.com/relay-dev/relay/internal/deadletter"
 	"github.com/relay-dev/relay/internal/lanes"
-	"github.com/relay-dev/relay/internal/subscribers"
 )
 
 // tableChunk is how many rows of a long table are aligned together: a
@@ -80,56 +79,20 @@ func (d *dlqFilterFlags) add(cmd *cobra.Command, withSeq bool) {
 	}
 }
 
-// filter validates the flags into a deadletter.Filter; a bad value is a
-// usage error naming its flag.
+// filter validates the flags into a deadletter.Filter
+// (deadletter.ParseFilter); a bad value is a usage error naming its flag.
 func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.Filter, error) {
-	var f deadletter.Filter
 	fl := cmd.Flags()
-	if fl.Changed("subscriber") && d.subscriber != deadletter.NoSubscriber {
-		if err := subscribers.ValidateID(d.subscriber); err != nil {
-			var ve *subscribers.ValidationError
-			if errors.As(err, &ve) {
-				return f, usagef("--subscriber: %s", ve.Msg)
-			}
-			return f, usagef("--subscriber: %v", err)
+	given := func(name string, v *string) *string {
+		if fl.Changed(name) {
+			return v
 		}
-		f.Subscriber = d.subscriber
+		return nil
 	}
-	if fl.Changed("reason") {
-		r, err := deadletter.ParseReason(d.reason)
-		if err != nil {
-			return f, usagef("--reason: %q is not a reason; valid reasons are %s", d.reason, reasonNames())
-		}
-		f.Reason = r
-	}
-	if fl.Changed("type") {
-		if strings.Contains(d.eventType, ",") {
-			return f, usagef("--type: takes one event type or pattern (video.*), got %q; run the command once for each", d.eventType)
-		}
-		if err := subscribers.ValidateFilter(d.eventType); err != nil {
-			return f, usagef("--type: must be an event type or a pattern with * and > as in relay sub add --events, such as video.* or order.>, got %q", d.eventType)
-		}
-		f.Type = d.eventType
-	}
-	if fl.Changed("event") {
-		if d.event == "" {
-			return f, usagef("--event: give an event id or a webhook-id")
-		}
-		f.Event = d.event
-	}
-	var err error
-	if fl.Changed("since") {
-		if f.Since, err = parseTimeFlag("--since", d.since, now); err != nil {
-			return f, err
-		}
-	}
-	if fl.Changed("until") {
-		if f.Until, err = parseTimeFlag("--until", d.until, now); err != nil {
-			return f, err
-		}
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
-		return f, usagef("--until: %s is before --since %s; swap them", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+	f, err := deadletter.ParseFilter(deadletter.FilterArgs{Subscriber: given("subscriber", &d.subscriber), Reason: given("reason", &d.reason),
+		Type: given("type", &d.eventType), Event: given("event", &d.event), Since: given("since", &d.since), Until: given("until", &d.until)}, now)
+	if err != nil {
+		return f, usageError{err}
 	}
 	if fl.Lookup("seq") != nil && fl.Changed("seq") {
 		for _, other := range []string{"subscriber", "reason", "type", "event", "since", "until"} {
@@ -142,18 +105,6 @@ func (d *dlqFilterFlags) filter(cmd *cobra.Command, now time.Time) (deadletter.F
 		}
 	}
 	return f, nil
-}
-
-// parseTimeFlag reads a time flag: an RFC 3339 time, or a duration meaning
-// that long before now, as the nats CLI's --since does.
-func parseTimeFlag(flag, v string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t.UTC(), nil
-	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return now.Add(-d).UTC(), nil
-	}
-	return time.Time{}, usagef("%s: %q is neither an RFC 3339 time (2026-12-01T08:00:00Z) nor a duration ago (24h, 90m)", flag, v)
 }
 
 // parseSeqs reads --seq: sequences and ranges separated by commas, in the
@@ -195,14 +146,7 @@ func parseSeqs(v string) ([]uint64, error) {
 	return seqs, nil
 }
 
-func reasonNames() string {
-	rs := deadletter.Reasons()
-	s := make([]string, len(rs))
-	for i, r := range rs {
-		s[i] = string(r)
-	}
-	return strings.Join(s, ", ")
-}
+func reasonNames() string { return deadletter.ReasonNames() }
 
 // dlqErr turns what the deadletter package refuses into the CLI's exit
 // codes: a filter it cannot use is a usage error.
@@ -394,17 +338,6 @@ func parseSeqArg(v string) (uint64, error) {
 	return n, nil
 }
 
-// shownEntry is relay dlq show --json: the entry's fields, its subject,
-// every header and the body, as text when it is UTF-8 and else in base64.
-type shownEntry struct {
-	deadletter.Entry
-	Subject    string              `json:"subject"`
-	StoredAt   time.Time           `json:"stored_at"`
-	Headers    map[string][]string `json:"headers"`
-	Body       *string             `json:"body,omitempty"`
-	BodyBase64 *string             `json:"body_base64,omitempty"`
-}
-
 func newDLQShowCmd(conn *connFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -439,21 +372,7 @@ none: it says so, and --json has neither "body" nor "body_base64".`,
 func printDLQMessage(out io.Writer, m deadletter.Message, asJSON bool) error {
 	text := utf8.Valid(m.Body)
 	if asJSON {
-		v := shownEntry{Entry: m.Entry, Subject: m.Subject, StoredAt: m.Stored, Headers: map[string][]string(m.Header)}
-		if v.Headers == nil {
-			v.Headers = map[string][]string{}
-		}
-		switch {
-		case m.Bodiless():
-			// No body: neither "body" nor "body_base64".
-		case text:
-			s := string(m.Body)
-			v.Body = &s
-		default:
-			s := base64.StdEncoding.EncodeToString(m.Body)
-			v.BodyBase64 = &s
-		}
-		return writeJSON(out, v)
+		return writeJSON(out, m.Show())
 	}
 	tw := &table{fit: wrap}
 	row := func(k string, v any) { tw.add(k+":", fmt.Sprint(v)) }

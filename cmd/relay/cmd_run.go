@@ -114,6 +114,9 @@ type runFlags struct {
 	// service is the credentials of the connection relay sub test is
 	// answered from, on a cluster (--service-user and the like).
 	service *serviceFlags
+	// apiAddr is --api, the HTTP API's address ("" for none), served over
+	// TLS with apiTLSCert and apiTLSKey when given.
+	apiAddr, apiTLSCert, apiTLSKey string
 	// ready, when set (by tests), is called once the relay consumes, with
 	// the client URL of the NATS server and the metrics address.
 	ready func(natsURL string, metricsAddr net.Addr)
@@ -159,6 +162,9 @@ variables (docs/cli.md lists them).`,
 			if !cmd.Flags().Changed("attempts-max-age") {
 				f.attemptsMaxAge = 0
 			}
+			if err := f.checkAPI(); err != nil {
+				return err
+			}
 			f.ackWaitGiven = cmd.Flags().Changed("ack-wait")
 			f.proxyGiven = cmd.Flags().Changed("proxy")
 			err := runRelay(cmd.Context(), conn, f, cmd.ErrOrStderr())
@@ -190,6 +196,9 @@ variables (docs/cli.md lists them).`,
 	fl.StringVar(&f.noProxy, "no-proxy", "", "with --proxy, targets reached directly, in NO_PROXY's syntax (hosts, .domains, IPs, CIDRs, each with an optional port)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fl.StringVar(&f.apiAddr, "api", "", "HOST:PORT serving the HTTP API (docs/api.md); keys from relay key add (default: none)")
+	fl.StringVar(&f.apiTLSCert, "api-tls-cert", "", "certificate file (PEM) of the HTTP API, served over TLS with --api-tls-key")
+	fl.StringVar(&f.apiTLSKey, "api-tls-key", "", "private key file (PEM) of --api-tls-cert")
 	f.service = addServiceFlags(fl)
 	return cmd
 }
@@ -532,7 +541,7 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 
 	var metricsAddr net.Addr
 	var wg conc.WaitGroup
-	errs := make(chan error, 5)
+	errs := make(chan error, 6)
 	if f.metricsAddr != "" {
 		ln, err := net.Listen("tcp", f.metricsAddr)
 		if err != nil {
@@ -585,6 +594,13 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		wg.Go(func() { tests.Run(runCtx) })
 	}
 	wg.Go(func() { _ = limiter.Follow(runCtx, log) })
+	stopAPI, err := startAPI(setupCtx, runCtx, f, js, store, svc, m, log, &wg, errs)
+	if err != nil {
+		stop()
+		wg.Wait()
+		return err
+	}
+	defer stopAPI()
 	m.SetReady(true)
 	log.Info("relay running", "nats", maskNATS(url), "metrics", addrString(metricsAddr), "lanes", f.lanes,
 		"allow_private_targets", f.allowPrivate, "events_max_age", f.eventsMaxAge, "version", version)

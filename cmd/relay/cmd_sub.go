@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -254,41 +253,12 @@ func stateString(s subscribers.Subscriber, now time.Time) string {
 	return "enabled"
 }
 
-// shownSubscriber is a subscriber as ls and get show it: redacted, with its
-// signing scheme and the public keys of its ed25519 keys, which are safe to
-// print and what a receiver needs.
-type shownSubscriber struct {
-	subscribers.Subscriber
-	// Signing is the scheme the active keys sign with.
-	Signing subscribers.Signing `json:"signing"`
-	// PublicKey is the public key of the newest active ed25519 key.
-	PublicKey string `json:"public_key,omitempty"`
-	// PublicKeys are the public keys of every ed25519 key signing now,
-	// active then retired, newest first, when there is more than one.
-	PublicKeys []string `json:"public_keys,omitempty"`
-	// SealedWith is the id of the key the subscriber's secrets are sealed
-	// with, when the command was not given it (docs/secrets.md).
-	SealedWith string `json:"sealed_with,omitempty"`
-}
+// shownSubscriber is a subscriber as ls and get show it.
+type shownSubscriber = subscribers.Shown
 
-// printable is what ls and get show of a subscriber: secrets and credential
-// headers masked, and the URL redacted unless showURL.
+// printable is what ls and get show of a subscriber (subscribers.Show).
 func printable(s subscribers.Subscriber, showURL bool) shownSubscriber {
-	r := shownSubscriber{Subscriber: s.Redacted(), Signing: s.Signing(), SealedWith: s.SealedWith()}
-	if showURL {
-		r.URL = s.URL
-	}
-	keys := slices.Clone(s.Secrets)
-	for _, p := range s.PreviousSecrets {
-		keys = append(keys, p.Secret)
-	}
-	if pubs := subscribers.PublicKeys(keys); len(pubs) > 0 {
-		r.PublicKey = pubs[0]
-		if len(pubs) > 1 {
-			r.PublicKeys = pubs
-		}
-	}
-	return r
+	return s.Show(showURL)
 }
 
 func laneString(s subscribers.Subscriber) string {

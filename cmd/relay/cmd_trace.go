@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,13 +46,8 @@ relays run with --record-attempts=false. Exits 1 when there is none.`,
 		Args: exactArgs(1, "an event id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStreamFor(cmd.Context(), conn, "relay trace", traceTimeout, func(ctx context.Context, js jetstream.JetStream) error {
-				t, err := readTrace(ctx, js, args[0])
-				if errors.Is(err, attempts.ErrNoRecords) && strings.HasPrefix(args[0], "~~") {
-					return fmt.Errorf("no records of event %q: a webhook-id that starts with ~~ is a hash of a long event id; trace the relay-event-id header the receiver got with it", args[0])
-				}
-				if errors.Is(err, attempts.ErrNoRecords) {
-					return fmt.Errorf("no records of event %q in %s: not fanned out yet, matched no subscriber, queued for a first attempt, older than %[2]s keeps, or not recorded (relay trace --help)", args[0], streams.Attempts)
-				}
+				t, err := attempts.Find(ctx, js, args[0])
+				err = attempts.Explain(err, args[0])
 				if err != nil {
 					return err
 				}
@@ -72,22 +66,6 @@ relays run with --record-attempts=false. Exits 1 when there is none.`,
 	cmd.Flags().BoolVar(&wide, "wide", false, "print every column (relay, duration) and times in full, whatever the width")
 	cmd.Flags().BoolVar(&filtered, "filtered", false, "also list the subscribers whose content filter (--filter) skipped the event")
 	return cmd
-}
-
-// readTrace reads the trace of id, an event id or the webhook-id a receiver
-// saw: when id has no records and is the webhook-id of another event id
-// (deliver.EventIDOf, the inverse of the one mapping), that id's.
-func readTrace(ctx context.Context, js jetstream.JetStream, id string) (attempts.Trace, error) {
-	t, err := attempts.Read(ctx, js, id)
-	if !errors.Is(err, attempts.ErrNoRecords) {
-		return t, err
-	}
-	if eventID, ok := deliver.EventIDOf(id); ok && eventID != id {
-		if t, err2 := attempts.Read(ctx, js, eventID); !errors.Is(err2, attempts.ErrNoRecords) {
-			return t, err2
-		}
-	}
-	return t, err
 }
 
 // printTrace writes a trace as relay trace shows it: the event, each

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -255,3 +256,43 @@ func Result(r Record) string {
 	}
 	return "no answer"
 }
+
+// Explain is err, unless it wraps [ErrNoRecords]: then the one line
+// `relay trace`, the HTTP API and the NATS service give for an event of
+// eventID ATTEMPTS holds nothing of, saying why that may be. It still
+// wraps ErrNoRecords.
+func Explain(err error, eventID string) error {
+	if !errors.Is(err, ErrNoRecords) {
+		return err
+	}
+	return &noRecordsError{id: eventID}
+}
+
+// noRecordsError is [Explain]'s error.
+type noRecordsError struct{ id string }
+
+func (e *noRecordsError) Error() string {
+	if strings.HasPrefix(e.id, "~~") {
+		return fmt.Sprintf("no records of event %q: a webhook-id that starts with ~~ is a hash of a long event id; trace the relay-event-id header the receiver got with it", e.id)
+	}
+	return fmt.Sprintf("no records of event %q in %s: not fanned out yet, matched no subscriber, queued for a first attempt, older than %[2]s keeps, or not recorded (relay trace --help)", e.id, streams.Attempts)
+}
+
+// Find is [Read] of id or, when ATTEMPTS holds nothing of it, of the event
+// id that id encodes as a webhook-id (deliver.EventIDOf): relay trace, the
+// HTTP API and the NATS service take the id a receiver saw as well as the
+// one published.
+func Find(ctx context.Context, js jetstream.JetStream, id string) (Trace, error) {
+	t, err := Read(ctx, js, id)
+	if !errors.Is(err, ErrNoRecords) {
+		return t, err
+	}
+	if eventID, ok := deliver.EventIDOf(id); ok && eventID != id {
+		if t, err2 := Read(ctx, js, eventID); !errors.Is(err2, ErrNoRecords) {
+			return t, err2
+		}
+	}
+	return t, err
+}
+
+func (e *noRecordsError) Unwrap() error { return ErrNoRecords }

@@ -35,6 +35,10 @@ type Filter struct {
 	// Seqs are the DLQ sequences to select, or nil to select by the other
 	// fields.
 	Seqs []uint64
+	// After, when not 0, selects only entries of DLQ sequences above it:
+	// a page of a listing begins after the last entry of the one before,
+	// and the server starts there.
+	After uint64
 }
 
 // Subject returns the DLQ filter subject that selects f's subscriber and
@@ -53,7 +57,7 @@ func (f Filter) Subject() string {
 // bySubject reports whether the subject alone decides what f selects, so
 // that a server-side purge of [Filter.Subject] does exactly what f says.
 func (f Filter) bySubject() bool {
-	return f.Seqs == nil && f.Type == "" && f.Event == "" && f.Since.IsZero() && f.Until.IsZero()
+	return f.Seqs == nil && f.Type == "" && f.Event == "" && f.Since.IsZero() && f.Until.IsZero() && f.After == 0
 }
 
 // validate reports a field of f that would change the meaning of its
@@ -78,7 +82,7 @@ func (f Filter) validate() error {
 		return fmt.Errorf("%w: until %s is before since %s", ErrInvalidFilter, f.Until.UTC().Format(time.RFC3339), f.Since.UTC().Format(time.RFC3339))
 	}
 	if f.Seqs != nil {
-		if f.Subscriber != "" || f.Reason != "" || f.Type != "" || f.Event != "" || !f.Since.IsZero() || !f.Until.IsZero() {
+		if f.Subscriber != "" || f.Reason != "" || f.Type != "" || f.Event != "" || !f.Since.IsZero() || !f.Until.IsZero() || f.After != 0 {
 			return fmt.Errorf("%w: sequences select entries on their own; give them without other filters", ErrInvalidFilter)
 		}
 		if slices.Contains(f.Seqs, 0) {
@@ -89,12 +93,16 @@ func (f Filter) validate() error {
 }
 
 // matches judges what the server could not: the event type, the event
-// and the end bound. stored is when the entry was stored in the DLQ.
+// and the end bound (and the start bound, when After set where to start).
+// stored is when the entry was stored in the DLQ.
 func (f Filter) matches(e Entry, stored time.Time) bool {
 	if f.Type != "" && !subscribers.MatchFilter(f.Type, e.EventType) {
 		return false
 	}
 	if f.Event != "" && e.EventID != f.Event && deliver.WebhookID(e.EventID) != f.Event {
+		return false
+	}
+	if e.DLQSeq <= f.After {
 		return false
 	}
 	if !f.Since.IsZero() && stored.Before(f.Since) {

@@ -83,7 +83,15 @@ func scan(ctx context.Context, js jetstream.JetStream, f Filter, fn func(Entry) 
 		InactiveThreshold: listConsumerIdle,
 		MaxResetAttempts:  3,
 	}
-	if !f.Since.IsZero() {
+	switch {
+	case f.After != 0:
+		// Since, if given too, is judged on each entry.
+		if f.After >= last {
+			return 0, nil
+		}
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = f.After + 1
+	case !f.Since.IsZero():
 		since := f.Since
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = &since

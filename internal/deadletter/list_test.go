@@ -3,6 +3,7 @@ package deadletter
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -170,4 +171,27 @@ func TestListWithoutTheDLQStreamFails(t *testing.T) {
 	_, err := List(testutil.Context(t), n.JS, Filter{}, 0)
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	require.Contains(t, err.Error(), "relay run")
+}
+
+// After starts a listing past a sequence, with the other filters and with
+// Since judged on each entry; past the last entry nothing is listed.
+func TestListAfter(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	seed(t, n.JS, [2]string{"a", "gone"}, [2]string{"b", "gone"}, [2]string{"a", "rejected"}, [2]string{"a", "gone"})
+	ctx := testutil.Context(t)
+	all, err := List(ctx, n.JS, Filter{}, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 4)
+	got, err := List(ctx, n.JS, Filter{Subscriber: "a", After: all[0].DLQSeq}, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a/rejected", "a/gone"}, eventIDs(got))
+	got, err = List(ctx, n.JS, Filter{After: all[1].DLQSeq, Since: time.Now().Add(time.Hour)}, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "Since is judged on each entry")
+	got, err = List(ctx, n.JS, Filter{After: all[3].DLQSeq}, 0)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	_, err = List(ctx, n.JS, Filter{Seqs: []uint64{1}, After: 1}, 0)
+	require.ErrorIs(t, err, ErrInvalidFilter)
 }

@@ -40,6 +40,11 @@ func EventID(h nats.Header, seq uint64) string {
 // MaxEventID bounds an event id taken from Nats-Msg-Id, in bytes.
 const MaxEventID = 1024
 
+// StableID reports whether id, given as an event's Nats-Msg-Id, is the
+// event's id ([EventID] keeps it): the HTTP API refuses an
+// Idempotency-Key that would not be.
+func StableID(id string) bool { return headerStable(id) }
+
 // headerStable reports whether id is carried as it is by a NATS header.
 func headerStable(id string) bool {
 	if id == "" || len(id) > MaxEventID || id[0] == ' ' || id[len(id)-1] == ' ' {
