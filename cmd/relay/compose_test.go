@@ -382,6 +382,7 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			attemptsMaxAge: r.duration("attempts-max-age"), metricsSubscribers: r.str("metrics-subscribers"),
 			service: &serviceFlags{creds: r.str("service-creds"), nkey: r.str("service-nkey"), user: r.str("service-user"),
 				password: r.str("service-password")},
+			apiAddr: r.str("api"), apiTLSCert: r.str("api-tls-cert"), apiTLSKey: r.str("api-tls-key"),
 		}
 		if !cmd.Flags().Changed("attempts-max-age") {
 			f.attemptsMaxAge = 0 // as relay run's RunE: keep the stream's
@@ -397,6 +398,9 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			if natsURL == "" && f.replicas > 1 {
 				return fmt.Errorf("--replicas %d without --nats: the embedded server holds 1 replica", f.replicas)
 			}
+			if err := f.checkAPI(); err != nil {
+				return err
+			}
 			return f.service.check(natsURL != "")
 		}
 	case "relay listen":
@@ -404,8 +408,15 @@ func validateRelayCommand(cmd *cobra.Command, env map[string]string) error {
 			Secrets: r.strs("secret"), PublicKeys: r.strs("public-key"), Status: r.int("status"), FailRate: r.float("fail-rate"),
 			RetryAfter: r.str("retry-after"), Delay: r.duration("delay"),
 		}
-		addr := r.str("addr")
+		addr, secretFile := r.str("addr"), r.str("secret-file")
 		check = func() error {
+			if secretFile != "" {
+				secrets, err := readSecretFile(secretFile)
+				if err != nil {
+					return err
+				}
+				cfg.Secrets = append(cfg.Secrets, secrets...)
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
