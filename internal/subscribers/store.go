@@ -443,6 +443,8 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 func (s *Store) Removed(ctx context.Context, id string) (bool, error) {
 	// The direct get the bucket's own Get makes, by the key's subject (the
 	// same permission): it reads the marker, which Get reports as no key.
+	ctx, cancel := context.WithTimeout(ctx, removedTimeout)
+	defer cancel()
 	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+streams.SubscribersBucket+".$KV."+streams.SubscribersBucket+"."+id, nil)
 	if err != nil {
 		return false, fmt.Errorf("subscribers: reading %s: %w", id, err)
