@@ -113,7 +113,8 @@ func Create() PutOption {
 // pass it.
 //
 // A value in the bucket that is not a valid subscriber (see [ErrCorrupt]) is
-// replaced as if there were none.
+// replaced as if there were none, but by a Put with [Create], which refuses
+// it as it refuses any value stored under the id.
 func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) error {
 	var o putOptions
 	for _, opt := range opts {
@@ -133,7 +134,7 @@ func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) erro
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
 			return err
 		}
-		if exists && o.create {
+		if (exists || errors.Is(err, ErrCorrupt)) && o.create {
 			return &ExistsError{ID: sub.ID, URL: cur.URL}
 		}
 		if exists && cur.sealedWith != "" {

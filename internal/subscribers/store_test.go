@@ -499,3 +499,23 @@ func TestStoreRemovedEndsWhenTheReplyIsLost(t *testing.T) {
 		t.Fatal("Removed still waits for a reply that was lost")
 	}
 }
+
+// TestCreateKeepsAValueItCannotRead: relay sub add without --force never
+// replaces what is stored under the id, even a value this build cannot
+// decode (one a newer relay wrote, say): that would be the silent rotation
+// Create exists to refuse.
+func TestCreateKeepsAValueItCannotRead(t *testing.T) {
+	t.Parallel()
+	st, n := newStore(t)
+	ctx := testutil.Context(t)
+	kv := rawKV(t, n)
+	stored := []byte(`{"id":"a","url":42}`)
+	_, err := kv.Put(ctx, "a", stored)
+	require.NoError(t, err)
+	err = st.Put(ctx, valid("a"), Create())
+	require.ErrorIs(t, err, ErrExists)
+	require.Contains(t, err.Error(), "subscriber a exists")
+	e, err := kv.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, stored, e.Value())
+}
