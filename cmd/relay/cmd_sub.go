@@ -215,10 +215,10 @@ func generatedNote(generated []string) string {
 	return "its secret, printed above, was generated and is never printed again"
 }
 
-// summary is the one-line description of a subscriber that add and update
+// summary is the description, on two lines, of a subscriber that add and update
 // print, its URL redacted.
 func summary(sub subscribers.Subscriber) string {
-	return fmt.Sprintf("%s, events %s, rate %s, signing %s", subscribers.RedactURL(sub.URL), eventsString(sub.Events), rateString(sub), sub.Signing())
+	return fmt.Sprintf("%s, events %s\n  rate %s, signing %s", subscribers.RedactURL(sub.URL), eventsString(sub.Events), rateString(sub), sub.Signing())
 }
 
 func eventsString(events []string) string {
@@ -384,7 +384,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("url", sub.URL)
 				row("state", stateString(sub, time.Now()))
 				if sub.Disabled {
-					row("new events", "not copied while it is disabled, and never delivered; what was queued before is held until relay sub enable")
+					row("new events", "not copied while it is disabled; what was queued waits for relay sub enable")
 				}
 				row("signing", shown.Signing)
 				row("secrets", strings.Join(sub.Secrets, " "))
@@ -625,7 +625,7 @@ To hold the new events as well and deliver them later, use relay sub pause.`
 					return err
 				}
 				if disable {
-					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s disabled: new events are not copied to it until relay sub enable %s (relay sub pause would hold them)\n", id, id)
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s disabled: new events are not copied to it\nuntil relay sub enable %s (relay sub pause would hold them)\n", id, id)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s enabled\n", id)
 				}
