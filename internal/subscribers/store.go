@@ -448,14 +448,14 @@ func (s *Store) Removed(ctx context.Context, id string) (bool, error) {
 	defer cancel()
 	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+streams.SubscribersBucket+".$KV."+streams.SubscribersBucket+"."+id, nil)
 	if err != nil {
-		return false, fmt.Errorf("subscribers: reading %s: %w", id, err)
+		return false, fmt.Errorf("reading %s: %w", id, err)
 	}
 	switch status := m.Header.Get(streams.HeaderStatus); status {
 	case "":
 	case "404":
 		return false, nil
 	default:
-		return false, fmt.Errorf("subscribers: reading %s: status %s %s", id, status, m.Header.Get(streams.HeaderDescription))
+		return false, fmt.Errorf("reading %s: status %s %s", id, status, m.Header.Get(streams.HeaderDescription))
 	}
 	op := m.Header.Get("KV-Operation")
 	return op == "PURGE" || op == "DEL", nil

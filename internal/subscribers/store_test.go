@@ -519,3 +519,20 @@ func TestCreateKeepsAValueItCannotRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stored, e.Value())
 }
+
+// TestStoreRemovedErrorNamesNoPackage: what Removed returns reaches relay's
+// log and its commands, and names the key, not the package.
+func TestStoreRemovedErrorNamesNoPackage(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	nc := testutil.Connect(t, n.URL)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := Open(testutil.Context(t), js)
+	require.NoError(t, err)
+	nc.Close()
+	_, err = st.Removed(testutil.Context(t), "a")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "subscribers:")
+	require.Contains(t, err.Error(), "reading a")
+}
