@@ -473,8 +473,11 @@ subscriber instead (relay sub pause), or change its URL (relay sub update).`,
 							id, n, w.queued, w.parked, w.scheduled, id)
 					}
 				}
-				if err := s.Delete(ctx, id); err != nil {
-					return err
+				// Run again with --yes after a purge that failed, it finds
+				// no subscriber and finishes the purge.
+				gone := s.Delete(ctx, id)
+				if gone != nil && !(yes && errors.Is(gone, subscribers.ErrNotFound)) {
+					return gone
 				}
 				// Its deliveries have nowhere to go any more; leaving them
 				// would hold stream space for ever. What a relay holds, or
@@ -483,6 +486,9 @@ subscriber instead (relay sub pause), or change its URL (relay sub update).`,
 				n, err := purgeQueues(ctx, js, id)
 				if err != nil {
 					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s --yes again): %w", id, id, err)
+				}
+				if gone != nil && n.queued+n.parked+n.scheduled == 0 {
+					return gone
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued, %d parked and %d scheduled deliveries dropped\n",
 					id, n.queued, n.parked, n.scheduled)
