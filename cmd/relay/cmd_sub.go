@@ -188,7 +188,8 @@ old secrets of a rotation still in its grace.
 				if len(generated) > 0 {
 					// As rotate-secret: the key alone on stdout, once.
 					printGenerated(cmd.OutOrStdout(), generated)
-					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", sub.ID, summary(sub), generatedNote(generated))
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
+					_ = wrapLine(cmd.ErrOrStderr(), generatedNote(generated), 0)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
 				}
@@ -646,7 +647,7 @@ To hold the new events as well and deliver them later, use relay sub pause.`
 // decides, by its own flag, so the subscriber is stored all the same.
 func warnPrivate(w io.Writer, rawURL string) {
 	if why := deliver.PrivateTarget(rawURL); why != "" {
-		fmt.Fprintf(w, "note: %s: relay run refuses to deliver there (its dead letters say refused) unless it runs with --allow-private-targets\n", why)
+		_ = wrapLine(w, "note: "+why+": relay run refuses to deliver there (its dead letters say refused) unless it runs with --allow-private-targets", 0)
 	}
 }
 

@@ -77,7 +77,8 @@ without a rejected request, go through --signing both.`,
 				}
 				if len(f.generated) > 0 {
 					printGenerated(cmd.OutOrStdout(), f.generated)
-					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", id, summary(sub), generatedNote(f.generated))
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s\n", id, summary(sub))
+					_ = wrapLine(cmd.ErrOrStderr(), generatedNote(f.generated), 0)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
 				}
