@@ -188,7 +188,8 @@ old secrets of a rotation still in its grace.
 				if len(generated) > 0 {
 					// As rotate-secret: the key alone on stdout, once.
 					printGenerated(cmd.OutOrStdout(), generated)
-					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", sub.ID, summary(sub), generatedNote(generated))
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
+					_ = wrapLine(cmd.ErrOrStderr(), generatedNote(generated), 0)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", sub.ID, summary(sub))
 				}
@@ -215,10 +216,10 @@ func generatedNote(generated []string) string {
 	return "its secret, printed above, was generated and is never printed again"
 }
 
-// summary is the one-line description of a subscriber that add and update
+// summary is the description, on two lines, of a subscriber that add and update
 // print, its URL redacted.
 func summary(sub subscribers.Subscriber) string {
-	return fmt.Sprintf("%s, events %s, rate %s, signing %s", subscribers.RedactURL(sub.URL), eventsString(sub.Events), rateString(sub), sub.Signing())
+	return fmt.Sprintf("%s, events %s\n  rate %s, signing %s", subscribers.RedactURL(sub.URL), eventsString(sub.Events), rateString(sub), sub.Signing())
 }
 
 func eventsString(events []string) string {
@@ -384,7 +385,7 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row("url", sub.URL)
 				row("state", stateString(sub, time.Now()))
 				if sub.Disabled {
-					row("new events", "not copied while it is disabled, and never delivered; what was queued before is held until relay sub enable")
+					row("new events", "not copied while it is disabled; what was queued waits for relay sub enable")
 				}
 				row("signing", shown.Signing)
 				row("secrets", strings.Join(sub.Secrets, " "))
@@ -473,8 +474,11 @@ subscriber instead (relay sub pause), or change its URL (relay sub update).`,
 							id, n, w.queued, w.parked, w.scheduled, id)
 					}
 				}
-				if err := s.Delete(ctx, id); err != nil {
-					return err
+				// Run again with --yes after a purge that failed, it finds
+				// no subscriber and finishes the purge.
+				gone := s.Delete(ctx, id)
+				if gone != nil && !(yes && errors.Is(gone, subscribers.ErrNotFound)) {
+					return gone
 				}
 				// Its deliveries have nowhere to go any more; leaving them
 				// would hold stream space for ever. What a relay holds, or
@@ -483,6 +487,9 @@ subscriber instead (relay sub pause), or change its URL (relay sub update).`,
 				n, err := purgeQueues(ctx, js, id)
 				if err != nil {
 					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s --yes again): %w", id, id, err)
+				}
+				if gone != nil && n.queued+n.parked+n.scheduled == 0 {
+					return gone
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued, %d parked and %d scheduled deliveries dropped\n",
 					id, n.queued, n.parked, n.scheduled)
@@ -625,7 +632,7 @@ To hold the new events as well and deliver them later, use relay sub pause.`
 					return err
 				}
 				if disable {
-					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s disabled: new events are not copied to it until relay sub enable %s (relay sub pause would hold them)\n", id, id)
+					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s disabled: new events are not copied to it\nuntil relay sub enable %s (relay sub pause would hold them)\n", id, id)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s enabled\n", id)
 				}
@@ -640,7 +647,7 @@ To hold the new events as well and deliver them later, use relay sub pause.`
 // decides, by its own flag, so the subscriber is stored all the same.
 func warnPrivate(w io.Writer, rawURL string) {
 	if why := deliver.PrivateTarget(rawURL); why != "" {
-		fmt.Fprintf(w, "note: %s: relay run refuses to deliver there (its dead letters say refused) unless it runs with --allow-private-targets\n", why)
+		_ = wrapLine(w, "note: "+why+": relay run refuses to deliver there (its dead letters say refused) unless it runs with --allow-private-targets", 0)
 	}
 }
 

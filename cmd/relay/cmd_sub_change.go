@@ -77,12 +77,13 @@ without a rejected request, go through --signing both.`,
 				}
 				if len(f.generated) > 0 {
 					printGenerated(cmd.OutOrStdout(), f.generated)
-					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s; %s\n", id, summary(sub), generatedNote(f.generated))
+					fmt.Fprintf(cmd.ErrOrStderr(), "subscriber %s saved: %s\n", id, summary(sub))
+					_ = wrapLine(cmd.ErrOrStderr(), generatedNote(f.generated), 0)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s saved: %s\n", id, summary(sub))
 				}
 				if f.burstFollowed && f.burstWas != sub.Burst {
-					fmt.Fprintf(cmd.ErrOrStderr(), "note: its burst followed the rate, from %d to %d (--burst N sets one of its own, which a change of the rate keeps)\n",
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: its burst followed the rate, from %d to %d (--burst N sets one a rate change keeps)\n",
 						f.burstWas, sub.Burst)
 				}
 				if cmd.Flags().Changed("url") {
@@ -314,5 +315,8 @@ func resumed(paused bool, flow ratelimit.State, now time.Time) string {
 	if len(ended) == 0 {
 		return "was not paused, and its circuit is closed"
 	}
-	return "resumed: " + strings.Join(ended, "; ")
+	if len(ended) == 1 {
+		return "resumed: " + ended[0]
+	}
+	return "resumed:\n  " + strings.Join(ended, "\n  ")
 }

@@ -143,6 +143,10 @@ func printTrace(out io.Writer, t attempts.Trace, now time.Time, wide bool) error
 	return tw.flush(out)
 }
 
+// traceGetsAtMost is how many waiting deliveries a trace looks up one
+// subscriber at a time; past it, one read of every subscriber serves them.
+const traceGetsAtMost = 4
+
 // subscriberStates says, of each delivery of t that still waits, what its
 // subscriber's state now holds it for: removed with relay sub rm (its
 // deliveries are dropped), disabled or paused by an operator. Only what
@@ -153,14 +157,34 @@ func subscriberStates(ctx context.Context, conn *connFlags, js jetstream.JetStre
 	if err != nil {
 		return
 	}
+	var waiting []*attempts.Delivery
 	for i := range t.Deliveries {
-		d := &t.Deliveries[i]
-		switch d.State {
+		switch t.Deliveries[i].State {
 		case attempts.StateQueued, attempts.StateOverflow, attempts.StateWaiting, attempts.StateScheduled:
-		default:
-			continue
+			waiting = append(waiting, &t.Deliveries[i])
 		}
-		sub, err := store.Get(ctx, d.Subscriber)
+	}
+	get := store.Get
+	if len(waiting) > traceGetsAtMost {
+		// A broad fan-out: one read of every subscriber rather than one
+		// request each, one after the other.
+		subs, err := store.List(ctx)
+		if err != nil && !errors.Is(err, subscribers.ErrCorrupt) {
+			return
+		}
+		byID := make(map[string]subscribers.Subscriber, len(subs))
+		for _, sub := range subs {
+			byID[sub.ID] = sub
+		}
+		get = func(ctx context.Context, id string) (subscribers.Subscriber, error) {
+			if sub, ok := byID[id]; ok {
+				return sub, nil
+			}
+			return store.Get(ctx, id) // not found, or a value List left out
+		}
+	}
+	for _, d := range waiting {
+		sub, err := get(ctx, d.Subscriber)
 		switch {
 		case errors.Is(err, subscribers.ErrNotFound):
 			if removed, err := store.Removed(ctx, d.Subscriber); err == nil && removed {

@@ -43,7 +43,7 @@ func TestSubUpdateChangesOnlyTheFlagsGiven(t *testing.T) {
 	before := stored(t, n, "demo")
 
 	out := mustRelay(t, "sub", "update", "demo", "--nats", n.URL, "--rate", "10")
-	require.Contains(t, out, "subscriber demo saved: https://example.com/hook, events video.*, rate 10/s burst 20")
+	require.Contains(t, out, "subscriber demo saved: https://example.com/hook, events video.*\n  rate 10/s burst 20")
 	after := stored(t, n, "demo")
 	want := before
 	want.Rate, want.UpdatedAt = 10, after.UpdatedAt

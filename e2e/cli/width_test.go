@@ -122,6 +122,18 @@ func TestEveryCommandFitsAHundredColumns(t *testing.T) {
 		}
 	}
 
+	// Commands that change a subscriber, and what they leave to show: a
+	// resume that ends two things (an operator's pause, a Retry-After's),
+	// a disabled subscriber, a rate its burst follows.
+	for _, args := range [][]string{
+		{"sub", "pause", "partner-acme"}, {"sub", "resume", "partner-acme"},
+		{"sub", "disable", "crm-sync"}, {"sub", "get", "crm-sync"}, {"sub", "enable", "crm-sync"},
+		{"sub", "update", "billing-eu", "--rate", "5"},
+		{"sub", "add", "generated", "--url", ok.URL + "/g"}, {"sub", "add", "generated-key", "--url", ok.URL + "/k", "--signing", "ed25519"},
+		{"sub", "update", "generated", "--signing", "both"},
+	} {
+		checkWidth(t, e.must(args...))
+	}
 	// relay listen's lines, for a delivery whose webhook-id escapes its id.
 	addr := testutil.FreeAddr(t)
 	out := &testutil.Buffer{}

@@ -95,7 +95,7 @@ func TestSubUpdateRateMovesABurstNeverGiven(t *testing.T) {
 	mustRelay(t, "sub", "add", "own", "--nats", n.URL, "--url", "https://example.com/", "--secret", testSecret, "--rate", "50", "--burst", "50")
 
 	code, out, errOut := relayCmd(t, "sub", "update", "follows", "--nats", n.URL, "--rate", "5")
-	if code != 0 || !strings.Contains(out, "rate 5/s burst 5") || errOut != "note: its burst followed the rate, from 50 to 5 (--burst N sets one of its own, which a change of the rate keeps)\n" {
+	if code != 0 || !strings.Contains(out, "rate 5/s burst 5") || errOut != "note: its burst followed the rate, from 50 to 5 (--burst N sets one a rate change keeps)\n" {
 		t.Fatalf("relay sub update --rate 5: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if b := stored(t, n.URL, "follows").Burst; b != 5 {

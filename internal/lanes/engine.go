@@ -142,6 +142,13 @@ func (e *engine) lookup(ctx context.Context, id string, after int64) (present, r
 
 // check reads the bucket's answer about id, uncached: whether it is
 // there, and if not, whether relay sub rm removed it.
+//
+// The reads are direct gets, which a replica of a replicated bucket may
+// answer before it has the last writes: after relay sub rm and sub add of
+// the same id, it may still say "removed". An absence drops or
+// dead-letters deliveries, so it is not taken before the live view,
+// brought up to every write the bucket's leader has (Live.Sync), lacks
+// the id as well.
 func (e *engine) check(ctx context.Context, id string) (present, removed bool, err error) {
 	_, err = e.store.Get(ctx, id)
 	switch {
@@ -149,7 +156,18 @@ func (e *engine) check(ctx context.Context, id string) (present, removed bool, e
 		return true, false, nil
 	case errors.Is(err, subscribers.ErrNotFound), errors.Is(err, subscribers.ErrInvalid):
 		removed, err := e.store.Removed(ctx, id)
-		return false, removed, err
+		if err != nil {
+			return false, false, err
+		}
+		syncCtx, cancel := context.WithTimeout(ctx, lookupSyncFor)
+		defer cancel()
+		if err := e.cfg.Subscribers.Sync(syncCtx); err != nil {
+			return false, false, err
+		}
+		if _, ok := e.cfg.Subscribers.Get(id); ok {
+			return true, false, nil
+		}
+		return false, removed, nil
 	}
 	return false, false, err
 }

@@ -307,9 +307,10 @@ func (m *manager) sweep(ctx context.Context) {
 	}
 	if len(gone) > 0 && m.settling.CompareAndSwap(false, true) {
 		// Left by subscribers removed while their deliveries were on the
-		// way to overflow: back to their shared lanes, whose relays
-		// dead-letter them as unroutable. Aside, one batch at a time, so
-		// the sweep never waits on it.
+		// way to overflow: back to their shared lanes, whose relays drop
+		// them as removed (relay sub rm's mark), or dead-letter them as
+		// unroutable if the id was never added (see unknownSubscriber).
+		// Aside, one batch at a time, so the sweep never waits on it.
 		m.work.Go(func() {
 			defer m.settling.Store(false)
 			for _, id := range gone {

@@ -48,6 +48,9 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 	switch out.Class {
 	case deliver.Gone:
 		death.Reason = deadletter.Gone
+		if l.removedMeanwhile(ctx, d, sub.ID) {
+			return settlement{}
+		}
 		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
 		if ok && l.cfg.Disable != nil {
 			reason := fmt.Sprintf("410 Gone from %s at %s", subscribers.RedactURL(sub.URL), now.UTC().Format(time.RFC3339))
@@ -67,21 +70,18 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 		death.Reason = deadletter.Refused
 	}
 	if death.Reason != "" {
-		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
-		return died(death.Reason, seq, ok)
+		return l.die(ctx, d, sub.ID, death)
 	}
 
 	// Retryable, or a status of its --retry-status.
 	if d.attempts >= sub.MaxAttempts {
 		death.Reason = deadletter.MaxAttempts
-		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
-		return died(death.Reason, seq, ok)
+		return l.die(ctx, d, sub.ID, death)
 	}
 	at := l.cfg.Clock.Now().Add(l.cfg.RetryPolicy(*sub).NextRetry(d.attempts, out))
 	if !d.dueBy(at) {
 		death.Reason = deadletter.Deadline
-		seq, ok := l.deadLetter(ctx, d, sub.ID, death)
-		return died(death.Reason, seq, ok)
+		return l.die(ctx, d, sub.ID, death)
 	}
 	l.log.Debug("lanes: delivery failed, will retry", "subscriber", sub.ID, "event", eventID,
 		"attempt", d.attempts, "outcome", out.Class.String(), "status", out.Status, "err", out.Err, "retry_at", at)
@@ -93,6 +93,29 @@ func (l *lane) failed(ctx context.Context, d delivery, sub *subscribers.Subscrib
 	setOrDel(h, streams.HeaderLastError, death.LastError, death.LastError != "")
 	l.cfg.Metrics.Retried(sub.ID)
 	return l.park(ctx, d, *sub, h, at)
+}
+
+// die dead-letters d for death, unless its subscriber was removed while
+// the attempt was on its way (see removedMeanwhile).
+func (l *lane) die(ctx context.Context, d delivery, id string, death deadletter.Death) settlement {
+	if l.removedMeanwhile(ctx, d, id) {
+		return settlement{}
+	}
+	seq, ok := l.deadLetter(ctx, d, id, death)
+	return died(death.Reason, seq, ok)
+}
+
+// removedMeanwhile settles d as unknownSubscriber does when the relay's
+// view no longer holds its subscriber, and says whether it did: a removal
+// is never a dead letter nor an alert, whatever the last attempt's answer.
+// The attempt then has no record of its own (zero settlement): the
+// removal dropped the subscriber's story with it.
+func (l *lane) removedMeanwhile(ctx context.Context, d delivery, id string) bool {
+	if _, ok := l.cfg.Subscribers.Get(id); ok {
+		return false
+	}
+	l.unknownSubscriber(ctx, d, id)
+	return true
 }
 
 // resultOf is what an attempt's outcome tells the rate limiter: a

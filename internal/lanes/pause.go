@@ -91,6 +91,7 @@ func (s *scheduler) lift() {
 	s.mu.Lock()
 	waiting := s.lane.cfg.Clock.Now().Before(s.pausedUntil)
 	s.pausedUntil = time.Time{}
+	s.lifts++
 	s.mu.Unlock()
 	if waiting {
 		select {
@@ -103,10 +104,16 @@ func (s *scheduler) lift() {
 // wait acts on a decision that holds the next request: a pause or an open
 // circuit long enough to park for begins a pause (see pauseLocked); a
 // shorter wait, for a token among them, is slept here, waking by the head's
-// deadline to let it go rather than a token later.
-func (s *scheduler) wait(ctx context.Context, dec ratelimit.Decision, headDeadline time.Time) {
+// deadline to let it go rather than a token later. lifts is the count of
+// lifts when the limiter was asked: an answer that a lift has overtaken
+// since (relay sub resume) begins no pause, and the loop asks again.
+func (s *scheduler) wait(ctx context.Context, dec ratelimit.Decision, headDeadline time.Time, lifts uint64) {
 	if dec.Verdict != ratelimit.Token && dec.Wait >= parkAfter {
 		s.mu.Lock()
+		if s.lifts != lifts {
+			s.mu.Unlock()
+			return
+		}
 		now := s.lane.cfg.Clock.Now()
 		if !now.Before(s.pausedUntil) {
 			// A pause begins (not one extended): once per pause or open

@@ -64,6 +64,9 @@ type scheduler struct {
 	// pausedUntil: the subscriber is paused or its circuit open until then;
 	// nothing of it waits in the lane meanwhile.
 	pausedUntil time.Time
+	// lifts counts the lifts (see [scheduler.lift]): a limiter's answer
+	// asked for before the last one predates it, and begins no pause.
+	lifts uint64
 	// cautious: after an open circuit or a long pause, bring back one
 	// message (the probe) at a time until a delivery succeeds.
 	cautious bool
@@ -274,6 +277,7 @@ func (s *scheduler) request(ctx context.Context, release func()) bool {
 	if len(s.queue) > 0 {
 		headDeadline = s.queue[0].deadline
 	}
+	lifts := s.lifts
 	s.mu.Unlock()
 	if !ok {
 		// Gone while the slot was on its way: the loop's next turn
@@ -293,7 +297,7 @@ func (s *scheduler) request(ctx context.Context, release func()) bool {
 	}
 	if dec.Verdict != ratelimit.Go {
 		release()
-		s.wait(ctx, dec, headDeadline)
+		s.wait(ctx, dec, headDeadline, lifts)
 		return false
 	}
 

@@ -167,7 +167,7 @@ func (l *lane) send(ctx, reqCtx context.Context, d delivery, sub *subscribers.Su
 	}
 	if out.Class != deliver.Delivered {
 		st := l.failed(ctx, d, sub, req.ID, out, now)
-		if l.cfg.Records != nil {
+		if l.cfg.Records != nil && st.outcome != "" {
 			l.record(d, sub.ID, out, now, st)
 		}
 		return out

@@ -155,6 +155,13 @@ const pruneEvery = time.Minute
 // for it costs one read a second.
 const lookupFor = time.Second
 
+// lookupSyncFor bounds the wait, in a read of an id the view lacks, for
+// the view to hold every write the bucket's leader has: a read of a
+// replica behind may miss the id's last write, and the view has the last
+// word before a delivery is dropped or dead-lettered. Past it the delivery
+// is handed back, and read again.
+const lookupSyncFor = 5 * time.Second
+
 // logEvery is how often a condition that lasts (deliveries held for a
 // subscriber this relay cannot use) is logged again.
 const logEvery = time.Minute

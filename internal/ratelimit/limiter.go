@@ -113,4 +113,4 @@ type Limiter interface {
 }
 
 // ErrBucket is returned when the relay_ratelimit bucket cannot be used.
-var ErrBucket = errors.New("ratelimit: relay_ratelimit bucket")
+var ErrBucket = errors.New("relay_ratelimit bucket")

@@ -1,8 +1,11 @@
 package ratelimit_test
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relay-dev/relay/internal/clock"
 	"github.com/relay-dev/relay/internal/ratelimit"
@@ -53,5 +56,22 @@ func TestResetClosesTheCircuitEveryRelayHolds(t *testing.T) {
 	}
 	if was, err := ratelimit.Reset(testutil.Context(t), n.JS, "nobody"); err != nil || was != (ratelimit.State{}) {
 		t.Fatalf("Reset of a subscriber without an entry: %+v, %v", was, err)
+	}
+}
+
+// TestResetErrorNamesNoPackage: relay sub resume prints what Reset returns,
+// so its error names the bucket, not the package it came from.
+func TestResetErrorNamesNoPackage(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	nc := testutil.Connect(t, n.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	_, err = ratelimit.Reset(testutil.Context(t), js, "a")
+	if err == nil || strings.HasPrefix(err.Error(), "ratelimit:") || !strings.Contains(err.Error(), streams.RateLimitBucket) {
+		t.Fatalf("Reset on a closed connection: %v", err)
 	}
 }

@@ -42,13 +42,17 @@ var (
 // exists. It carries the stored URL so that the CLI can name it, and wraps
 // [ErrExists].
 type ExistsError struct {
-	// ID is the subscriber's id, URL the one stored.
+	// ID is the subscriber's id, URL the one stored (empty when the
+	// stored value cannot be read).
 	ID, URL string
 }
 
 // Error names the stored URL in its redacted form ([RedactURL]), since an
 // error is printed and logged.
 func (e *ExistsError) Error() string {
+	if e.URL == "" {
+		return fmt.Sprintf("subscriber %s exists (a value this relay cannot read)", e.ID)
+	}
 	return fmt.Sprintf("subscriber %s exists (URL %s)", e.ID, RedactURL(e.URL))
 }
 

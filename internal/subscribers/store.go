@@ -113,7 +113,8 @@ func Create() PutOption {
 // pass it.
 //
 // A value in the bucket that is not a valid subscriber (see [ErrCorrupt]) is
-// replaced as if there were none.
+// replaced as if there were none, but by a Put with [Create], which refuses
+// it as it refuses any value stored under the id.
 func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) error {
 	var o putOptions
 	for _, opt := range opts {
@@ -133,7 +134,7 @@ func (s *Store) Put(ctx context.Context, sub Subscriber, opts ...PutOption) erro
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
 			return err
 		}
-		if exists && o.create {
+		if (exists || errors.Is(err, ErrCorrupt)) && o.create {
 			return &ExistsError{ID: sub.ID, URL: cur.URL}
 		}
 		if exists && cur.sealedWith != "" {
@@ -443,16 +444,18 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 func (s *Store) Removed(ctx context.Context, id string) (bool, error) {
 	// The direct get the bucket's own Get makes, by the key's subject (the
 	// same permission): it reads the marker, which Get reports as no key.
+	ctx, cancel := context.WithTimeout(ctx, removedTimeout)
+	defer cancel()
 	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+streams.SubscribersBucket+".$KV."+streams.SubscribersBucket+"."+id, nil)
 	if err != nil {
-		return false, fmt.Errorf("subscribers: reading %s: %w", id, err)
+		return false, fmt.Errorf("reading %s: %w", id, err)
 	}
 	switch status := m.Header.Get(streams.HeaderStatus); status {
 	case "":
 	case "404":
 		return false, nil
 	default:
-		return false, fmt.Errorf("subscribers: reading %s: status %s %s", id, status, m.Header.Get(streams.HeaderDescription))
+		return false, fmt.Errorf("reading %s: status %s %s", id, status, m.Header.Get(streams.HeaderDescription))
 	}
 	op := m.Header.Get("KV-Operation")
 	return op == "PURGE" || op == "DEL", nil

@@ -1,9 +1,11 @@
 package subscribers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -465,4 +467,72 @@ func TestStoreRemoved(t *testing.T) {
 	require.True(t, removed(), "removed")
 	require.NoError(t, st.Put(ctx, valid("a")))
 	require.False(t, removed(), "added again")
+}
+
+// TestStoreRemovedEndsWhenTheReplyIsLost: the lanes ask Removed with a
+// context that never ends (a delivery's settling outlives the relay's stop),
+// so a reply lost on the way back must not hold the lookup, and every later
+// lookup of the id, for ever: Removed gives up on its own.
+func TestStoreRemovedEndsWhenTheReplyIsLost(t *testing.T) {
+	t.Parallel()
+	st, n := newStore(t)
+	ctx := testutil.Context(t)
+	require.NoError(t, st.Put(ctx, valid("a")))
+	require.NoError(t, st.Delete(ctx, "a"))
+	proxy := testutil.StartDropProxy(t, strings.TrimPrefix(n.URL, "nats://"), func(payload []byte) bool {
+		return bytes.Contains(payload, []byte("KV-Operation: PURGE"))
+	})
+	nc := testutil.Connect(t, proxy.URL())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	lossy, err := Open(ctx, js)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := lossy.Removed(context.Background(), "a")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(removedTimeout + 30*time.Second):
+		t.Fatal("Removed still waits for a reply that was lost")
+	}
+}
+
+// TestCreateKeepsAValueItCannotRead: relay sub add without --force never
+// replaces what is stored under the id, even a value this build cannot
+// decode (one a newer relay wrote, say): that would be the silent rotation
+// Create exists to refuse.
+func TestCreateKeepsAValueItCannotRead(t *testing.T) {
+	t.Parallel()
+	st, n := newStore(t)
+	ctx := testutil.Context(t)
+	kv := rawKV(t, n)
+	stored := []byte(`{"id":"a","url":42}`)
+	_, err := kv.Put(ctx, "a", stored)
+	require.NoError(t, err)
+	err = st.Put(ctx, valid("a"), Create())
+	require.ErrorIs(t, err, ErrExists)
+	require.Contains(t, err.Error(), "subscriber a exists")
+	e, err := kv.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, stored, e.Value())
+}
+
+// TestStoreRemovedErrorNamesNoPackage: what Removed returns reaches relay's
+// log and its commands, and names the key, not the package.
+func TestStoreRemovedErrorNamesNoPackage(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	nc := testutil.Connect(t, n.URL)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := Open(testutil.Context(t), js)
+	require.NoError(t, err)
+	nc.Close()
+	_, err = st.Removed(testutil.Context(t), "a")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "subscribers:")
+	require.Contains(t, err.Error(), "reading a")
 }

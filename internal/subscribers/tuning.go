@@ -42,4 +42,8 @@ const (
 	// ([Live.Lagging]). A burst of writes puts it behind for a moment; the
 	// fan-out holds the events meanwhile (see package fanout).
 	BehindTolerance = 5 * time.Second
+	// removedTimeout bounds the read of [Store.Removed]: the lanes ask it
+	// with a context that does not end, and a reply lost on the way would
+	// hold that lookup, and every later one of the same id, for ever.
+	removedTimeout = 5 * time.Second
 )
