@@ -1,0 +1,146 @@
+package subscribers
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Change is what `relay sub add|update` set of a subscriber, by the flags
+// given, and what the HTTP API's POST and PATCH and the NATS service's
+// subscribers.create|update take: each field named as `relay sub get
+// --json` prints it, nil when not given. [Change.Check] is the one reading
+// of these values and [Change.Apply] the one way they are set, so that the
+// three ways in refuse and change alike. The secrets, the signing scheme,
+// the circuit breaker, OAuth2 and TLS are set by the CLI's own flags.
+type Change struct {
+	URL           *string            `json:"url,omitempty"`
+	Events        *[]string          `json:"events,omitempty"`
+	Filter        *string            `json:"filter,omitempty"`
+	Rate          *float64           `json:"rate,omitempty"`
+	Burst         *int               `json:"burst,omitempty"`
+	MaxAttempts   *int               `json:"max_attempts,omitempty"`
+	Timeout       *Duration          `json:"timeout,omitempty"`
+	RetryBase     *Duration          `json:"retry_base,omitempty"`
+	RetryMax      *Duration          `json:"retry_max,omitempty"`
+	RetryStatus   *[]int             `json:"retry_status,omitempty"`
+	MaxInFlight   *int               `json:"max_in_flight,omitempty"`
+	MaxBacklog    *int               `json:"max_backlog,omitempty"`
+	DeadlineAfter *Duration          `json:"deadline_after,omitempty"`
+	Headers       *map[string]string `json:"headers,omitempty"`
+	Lane          *string            `json:"lane,omitempty"`
+}
+
+// Empty reports whether c changes nothing.
+func (c Change) Empty() bool { return c == Change{} }
+
+// Check refuses a value no subscriber may take, with the line the CLI
+// gives for its flag (a [*ValidationError]). What depends on the whole
+// subscriber is left to [Subscriber.Validate].
+func (c Change) Check() error {
+	if c.Events != nil {
+		for _, e := range *c.Events {
+			if rest, ok := strings.CutPrefix(e, "events."); ok {
+				return &ValidationError{Flag: "--events " + e, Msg: fmt.Sprintf("filters are event types, the subject after events. (this one matches only events.%s); give %s",
+					e, rest)}
+			}
+			if err := ValidateReservedFilter(e); err != nil {
+				return err
+			}
+		}
+	}
+	if c.Lane != nil && *c.Lane != "shared" && *c.Lane != "dedicated" {
+		return invalid("--lane", fmt.Sprintf("must be shared or dedicated, got %q", *c.Lane))
+	}
+	positive := []struct {
+		flag, example string
+		d             *Duration
+	}{{"--timeout", "10s", c.Timeout}, {"--retry-base", "5s", c.RetryBase}, {"--retry-max", "1h", c.RetryMax}}
+	for _, p := range positive {
+		if p.d != nil && *p.d <= 0 {
+			return invalid(p.flag, fmt.Sprintf("must be a positive duration such as %s, got %s", p.example, time.Duration(*p.d)))
+		}
+	}
+	atLeastOne := []struct {
+		flag string
+		n    *int
+	}{{"--max-attempts", c.MaxAttempts}, {"--max-in-flight", c.MaxInFlight}, {"--max-backlog", c.MaxBacklog}}
+	for _, a := range atLeastOne {
+		if a.n != nil && *a.n <= 0 {
+			return invalid(a.flag, fmt.Sprintf("must be at least 1, got %d", *a.n))
+		}
+	}
+	if c.DeadlineAfter != nil && *c.DeadlineAfter < 0 {
+		return invalid("--deadline-after", fmt.Sprintf("must be 0 (none) or a positive duration such as 1h, got %s", time.Duration(*c.DeadlineAfter)))
+	}
+	if c.Burst != nil && *c.Burst < 0 {
+		return invalid("--burst", fmt.Sprintf("must not be negative, got %d", *c.Burst))
+	}
+	if c.RetryStatus != nil {
+		if err := ValidateRetryStatus(*c.RetryStatus); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Apply sets on sub the fields c gives and leaves the others. A rate moves
+// a burst never given with it ([Subscriber.SetRate]): followed says so,
+// from was.
+func (c Change) Apply(sub *Subscriber) (followed bool, was int) {
+	if c.URL != nil {
+		sub.URL = *c.URL
+	}
+	if c.Events != nil {
+		sub.Events = slices.Clone(*c.Events)
+		if len(sub.Events) == 0 {
+			sub.Events = nil
+		}
+	}
+	if c.Filter != nil {
+		sub.Filter = strings.TrimSpace(*c.Filter)
+	}
+	if c.Rate != nil {
+		followed, was = sub.SetRate(*c.Rate)
+	}
+	if c.Burst != nil {
+		sub.SetBurst(*c.Burst)
+		followed = false
+	}
+	if c.RetryStatus != nil {
+		sub.RetryStatus = slices.Clone(*c.RetryStatus)
+	}
+	if c.MaxAttempts != nil {
+		sub.MaxAttempts = *c.MaxAttempts
+	}
+	if c.Timeout != nil {
+		sub.Timeout = *c.Timeout
+	}
+	if c.RetryBase != nil {
+		sub.RetryBase = *c.RetryBase
+	}
+	if c.RetryMax != nil {
+		sub.RetryMax = *c.RetryMax
+	}
+	if c.MaxInFlight != nil {
+		sub.MaxInFlight = *c.MaxInFlight
+	}
+	if c.MaxBacklog != nil {
+		sub.MaxBacklog = *c.MaxBacklog
+	}
+	if c.DeadlineAfter != nil {
+		sub.DeadlineAfter = *c.DeadlineAfter
+	}
+	if c.Headers != nil {
+		sub.Headers = maps.Clone(*c.Headers)
+		if sub.Headers == nil {
+			sub.Headers = map[string]string{}
+		}
+	}
+	if c.Lane != nil {
+		sub.Dedicated = *c.Lane == "dedicated"
+	}
+	return followed, was
+}
