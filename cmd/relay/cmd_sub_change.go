@@ -251,21 +251,10 @@ delivered. Pausing a paused subscriber replaces its pause.`,
 	return cmd
 }
 
-// parseUntil reads --until: an RFC 3339 time, or a duration from now; either
-// must be in the future.
+// parseUntil reads --until (subscribers.ParseUntil).
 func parseUntil(s string, now time.Time) (time.Time, error) {
-	at, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		d, derr := time.ParseDuration(s)
-		if derr != nil {
-			return time.Time{}, usagef("--until: must be an RFC 3339 time such as 2026-12-01T18:00:00Z or a duration from now such as 30m, got %q", s)
-		}
-		at = now.Add(d)
-	}
-	if !at.After(now) {
-		return time.Time{}, usagef("--until: must be in the future, got %s (now %s)", at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
-	}
-	return at, nil
+	at, err := subscribers.ParseUntil(s, now)
+	return at, validationErr(err)
 }
 
 func newSubResumeCmd(conn *connFlags) *cobra.Command {

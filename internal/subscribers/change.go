@@ -144,3 +144,20 @@ func (c Change) Apply(sub *Subscriber) (followed bool, was int) {
 	}
 	return followed, was
 }
+
+// ParseUntil reads the end of a pause (--until, the API's until): an RFC
+// 3339 time, or a duration from now; either must be in the future.
+func ParseUntil(s string, now time.Time) (time.Time, error) {
+	at, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		d, derr := time.ParseDuration(s)
+		if derr != nil {
+			return time.Time{}, invalid("--until", fmt.Sprintf("must be an RFC 3339 time such as 2026-12-01T18:00:00Z or a duration from now such as 30m, got %q", s))
+		}
+		at = now.Add(d)
+	}
+	if !at.After(now) {
+		return time.Time{}, invalid("--until", fmt.Sprintf("must be in the future, got %s (now %s)", at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
+	}
+	return at, nil
+}
