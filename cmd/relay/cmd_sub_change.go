@@ -272,13 +272,13 @@ closed.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
-				was, err := s.Resume(ctx, id)
+				was, flow, err := subscribers.Resume(ctx, js, s, id)
+				var reset *subscribers.ResetError
+				if errors.As(err, &reset) {
+					return fmt.Errorf("subscriber %s: its pause or circuit was not reset (run relay sub resume %s again): %w", id, id, reset.Err)
+				}
 				if err != nil {
 					return notFound(err, id)
-				}
-				flow, err := ratelimit.Reset(ctx, js, id)
-				if err != nil {
-					return fmt.Errorf("subscriber %s: its pause or circuit was not reset (run relay sub resume %s again): %w", id, id, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s %s\n", id, resumed(was, flow, time.Now()))
 				return nil

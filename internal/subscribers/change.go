@@ -161,3 +161,25 @@ func ParseUntil(s string, now time.Time) (time.Time, error) {
 	}
 	return at, nil
 }
+
+// KeysFor are the keys of a new subscriber: those given, else one
+// generated of each kind signing names (hmac when ""), which are also
+// returned as generated, to be shown once.
+func KeysFor(given []string, signing string) (keys, generated []string, err error) {
+	g := SigningHMAC
+	if signing != "" {
+		if g, err = ParseSigning(signing); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(given) > 0 {
+		if signing != "" && SigningOf(given) != g {
+			return nil, nil, invalid("--signing", fmt.Sprintf("%s: the keys given sign with %s", g, SigningOf(given)))
+		}
+		return slices.Clone(given), nil, nil
+	}
+	if keys, err = NewKeys(g); err != nil {
+		return nil, nil, err
+	}
+	return keys, keys, nil
+}
