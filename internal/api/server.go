@@ -98,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/subscribers/{id}", apikeys.SubscribersRead, s.subscriber)
 	s.route("GET /v1/dlq", apikeys.DLQRead, s.deadLetters)
 	s.route("GET /v1/dlq/{seq}", apikeys.DLQRead, s.deadLetter)
+	s.routeWrites()
 	s.route("GET /v1/openapi.json", "", func(w http.ResponseWriter, _ *http.Request, _ apikeys.Key) (int, any, error) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
