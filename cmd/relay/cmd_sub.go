@@ -381,6 +381,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 				row("id", sub.ID)
 				row("url", sub.URL)
+				if sub.Owner != "" {
+					row("owner", sub.Owner)
+				}
 				row("state", stateString(sub, time.Now()))
 				if sub.Disabled {
 					row("new events", "not copied while it is disabled, and never delivered; what was queued before is held until relay sub enable")

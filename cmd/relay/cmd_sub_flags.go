@@ -22,6 +22,7 @@ import (
 // default), update with only the ones given.
 type subFlags struct {
 	url         string
+	owner       string
 	secrets     secretFlags
 	signing     string
 	keyFile     string
@@ -59,6 +60,7 @@ type subFlags struct {
 // stored value, so no default is shown.
 func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.StringVar(&f.url, "url", "", "webhook URL (http or https)")
+	fs.StringVar(&f.owner, "owner", "", "the platform's own id of the customer this subscriber is for ('' for none; GET /v1/subscribers?owner= lists by it)")
 	f.secrets.register(fs, "secret", secretLinesHint, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
 	fs.StringVar(&f.signing, "signing", shown(defaults, string(subscribers.SigningHMAC)), "signature scheme: hmac (v1, whsec_ secret), ed25519 (v1a, whsk_ key) or both")
 	fs.StringVar(&f.keyFile, "signing-key-file", "", "read the ed25519 signing keys (whsk_..., one a line, newest first) from this file")
@@ -146,6 +148,9 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 	}
 	if given("url") {
 		c.URL = &f.url
+	}
+	if given("owner") {
+		c.Owner = &f.owner
 	}
 	if given("filter") {
 		c.Filter = &f.filter

@@ -136,13 +136,22 @@ func TestOneSetOfRulesForWrites(t *testing.T) {
 	n := testutil.StartNATS(t)
 	r := startRelay(t, n.URL)
 	r.readSpec(t)
-	code, out, stderr := r.cli(t, "key", "add", "writer", "--scopes", "subscribers:write")
+	code, out, stderr := r.cli(t, "key", "add", "writer", "--scopes", "subscribers:write,subscribers:read")
 	if code != 0 {
 		t.Fatalf("relay key add: exit %d, %s", code, stderr)
 	}
 	key := strings.TrimSpace(out)
-	if code, _, stderr := r.cli(t, "sub", "add", "shop", "--url", "https://example.com/hook", "--secret", secret); code != 0 {
+	if code, _, stderr := r.cli(t, "sub", "add", "shop", "--url", "https://example.com/hook", "--secret", secret, "--owner", "cust_1"); code != 0 {
 		t.Fatalf("relay sub add: exit %d, %s", code, stderr)
+	}
+	if code, _, ans := r.do(t, "POST", "/v1/subscribers", key, []byte(`{"id":"other","url":"https://example.com/hook","owner":"cust_2"}`), jsonHeader); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, ans)
+	}
+	// The owner relay sub add gave lists it, and it alone.
+	code, _, ans := r.do(t, "GET", "/v1/subscribers?owner=cust_1", key, nil, nil)
+	var listed []map[string]any
+	if code != http.StatusOK || json.Unmarshal(ans, &listed) != nil || len(listed) != 1 || listed[0]["id"] != "shop" || listed[0]["owner"] != "cust_1" {
+		t.Fatalf("GET /v1/subscribers?owner=cust_1: %d %s", code, ans)
 	}
 	nc := testutil.Connect(t, n.URL)
 	const hook = "https://example.com/hook"
@@ -161,6 +170,7 @@ func TestOneSetOfRulesForWrites(t *testing.T) {
 		{name: "bad filter", id: "x", flags: []string{"--url", hook, "--filter", "body.x =="}, fields: map[string]any{"url": hook, "filter": "body.x =="}, exit: 2, code: 400},
 		{name: "bad timeout", id: "x", flags: []string{"--url", hook, "--timeout", "0s"}, fields: map[string]any{"url": hook, "timeout": "0s"}, exit: 2, code: 400},
 		{name: "bad events", id: "x", flags: []string{"--url", hook, "--events", "events.order"}, fields: map[string]any{"url": hook, "events": []string{"events.order"}}, exit: 2, code: 400},
+		{name: "bad owner", id: "x", flags: []string{"--url", hook, "--owner", " cust"}, fields: map[string]any{"url": hook, "owner": " cust"}, exit: 2, code: 400},
 		{name: "update: bad rate", update: true, id: "shop", flags: []string{"--rate", "-1"}, fields: map[string]any{"rate": -1}, exit: 2, code: 400},
 		{name: "update: bad lane", update: true, id: "shop", flags: []string{"--lane", "fast"}, fields: map[string]any{"lane": "fast"}, exit: 2, code: 400},
 		{name: "update: not there", update: true, id: "nobody", flags: []string{"--rate", "5"}, fields: map[string]any{"rate": 5}, exit: 1, code: 404},

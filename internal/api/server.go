@@ -343,7 +343,7 @@ func (s *Server) subscribers(w http.ResponseWriter, r *http.Request, _ apikeys.K
 	if err != nil {
 		return 0, nil, err
 	}
-	subs, next, err := s.cfg.Ops.Subscribers(r.Context(), r.URL.Query().Get("cursor"), limit)
+	subs, next, err := s.cfg.Ops.Subscribers(r.Context(), r.URL.Query().Get("cursor"), r.URL.Query().Get("owner"), limit)
 	if err != nil {
 		return 0, nil, err
 	}

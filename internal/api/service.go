@@ -68,12 +68,13 @@ func StartService(nc *nats.Conn, ops *Ops, version string, log *slog.Logger) (mi
 		{"subscribers.list", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
 			var in struct {
 				Cursor string `json:"cursor"`
+				Owner  string `json:"owner"`
 				Limit  int    `json:"limit"`
 			}
 			if err := decode(data, &in); err != nil {
 				return nil, nil, err
 			}
-			subs, next, err := ops.Subscribers(ctx, in.Cursor, in.Limit)
+			subs, next, err := ops.Subscribers(ctx, in.Cursor, in.Owner, in.Limit)
 			return subs, nextHeader(next), err
 		}},
 		{"dlq.list", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {

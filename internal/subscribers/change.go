@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Change is what `relay sub add|update` set of a subscriber, by the flags
@@ -17,6 +18,7 @@ import (
 // the circuit breaker, OAuth2 and TLS are set by the CLI's own flags.
 type Change struct {
 	URL           *string            `json:"url,omitempty"`
+	Owner         *string            `json:"owner,omitempty"`
 	Events        *[]string          `json:"events,omitempty"`
 	Filter        *string            `json:"filter,omitempty"`
 	Rate          *float64           `json:"rate,omitempty"`
@@ -49,6 +51,11 @@ func (c Change) Check() error {
 			if err := ValidateReservedFilter(e); err != nil {
 				return err
 			}
+		}
+	}
+	if c.Owner != nil {
+		if err := ValidateOwner(*c.Owner); err != nil {
+			return err
 		}
 	}
 	if c.Lane != nil && *c.Lane != "shared" && *c.Lane != "dedicated" {
@@ -92,6 +99,9 @@ func (c Change) Check() error {
 func (c Change) Apply(sub *Subscriber) (followed bool, was int) {
 	if c.URL != nil {
 		sub.URL = *c.URL
+	}
+	if c.Owner != nil {
+		sub.Owner = *c.Owner
 	}
 	if c.Events != nil {
 		sub.Events = slices.Clone(*c.Events)
@@ -182,4 +192,19 @@ func KeysFor(given []string, signing string) (keys, generated []string, err erro
 		return nil, nil, err
 	}
 	return keys, keys, nil
+}
+
+// MaxOwner bounds a subscriber's owner, in bytes.
+const MaxOwner = 128
+
+// ValidateOwner checks an owner (--owner): "" (none), or at most
+// [MaxOwner] bytes of printable text without spaces at either end.
+func ValidateOwner(owner string) error {
+	if owner == "" {
+		return nil
+	}
+	if len(owner) > MaxOwner || strings.TrimSpace(owner) != owner || strings.IndexFunc(owner, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return invalid("--owner", fmt.Sprintf("must be up to %d bytes of printable text without spaces at either end (the platform's id of its customer)", MaxOwner))
+	}
+	return nil
 }
