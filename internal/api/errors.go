@@ -51,6 +51,7 @@ func Status(err error) int {
 		errors.Is(err, testrequest.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, subscribers.ErrNotFound), errors.Is(err, deadletter.ErrNotFound), errors.Is(err, attempts.ErrNoRecords),
+		errors.Is(err, deadletter.ErrUnknownSubscriber),
 		errors.Is(err, attempts.ErrNoStream):
 		return http.StatusNotFound
 	case errors.Is(err, ErrConflict), errors.Is(err, subscribers.ErrExists):
