@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/relay-dev/relay/internal/deadletter"
@@ -89,7 +88,7 @@ func (o *Ops) UpdateSubscriber(ctx context.Context, id string, in SubscriberChan
 	sub, err := o.Store.Update(ctx, id, func(sub *subscribers.Subscriber) error {
 		in.Change.Apply(sub)
 		if in.Secrets != nil {
-			sub.Secrets = slices.Clone(in.Secrets)
+			sub.Secrets = subscribers.ReplaceKeys(sub.Secrets, in.Secrets)
 		}
 		return nil
 	})

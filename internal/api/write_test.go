@@ -171,3 +171,48 @@ func unmarshalFresh[T any](data []byte, v *T) error {
 	*v = zero
 	return json.Unmarshal(data, v)
 }
+
+// The service's writes answer as the HTTP API's: the secret generated in
+// the create alone, 409 in Nats-Service-Error-Code for an id that exists.
+func TestServiceWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	svc, err := StartService(b.n.Conn, b.ops, "1.2.3", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	nc := rtest.Connect(t, b.n.URL)
+	ask := func(verb, data string) *nats.Msg {
+		t.Helper()
+		m, err := nc.Request("relay.api.v1.subscribers."+verb, []byte(data), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := ask("create", `{"id":"shop","url":"https://example.com/hook","owner":"cust_1"}`)
+	var made Created
+	if json.Unmarshal(m.Data, &made) != nil || !strings.HasPrefix(made.Secret, "whsec_") || made.Owner != "cust_1" {
+		t.Fatalf("create: %s %v", m.Data, m.Header)
+	}
+	if m := ask("create", `{"id":"shop","url":"https://example.com/hook"}`); m.Header.Get(micro.ErrorCodeHeader) != "409" {
+		t.Fatalf("a second create: %s %v", m.Data, m.Header)
+	}
+	if m := ask("update", `{"id":"shop","rate":3,"nope":1}`); m.Header.Get(micro.ErrorCodeHeader) != "400" || !strings.Contains(m.Header.Get(micro.ErrorHeader), `unknown field "nope"`) {
+		t.Fatalf("a field misspelt: %s %v", m.Data, m.Header)
+	}
+	var shown subscribers.Shown
+	if m := ask("update", `{"id":"shop","rate":3}`); unmarshalFresh(m.Data, &shown) != nil || shown.Rate != 3 {
+		t.Fatalf("update: %s %v", m.Data, m.Header)
+	}
+	if m := ask("pause", `{"id":"shop"}`); unmarshalFresh(m.Data, &shown) != nil || !shown.Paused {
+		t.Fatalf("pause: %s %v", m.Data, m.Header)
+	}
+	if m := ask("delete", `{"id":"shop"}`); m.Header.Get(micro.ErrorCodeHeader) != "" || !strings.Contains(string(m.Data), `"id":"shop"`) {
+		t.Fatalf("delete: %s %v", m.Data, m.Header)
+	}
+	if m := ask("delete", `{"id":"shop"}`); m.Header.Get(micro.ErrorCodeHeader) != "404" {
+		t.Fatalf("delete again: %s %v", m.Data, m.Header)
+	}
+}

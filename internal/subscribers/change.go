@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/relay-dev/relay/internal/deliver"
 )
 
 // Change is what `relay sub add|update` set of a subscriber, by the flags
@@ -207,4 +209,25 @@ func ValidateOwner(owner string) error {
 		return invalid("--owner", fmt.Sprintf("must be up to %d bytes of printable text without spaces at either end (the platform's id of its customer)", MaxOwner))
 	}
 	return nil
+}
+
+// ReplaceKeys is cur with the kinds of key given replaced by given, as
+// `relay sub update --secret` replaces the whsec_ secrets and keeps the
+// whsk_ keys: a kind given replaces that kind, a kind not given stays.
+func ReplaceKeys(cur, given []string) []string {
+	var hmac, ed bool
+	for _, k := range given {
+		if deliver.IsSigningKey(k) {
+			ed = true
+		} else {
+			hmac = true
+		}
+	}
+	out := slices.Clone(given)
+	for _, k := range cur {
+		if deliver.IsSigningKey(k) && !ed || !deliver.IsSigningKey(k) && !hmac {
+			out = append(out, k)
+		}
+	}
+	return out
 }
