@@ -156,18 +156,12 @@ to change the kinds, use relay sub update --signing.`,
 			}
 			generated := len(given) == 0
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				// None given: a new key of each kind the subscriber signs with.
+				sub, keys, err := subscribers.Rotate(ctx, s, id, given, grace)
 				if generated {
-					// A new key of each kind the subscriber signs with.
-					sub, err := s.Get(ctx, id)
-					if err != nil {
-						return notFound(err, id)
-					}
-					if given, err = subscribers.NewKeys(sub.Signing()); err != nil {
-						return err
-					}
+					given = keys
 				}
-				sub, err := s.RotateSecret(ctx, id, given, grace)
-				if err != nil && generated && !errors.Is(err, subscribers.ErrNotFound) && !errors.Is(err, subscribers.ErrInvalid) {
+				if err != nil && len(keys) > 0 && !errors.Is(err, subscribers.ErrNotFound) && !errors.Is(err, subscribers.ErrInvalid) {
 					// The write may have landed with its reply lost: then
 					// nobody but this command knows the new secret. It
 					// goes to stdout in any case, and the error says so.

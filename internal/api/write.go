@@ -137,28 +137,11 @@ type Rotation struct {
 // RotateSecret replaces a subscriber's keys as `relay sub rotate-secret`
 // does.
 func (o *Ops) RotateSecret(ctx context.Context, id string, in Rotation) (Created, error) {
-	if err := subscribers.ValidateID(id); err != nil {
-		return Created{}, err
-	}
 	grace := subscribers.DefaultGrace
 	if in.Grace != nil {
 		grace = in.Grace.Std()
 	}
-	if err := subscribers.ValidateGrace(grace); err != nil {
-		return Created{}, err
-	}
-	keys, generated := in.Secrets, []string(nil)
-	if len(keys) == 0 {
-		sub, err := o.Store.Get(ctx, id)
-		if err != nil {
-			return Created{}, err
-		}
-		if keys, err = subscribers.NewKeys(sub.Signing()); err != nil {
-			return Created{}, err
-		}
-		generated = keys
-	}
-	sub, err := o.Store.RotateSecret(ctx, id, keys, grace)
+	sub, generated, err := subscribers.Rotate(ctx, o.Store, id, in.Secrets, grace)
 	if err != nil {
 		return Created{}, err
 	}
