@@ -65,3 +65,36 @@ func counter(t *testing.T, addr, name string) float64 {
 	}
 	return 0
 }
+
+// TestSubRmAgainFinishesAHalfDonePurge: relay sub rm removed the key but
+// failed to drop the queues (it says "run relay sub rm ID --yes again"). Run
+// again, it finds no subscriber, and still drops what waits; without
+// --yes, or with nothing left to drop, the id is not found as before.
+func TestSubRmAgainFinishesAHalfDonePurge(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	mustRelay(t, "sub", "add", "half", "--nats", n.URL, "--url", "https://example.com/in", "--secret", testSecret)
+	ctx := testutil.Context(t)
+	kv, err := n.JS.KeyValue(ctx, streams.SubscribersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, "half"); err != nil { // the first run's removal, its purge failed
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := n.JS.Publish(ctx, "deliveries.s00.half", []byte(`{}`), jetstream.WithMsgID("half-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, _ := relayCmd(t, "sub", "rm", "half", "--nats", n.URL); code == 0 {
+		t.Fatal("relay sub rm without --yes of an id not there succeeded")
+	}
+	out := mustRelay(t, "sub", "rm", "half", "--nats", n.URL, "--yes")
+	if !strings.Contains(out, "3 queued") {
+		t.Fatalf("relay sub rm --yes run again: %q; want its 3 queued deliveries dropped", out)
+	}
+	if code, _, errOut := relayCmd(t, "sub", "rm", "half", "--nats", n.URL, "--yes"); code == 0 || !strings.Contains(errOut, "half") {
+		t.Fatalf("relay sub rm --yes with nothing left: exit %d, %q; want not found", code, errOut)
+	}
+}

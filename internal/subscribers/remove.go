@@ -65,7 +65,8 @@ type Removed struct {
 }
 
 // Remove removes subscriber id and drops its deliveries (see
-// [QueueSubjects]): dropped, not dead-lettered. Unless force, a subscriber
+// [queueSubjects]): dropped, not dead-lettered. Forced, it drops what a
+// removal whose purge failed left of a subscriber already gone. Unless force, a subscriber
 // with deliveries waiting is left as it is, with a [*WaitingError]. Its
 // deadline counts go too, so that a subscriber added again under this id
 // starts from nothing.
@@ -85,8 +86,11 @@ func Remove(ctx context.Context, js jetstream.JetStream, s *Store, id string, fo
 			return Removed{}, &WaitingError{ID: id, Dropped: w}
 		}
 	}
-	if err := s.Delete(ctx, id); err != nil {
-		return Removed{}, err
+	// Forced again after a purge that failed, it finds no subscriber and
+	// finishes the purge.
+	gone := s.Delete(ctx, id)
+	if gone != nil && !(force && errors.Is(gone, ErrNotFound)) {
+		return Removed{}, gone
 	}
 	// Its deliveries have nowhere to go any more; leaving them would hold
 	// stream space for ever. What a relay holds, or brings back later, it
@@ -94,6 +98,9 @@ func Remove(ctx context.Context, js jetstream.JetStream, s *Store, id string, fo
 	n, err := purgeQueues(ctx, js, id)
 	if err != nil {
 		return Removed{Dropped: n}, &NotAllDroppedError{ID: id, Err: err}
+	}
+	if gone != nil && n.Total() == 0 {
+		return Removed{}, gone
 	}
 	return Removed{Dropped: n, Timeliness: forgetTimeliness(ctx, js, id)}, nil
 }
