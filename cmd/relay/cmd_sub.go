@@ -16,7 +16,6 @@ import (
 
 	"github.com/relay-dev/relay/internal/deliver"
 	"github.com/relay-dev/relay/internal/subscribers"
-	"github.com/relay-dev/relay/internal/timeliness"
 	"github.com/relay-dev/relay/streams"
 )
 
@@ -383,6 +382,9 @@ func newSubGetCmd(conn *connFlags) *cobra.Command {
 				row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 				row("id", sub.ID)
 				row("url", sub.URL)
+				if sub.Owner != "" {
+					row("owner", sub.Owner)
+				}
 				row("state", stateString(sub, time.Now()))
 				if sub.Disabled {
 					row("new events", "not copied while it is disabled; what was queued waits for relay sub enable")
@@ -461,42 +463,22 @@ subscriber instead (relay sub pause), or change its URL (relay sub update).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
-				if !yes {
-					if _, err := s.Get(ctx, id); err != nil && !errors.Is(err, subscribers.ErrCorrupt) {
-						return notFound(err, id)
-					}
-					w, err := waiting(ctx, js, id)
-					if err != nil {
-						return err
-					}
-					if n := w.queued + w.parked + w.scheduled; n > 0 {
-						return usagef("subscriber %s has %d deliveries waiting (%d queued, %d parked, %d scheduled): add --yes to remove it and drop them (they are not dead-lettered), or pause it with relay sub pause %s",
-							id, n, w.queued, w.parked, w.scheduled, id)
-					}
-				}
-				// Run again with --yes after a purge that failed, it finds
-				// no subscriber and finishes the purge.
-				gone := s.Delete(ctx, id)
-				if gone != nil && !(yes && errors.Is(gone, subscribers.ErrNotFound)) {
-					return gone
-				}
-				// Its deliveries have nowhere to go any more; leaving them
-				// would hold stream space for ever. What a relay holds, or
-				// brings back later, it drops as well (its subscriber was
-				// removed), never as a dead letter.
-				n, err := purgeQueues(ctx, js, id)
-				if err != nil {
-					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s --yes again): %w", id, id, err)
-				}
-				if gone != nil && n.queued+n.parked+n.scheduled == 0 {
-					return gone
+				n, err := subscribers.Remove(ctx, js, s, id, yes)
+				var w *subscribers.WaitingError
+				var partly *subscribers.NotAllDroppedError
+				switch {
+				case errors.As(err, &w):
+					return usagef("%s: add --yes to remove it and drop them (they are not dead-lettered), or pause it with relay sub pause %s", w, id)
+				case errors.As(err, &partly):
+					return fmt.Errorf("subscriber %s removed, but its queued deliveries were not all dropped (run relay sub rm %s --yes again): %w", id, id, partly.Err)
+				case err != nil:
+					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s removed; %d queued, %d parked and %d scheduled deliveries dropped\n",
-					id, n.queued, n.parked, n.scheduled)
-				// Its deadline counts go too, so that a subscriber added
-				// again under this id starts from nothing. They are only
-				// figures: failing to drop them fails nothing else.
-				if err := forgetTimeliness(ctx, js, id); err != nil {
+					id, n.Queued, n.Parked, n.Scheduled)
+				// Its deadline counts are only figures: failing to drop
+				// them failed nothing else.
+				if err := n.Timeliness; err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "relay: warning: subscriber %s removed, but not its deadline counts in %s (a subscriber added again as %s would inherit them; nats kv del %s %s drops them): %s\n",
 						id, streams.TimelinessBucket, id, streams.TimelinessBucket, id, oneLine(err.Error()))
 				}
@@ -506,101 +488,6 @@ subscriber instead (relay sub pause), or change its URL (relay sub update).`,
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "remove it even though deliveries wait, and drop them")
 	return cmd
-}
-
-// dropped is what [purgeQueues] dropped of a removed subscriber, or what
-// [waiting] found it would.
-type dropped struct {
-	queued, parked, scheduled uint64
-}
-
-// queueSubjects are the subjects that hold a subscriber's deliveries: those
-// queued on its lane or waiting in its overflow (deliveries.*.<id>), those
-// parked for a retry (retries.wait.<id>.> and retries.due.<id>), and those
-// scheduled until their Relay-Deliver-At (retries.at.<id>.>), with the
-// count of [dropped] each adds to.
-func queueSubjects(id string, d *dropped) []struct {
-	stream, subject string
-	count           *uint64
-} {
-	return []struct {
-		stream, subject string
-		count           *uint64
-	}{
-		{streams.Deliveries, streams.SubscriberDeliveries(id), &d.queued},
-		{streams.Retries, streams.RetryWaitPrefix + id + ".>", &d.parked},
-		{streams.Retries, streams.RetryDuePrefix + id, &d.parked},
-		{streams.Retries, streams.RetryAtPrefix + id + ".>", &d.scheduled},
-	}
-}
-
-// waiting counts a subscriber's deliveries without dropping any.
-func waiting(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
-	var d dropped
-	for _, q := range queueSubjects(id, &d) {
-		stream, err := js.Stream(ctx, q.stream)
-		if err != nil {
-			return d, err
-		}
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(q.subject))
-		if err != nil {
-			return d, err
-		}
-		for _, c := range info.State.Subjects {
-			*q.count += c
-		}
-	}
-	return d, nil
-}
-
-// purgeQueues drops a removed subscriber's deliveries (see
-// [queueSubjects]), which would otherwise come back when due to be
-// dropped by a relay one by one. It returns how many of each it dropped.
-func purgeQueues(ctx context.Context, js jetstream.JetStream, id string) (dropped, error) {
-	var d dropped
-	for _, q := range queueSubjects(id, &d) {
-		n, err := purgeSubjects(ctx, js, q.stream, q.subject)
-		*q.count += n
-		if err != nil {
-			return d, err
-		}
-	}
-	return d, nil
-}
-
-// forgetTimeliness deletes a removed subscriber's deadline counts. A
-// cluster whose relays predate the relay_timeliness bucket has none to
-// delete.
-func forgetTimeliness(ctx context.Context, js jetstream.JetStream, id string) error {
-	kv, err := js.KeyValue(ctx, streams.TimelinessBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("opening KV bucket %s: %w", streams.TimelinessBucket, err)
-	}
-	return timeliness.Delete(ctx, kv, id)
-}
-
-// purgeSubjects purges a subject filter from a stream and says how many
-// messages it held.
-func purgeSubjects(ctx context.Context, js jetstream.JetStream, name, filter string) (uint64, error) {
-	stream, err := js.Stream(ctx, name)
-	if err != nil {
-		return 0, err
-	}
-	before, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	for _, c := range before.State.Subjects {
-		n += c
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	return n, stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
 }
 
 func newSubEnableCmd(conn *connFlags, verb string, disable bool) *cobra.Command {

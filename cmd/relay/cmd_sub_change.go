@@ -157,18 +157,12 @@ to change the kinds, use relay sub update --signing.`,
 			}
 			generated := len(given) == 0
 			return withStore(cmd.Context(), conn, "relay sub", func(ctx context.Context, _ jetstream.JetStream, s *subscribers.Store) error {
+				// None given: a new key of each kind the subscriber signs with.
+				sub, keys, err := subscribers.Rotate(ctx, s, id, given, grace)
 				if generated {
-					// A new key of each kind the subscriber signs with.
-					sub, err := s.Get(ctx, id)
-					if err != nil {
-						return notFound(err, id)
-					}
-					if given, err = subscribers.NewKeys(sub.Signing()); err != nil {
-						return err
-					}
+					given = keys
 				}
-				sub, err := s.RotateSecret(ctx, id, given, grace)
-				if err != nil && generated && !errors.Is(err, subscribers.ErrNotFound) && !errors.Is(err, subscribers.ErrInvalid) {
+				if err != nil && len(keys) > 0 && !errors.Is(err, subscribers.ErrNotFound) && !errors.Is(err, subscribers.ErrInvalid) {
 					// The write may have landed with its reply lost: then
 					// nobody but this command knows the new secret. It
 					// goes to stdout in any case, and the error says so.
@@ -252,21 +246,10 @@ delivered. Pausing a paused subscriber replaces its pause.`,
 	return cmd
 }
 
-// parseUntil reads --until: an RFC 3339 time, or a duration from now; either
-// must be in the future.
+// parseUntil reads --until (subscribers.ParseUntil).
 func parseUntil(s string, now time.Time) (time.Time, error) {
-	at, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		d, derr := time.ParseDuration(s)
-		if derr != nil {
-			return time.Time{}, usagef("--until: must be an RFC 3339 time such as 2026-12-01T18:00:00Z or a duration from now such as 30m, got %q", s)
-		}
-		at = now.Add(d)
-	}
-	if !at.After(now) {
-		return time.Time{}, usagef("--until: must be in the future, got %s (now %s)", at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
-	}
-	return at, nil
+	at, err := subscribers.ParseUntil(s, now)
+	return at, validationErr(err)
 }
 
 func newSubResumeCmd(conn *connFlags) *cobra.Command {
@@ -284,13 +267,13 @@ closed.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return withSubscriberStore(cmd.Context(), conn, id, func(ctx context.Context, js jetstream.JetStream, s *subscribers.Store) error {
-				was, err := s.Resume(ctx, id)
+				was, flow, err := subscribers.Resume(ctx, js, s, id)
+				var reset *subscribers.ResetError
+				if errors.As(err, &reset) {
+					return fmt.Errorf("subscriber %s: its pause or circuit was not reset (run relay sub resume %s again): %w", id, id, reset.Err)
+				}
 				if err != nil {
 					return notFound(err, id)
-				}
-				flow, err := ratelimit.Reset(ctx, js, id)
-				if err != nil {
-					return fmt.Errorf("subscriber %s: its pause or circuit was not reset (run relay sub resume %s again): %w", id, id, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "subscriber %s %s\n", id, resumed(was, flow, time.Now()))
 				return nil

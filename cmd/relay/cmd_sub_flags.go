@@ -22,6 +22,7 @@ import (
 // default), update with only the ones given.
 type subFlags struct {
 	url         string
+	owner       string
 	secrets     secretFlags
 	signing     string
 	keyFile     string
@@ -59,6 +60,7 @@ type subFlags struct {
 // stored value, so no default is shown.
 func (f *subFlags) register(fs *pflag.FlagSet, defaults bool) {
 	fs.StringVar(&f.url, "url", "", "webhook URL (http or https)")
+	fs.StringVar(&f.owner, "owner", "", "the platform's own id of the customer this subscriber is for ('' for none; GET /v1/subscribers?owner= lists by it)")
 	f.secrets.register(fs, "secret", secretLinesHint, "signing secret, whsec_ + base64 of 24-64 bytes; repeat during a rotation, newest first")
 	fs.StringVar(&f.signing, "signing", shown(defaults, string(subscribers.SigningHMAC)), "signature scheme: hmac (v1, whsec_ secret), ed25519 (v1a, whsk_ key) or both")
 	fs.StringVar(&f.keyFile, "signing-key-file", "", "read the ed25519 signing keys (whsk_..., one a line, newest first) from this file")
@@ -101,21 +103,17 @@ func shown[T any](defaults bool, v T) T {
 // that the function may be applied again when a compare-and-set is retried.
 func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscriber), secretFlag string, err error) {
 	given := fs.Changed
-	var events []string
-	for _, e := range f.events {
-		for _, part := range strings.Split(e, ",") {
-			part = strings.TrimSpace(part)
-			if rest, ok := strings.CutPrefix(part, "events."); ok {
-				return nil, "", usagef("--events %s: filters are event types, the subject after events. (this one matches only events.%s); give %s",
-					part, part, rest)
-			}
-			if err := subscribers.ValidateReservedFilter(part); part != "" && err != nil {
-				return nil, "", validationErr(err)
-			}
-			if part != "" {
-				events = append(events, part)
+	var c subscribers.Change
+	if given("events") {
+		events := []string{}
+		for _, e := range f.events {
+			for _, part := range strings.Split(e, ",") {
+				if part = strings.TrimSpace(part); part != "" {
+					events = append(events, part)
+				}
 			}
 		}
+		c.Events = &events
 	}
 	var headers map[string]string
 	for _, h := range f.headers {
@@ -128,37 +126,8 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		}
 		headers[name] = value
 	}
-	if given("lane") && f.lane != "shared" && f.lane != "dedicated" {
-		return nil, "", usagef("--lane: must be shared or dedicated, got %q", f.lane)
-	}
-	if given("timeout") && f.timeout <= 0 {
-		return nil, "", usagef("--timeout: must be a positive duration such as 10s, got %s", f.timeout)
-	}
-	if given("retry-base") && f.retryBase <= 0 {
-		return nil, "", usagef("--retry-base: must be a positive duration such as 5s, got %s", f.retryBase)
-	}
-	if given("retry-max") && f.retryMax <= 0 {
-		return nil, "", usagef("--retry-max: must be a positive duration such as 1h, got %s", f.retryMax)
-	}
-	if given("max-attempts") && f.maxAttempts <= 0 {
-		return nil, "", usagef("--max-attempts: must be at least 1, got %d", f.maxAttempts)
-	}
-	if given("max-in-flight") && f.maxInFlight <= 0 {
-		return nil, "", usagef("--max-in-flight: must be at least 1, got %d", f.maxInFlight)
-	}
-	if given("max-backlog") && f.maxBacklog <= 0 {
-		return nil, "", usagef("--max-backlog: must be at least 1, got %d", f.maxBacklog)
-	}
-	breaker := subscribers.Subscriber{BreakerFailureRate: f.breaker.failureRate, BreakerMinRequests: f.breaker.minRequests,
-		BreakerWindow: subscribers.Duration(f.breaker.window), BreakerConsecutive: f.breaker.consecutive}
-	if err := breaker.ValidateBreaker(func(flag string) bool { return given(strings.TrimPrefix(flag, "--")) }); err != nil {
-		return nil, "", usagef("%w", err)
-	}
-	if given("deadline-after") && f.deadline < 0 {
-		return nil, "", usagef("--deadline-after: must be 0 (none) or a positive duration such as 1h, got %s", f.deadline)
-	}
-	if given("burst") && f.burst < 0 {
-		return nil, "", usagef("--burst: must not be negative, got %d", f.burst)
+	if given("header") {
+		c.Headers = &headers
 	}
 	var retryStatus []int
 	for _, part := range f.retryStatus {
@@ -174,8 +143,55 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 			retryStatus = append(retryStatus, n)
 		}
 	}
-	if err := subscribers.ValidateRetryStatus(retryStatus); err != nil {
+	if given("retry-status") {
+		c.RetryStatus = &retryStatus
+	}
+	if given("url") {
+		c.URL = &f.url
+	}
+	if given("owner") {
+		c.Owner = &f.owner
+	}
+	if given("filter") {
+		c.Filter = &f.filter
+	}
+	if given("rate") {
+		c.Rate = &f.rate
+	}
+	if given("burst") {
+		c.Burst = &f.burst
+	}
+	if given("max-attempts") {
+		c.MaxAttempts = &f.maxAttempts
+	}
+	if given("timeout") {
+		c.Timeout = durationOf(f.timeout)
+	}
+	if given("retry-base") {
+		c.RetryBase = durationOf(f.retryBase)
+	}
+	if given("retry-max") {
+		c.RetryMax = durationOf(f.retryMax)
+	}
+	if given("max-in-flight") {
+		c.MaxInFlight = &f.maxInFlight
+	}
+	if given("max-backlog") {
+		c.MaxBacklog = &f.maxBacklog
+	}
+	if given("deadline-after") {
+		c.DeadlineAfter = durationOf(f.deadline)
+	}
+	if given("lane") {
+		c.Lane = &f.lane
+	}
+	if err := c.Check(); err != nil {
 		return nil, "", validationErr(err)
+	}
+	breaker := subscribers.Subscriber{BreakerFailureRate: f.breaker.failureRate, BreakerMinRequests: f.breaker.minRequests,
+		BreakerWindow: subscribers.Duration(f.breaker.window), BreakerConsecutive: f.breaker.consecutive}
+	if err := breaker.ValidateBreaker(func(flag string) bool { return given(strings.TrimPrefix(flag, "--")) }); err != nil {
+		return nil, "", usagef("%w", err)
 	}
 	keys, secretFlag, err := f.keys(fs)
 	if err != nil {
@@ -190,45 +206,8 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		return nil, "", err
 	}
 	change = func(sub *subscribers.Subscriber) {
-		if given("url") {
-			sub.URL = f.url
-		}
 		sub.Secrets, f.generated = keys.apply(sub.Secrets)
-		if given("events") {
-			sub.Events = append([]string(nil), events...)
-		}
-		if given("filter") {
-			sub.Filter = strings.TrimSpace(f.filter)
-		}
-		f.burstFollowed, f.burstWas = false, 0
-		if given("rate") {
-			f.burstFollowed, f.burstWas = sub.SetRate(f.rate)
-		}
-		if given("burst") {
-			sub.SetBurst(f.burst)
-			f.burstFollowed = false
-		}
-		if given("retry-status") {
-			sub.RetryStatus = slices.Clone(retryStatus)
-		}
-		if given("max-attempts") {
-			sub.MaxAttempts = f.maxAttempts
-		}
-		if given("timeout") {
-			sub.Timeout = subscribers.Duration(f.timeout)
-		}
-		if given("retry-base") {
-			sub.RetryBase = subscribers.Duration(f.retryBase)
-		}
-		if given("retry-max") {
-			sub.RetryMax = subscribers.Duration(f.retryMax)
-		}
-		if given("max-in-flight") {
-			sub.MaxInFlight = f.maxInFlight
-		}
-		if given("max-backlog") {
-			sub.MaxBacklog = f.maxBacklog
-		}
+		f.burstFollowed, f.burstWas = c.Apply(sub)
 		if given("breaker-failure-rate") {
 			sub.BreakerFailureRate = f.breaker.failureRate
 		}
@@ -241,18 +220,6 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		if given("breaker-consecutive") {
 			sub.BreakerConsecutive = f.breaker.consecutive
 		}
-		if given("deadline-after") {
-			sub.DeadlineAfter = subscribers.Duration(f.deadline)
-		}
-		if given("header") {
-			sub.Headers = make(map[string]string, len(headers))
-			for k, v := range headers {
-				sub.Headers[k] = v
-			}
-		}
-		if given("lane") {
-			sub.Dedicated = f.lane == "dedicated"
-		}
 		if grant != nil {
 			sub.OAuth2 = grant(sub.OAuth2)
 		}
@@ -261,6 +228,12 @@ func (f *subFlags) changes(fs *pflag.FlagSet) (change func(*subscribers.Subscrib
 		}
 	}
 	return change, secretFlag, nil
+}
+
+// durationOf is a flag's duration as a subscriber holds it.
+func durationOf(d time.Duration) *subscribers.Duration {
+	v := subscribers.Duration(d)
+	return &v
 }
 
 // breakerFlags are the circuit-breaker rule's flags (--breaker-*).

@@ -123,6 +123,32 @@ func TestPermissionsOfTheDoc(t *testing.T) {
 			t.Errorf("GET %s: %d %s", path, code, got)
 		}
 	}
+	// The writes: a subscriber made, changed, paused, resumed, disabled,
+	// enabled, rotated and removed with a delivery waiting; a dead letter
+	// replayed, the rest purged.
+	jh := http.Header{"Content-Type": {"application/json"}}
+	writes := []struct {
+		method, path, body string
+		code               int
+	}{
+		{"POST", "/v1/subscribers", `{"id":"api","url":"` + ok.URL + `","events":["api.*"]}`, http.StatusCreated},
+		{"PATCH", "/v1/subscribers/api", `{"rate":5}`, http.StatusOK},
+		{"POST", "/v1/subscribers/api/pause", `{}`, http.StatusOK},
+		{"POST", "/v1/subscribers/api/resume", `{}`, http.StatusOK},
+		{"POST", "/v1/subscribers/api/disable", `{}`, http.StatusOK},
+		{"POST", "/v1/subscribers/api/enable", `{}`, http.StatusOK},
+		{"POST", "/v1/subscribers/api/rotate-secret", `{"grace":"1h"}`, http.StatusOK},
+		{"POST", "/v1/subscribers/api/pause", `{}`, http.StatusOK},
+		{"POST", "/v1/events/api.x", `{}`, http.StatusAccepted},
+		{"DELETE", "/v1/subscribers/api?force=true", "", http.StatusOK},
+		{"POST", "/v1/dlq/replay", `{"subscriber":"bad"}`, http.StatusOK},
+		{"DELETE", "/v1/dlq", "", http.StatusOK},
+	}
+	for _, w := range writes {
+		if code, _, got := r.do(t, w.method, w.path, key, []byte(w.body), jh); code != w.code {
+			t.Errorf("%s %s: %d %s", w.method, w.path, code, got)
+		}
+	}
 	log, err := os.ReadFile(r.log)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,13 @@
 // subscribers, deadletter) as the CLI does, and encodes the answer; no
 // rule lives in a handler. An error is classified once ([Status]): 400 for
 // bad input, with the CLI's one-line message; 404 for an unknown
-// subscriber, entry or event; 413 for a body too large; else 500.
+// subscriber, entry or event; 409 for a create of an id that exists and a
+// removal that would drop deliveries without force; 413 for a body too
+// large; else 500.
+//
+// The writes (write.go) take the fields `relay sub get --json` prints and
+// the flags' long names with `_`, read strictly: a field a route does not
+// take is 400, so that a setting misspelt is not ignored.
 //
 // # HTTP
 //

@@ -41,7 +41,7 @@ func (e *tooLargeError) Unwrap() error { return ErrTooLarge }
 const maxPayloadCode = 10054
 
 // Status is the HTTP status of err, the one classification both ways in
-// use (the NATS service sends 400, 404 or 500 of it).
+// use (the NATS service sends 400, 404, 409 or 500 of it).
 func Status(err error) int {
 	var apiErr *jetstream.APIError
 	switch {
@@ -51,8 +51,11 @@ func Status(err error) int {
 		errors.Is(err, testrequest.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, subscribers.ErrNotFound), errors.Is(err, deadletter.ErrNotFound), errors.Is(err, attempts.ErrNoRecords),
+		errors.Is(err, deadletter.ErrUnknownSubscriber),
 		errors.Is(err, attempts.ErrNoStream):
 		return http.StatusNotFound
+	case errors.Is(err, ErrConflict), errors.Is(err, subscribers.ErrExists):
+		return http.StatusConflict
 	case errors.Is(err, ErrTooLarge), errors.Is(err, nats.ErrMaxPayload),
 		errors.As(err, &apiErr) && apiErr.ErrorCode == maxPayloadCode:
 		return http.StatusRequestEntityTooLarge

@@ -93,9 +93,10 @@ func (o *Ops) Subscriber(ctx context.Context, id string) (subscribers.Shown, err
 }
 
 // Subscribers is a page of what `relay sub ls --json` prints: at most limit
-// subscribers (0: [DefaultPage]) whose ids sort after after, and the id to
-// give as after for the next page, "" on the last.
-func (o *Ops) Subscribers(ctx context.Context, after string, limit int) ([]subscribers.Shown, string, error) {
+// subscribers (0: [DefaultPage]) whose ids sort after after, of owner when
+// owner is given, and the id to give as after for the next page, "" on the
+// last.
+func (o *Ops) Subscribers(ctx context.Context, after, owner string, limit int) ([]subscribers.Shown, string, error) {
 	limit, err := pageSize(limit)
 	if err != nil {
 		return nil, "", err
@@ -112,7 +113,7 @@ func (o *Ops) Subscribers(ctx context.Context, after string, limit int) ([]subsc
 	out := []subscribers.Shown{}
 	next := ""
 	for _, s := range subs {
-		if s.ID <= after {
+		if s.ID <= after || owner != "" && s.Owner != owner {
 			continue
 		}
 		if len(out) == limit {

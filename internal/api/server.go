@@ -98,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/subscribers/{id}", apikeys.SubscribersRead, s.subscriber)
 	s.route("GET /v1/dlq", apikeys.DLQRead, s.deadLetters)
 	s.route("GET /v1/dlq/{seq}", apikeys.DLQRead, s.deadLetter)
+	s.routeWrites()
 	s.route("GET /v1/openapi.json", "", func(w http.ResponseWriter, _ *http.Request, _ apikeys.Key) (int, any, error) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -342,7 +343,7 @@ func (s *Server) subscribers(w http.ResponseWriter, r *http.Request, _ apikeys.K
 	if err != nil {
 		return 0, nil, err
 	}
-	subs, next, err := s.cfg.Ops.Subscribers(r.Context(), r.URL.Query().Get("cursor"), limit)
+	subs, next, err := s.cfg.Ops.Subscribers(r.Context(), r.URL.Query().Get("cursor"), r.URL.Query().Get("owner"), limit)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -68,12 +68,13 @@ func StartService(nc *nats.Conn, ops *Ops, version string, log *slog.Logger) (mi
 		{"subscribers.list", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
 			var in struct {
 				Cursor string `json:"cursor"`
+				Owner  string `json:"owner"`
 				Limit  int    `json:"limit"`
 			}
 			if err := decode(data, &in); err != nil {
 				return nil, nil, err
 			}
-			subs, next, err := ops.Subscribers(ctx, in.Cursor, in.Limit)
+			subs, next, err := ops.Subscribers(ctx, in.Cursor, in.Owner, in.Limit)
 			return subs, nextHeader(next), err
 		}},
 		{"dlq.list", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
@@ -105,6 +106,101 @@ func StartService(nc *nats.Conn, ops *Ops, version string, log *slog.Logger) (mi
 			}
 			m, err := ops.DeadLetter(ctx, in.Seq)
 			return m, nil, err
+		}},
+		{"subscribers.create", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			var in NewSubscriber
+			if err := decodeStrict(data, &in); err != nil {
+				return nil, nil, err
+			}
+			c, err := ops.CreateSubscriber(ctx, in)
+			return c, nil, err
+		}},
+		{"subscribers.update", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			var in struct {
+				ID string `json:"id"`
+				SubscriberChange
+			}
+			if err := decodeStrict(data, &in); err != nil {
+				return nil, nil, err
+			}
+			sub, err := ops.UpdateSubscriber(ctx, in.ID, in.SubscriberChange)
+			return sub, nil, err
+		}},
+		{"subscribers.delete", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			var in struct {
+				ID    string `json:"id"`
+				Force bool   `json:"force"`
+			}
+			if err := decodeStrict(data, &in); err != nil {
+				return nil, nil, err
+			}
+			n, err := ops.DeleteSubscriber(ctx, in.ID, in.Force)
+			return Deleted{ID: in.ID, Dropped: n}, nil, err
+		}},
+		{"subscribers.rotate_secret", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			var in struct {
+				ID string `json:"id"`
+				Rotation
+			}
+			if err := decodeStrict(data, &in); err != nil {
+				return nil, nil, err
+			}
+			c, err := ops.RotateSecret(ctx, in.ID, in.Rotation)
+			return c, nil, err
+		}},
+		{"subscribers.pause", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			var in struct {
+				ID string `json:"id"`
+				PauseArgs
+			}
+			if err := decodeStrict(data, &in); err != nil {
+				return nil, nil, err
+			}
+			sub, err := ops.Pause(ctx, in.ID, in.Until)
+			return sub, nil, err
+		}},
+		{"subscribers.resume", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			id, err := decodeID(data)
+			if err != nil {
+				return nil, nil, err
+			}
+			sub, err := ops.Resume(ctx, id)
+			return sub, nil, err
+		}},
+		{"subscribers.enable", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			id, err := decodeID(data)
+			if err != nil {
+				return nil, nil, err
+			}
+			sub, err := ops.SetDisabled(ctx, id, false)
+			return sub, nil, err
+		}},
+		{"subscribers.disable", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			id, err := decodeID(data)
+			if err != nil {
+				return nil, nil, err
+			}
+			sub, err := ops.SetDisabled(ctx, id, true)
+			return sub, nil, err
+		}},
+		{"dlq.replay", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			var in ReplayRequest
+			if err := decodeStrict(data, &in); err != nil {
+				return nil, nil, err
+			}
+			out, err := ops.ReplayDeadLetters(ctx, in.args())
+			return out, nil, err
+		}},
+		{"dlq.purge", func(ctx context.Context, data []byte, _ micro.Headers) (any, micro.Headers, error) {
+			var in ReplayRequest
+			if err := decodeStrict(data, &in); err != nil {
+				return nil, nil, err
+			}
+			if in.DryRun || in.Enable || in.IgnoreDeadline {
+				return nil, nil, invalid("dlq.purge takes the filters alone: subscriber, reason, type, event, since, until")
+			}
+			out, err := ops.PurgeDeadLetters(ctx, in.filter())
+			return out, nil, err
 		}},
 	}
 	for _, e := range endpoints {
@@ -156,6 +252,15 @@ func endpointName(subject string) string {
 	return string(b)
 }
 
+// decodeID reads a request that names a subscriber alone: {"id": "..."}.
+func decodeID(data []byte) (string, error) {
+	var in struct {
+		ID string `json:"id"`
+	}
+	err := decodeStrict(data, &in)
+	return in.ID, err
+}
+
 // nextHeader carries a list's next cursor, none on the last page.
 func nextHeader(next string) micro.Headers {
 	if next == "" {
@@ -188,7 +293,7 @@ func answer(req micro.Request, fn func(context.Context, []byte, micro.Headers) (
 	v, h, err := fn(ctx, req.Data(), req.Headers())
 	if err != nil {
 		code := Status(err)
-		if code != 400 && code != 404 {
+		if code != 400 && code != 404 && code != 409 {
 			code = 500
 		}
 		if code == 500 {

@@ -94,6 +94,11 @@ type Subscriber struct {
 	ID string `json:"id"`
 	// URL is where events are POSTed: an http or https URL with a host.
 	URL string `json:"url"`
+	// Owner is the platform's own id of the customer the subscriber is
+	// for, so that its backend lists one customer's subscribers (GET
+	// /v1/subscribers?owner=); relay does nothing else with it. See
+	// [ValidateOwner].
+	Owner string `json:"owner,omitempty"`
 	// Secrets are the active signing keys, newest first: "whsec_" secrets
 	// (v1, HMAC) and "whsk_" ed25519 keys (v1a); the kinds held are the
 	// subscriber's [Signing]. Every request carries a signature for each,
@@ -366,6 +371,9 @@ func (s Subscriber) Validate() error {
 		return err
 	}
 	if err := validateURL(s.URL); err != nil {
+		return err
+	}
+	if err := ValidateOwner(s.Owner); err != nil {
 		return err
 	}
 	// Credentials sealed with a key not given cannot be judged; they were
