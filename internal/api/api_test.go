@@ -235,6 +235,20 @@ func TestPublish(t *testing.T) {
 			t.Errorf("type %q: %d %s, want 400 naming it", bad, code, got)
 		}
 	}
+	// A type past a NATS control line closed relay's connection, and relay
+	// with it: refused by its length, and the relay still publishes after.
+	long := strings.Repeat("a", 4100)
+	code, _, got = b.call(t, "POST", "/v1/events/"+long, key, []byte(`{}`), http.Header{"Content-Type": {"application/json"}})
+	if code != http.StatusBadRequest || !strings.Contains(detailOf(t, got), "at most 255 bytes") {
+		t.Errorf("a type of 4,100 bytes: %d %s, want 400 saying how long a type may be", code, got)
+	}
+	// relay's own operational events are stored under ids beginning
+	// relay:; a publisher's key taking one would make relay's a duplicate.
+	code, _, got = b.call(t, "POST", "/v1/events/order.paid", key, []byte(`{}`),
+		http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"relay:circuit-closed:shop:1765000000000"}})
+	if code != http.StatusBadRequest || !strings.Contains(detailOf(t, got), "relay's own") {
+		t.Errorf("an Idempotency-Key of relay's own: %d %s, want 400", code, got)
+	}
 	// Headers relay would dead-letter as malformed are refused at once.
 	for name, v := range map[string]string{"Relay-Deliver-At": "tomorrow", "Relay-Deadline": "2030-13-01"} {
 		code, _, got := b.call(t, "POST", "/v1/events/order.paid", key, []byte(`{}`), http.Header{"Content-Type": {"application/json"}, name: {v}})

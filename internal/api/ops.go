@@ -240,10 +240,15 @@ func (o *Ops) Publish(ctx context.Context, e Event) (Published, error) {
 	if err := CheckEventType(e.Type); err != nil {
 		return Published{}, err
 	}
-	if e.ID == "" {
+	switch {
+	case e.ID == "":
 		e.ID = "evt_" + nuid.Next()
-	} else if !fanout.StableID(e.ID) {
+	case !fanout.StableID(e.ID):
 		return Published{}, invalid(fmt.Sprintf("Idempotency-Key: must be 1 to %d bytes without control characters or spaces at either end", fanout.MaxEventID))
+	case strings.HasPrefix(e.ID, opevent.IDPrefix):
+		// relay's own operational events are stored under such ids: one
+		// taken first would make relay's event a duplicate, never sent.
+		return Published{}, invalid(fmt.Sprintf("Idempotency-Key: keys beginning %s are relay's own", opevent.IDPrefix))
 	}
 	msg := nats.NewMsg(fanout.SubjectPrefix + e.Type)
 	msg.Data = e.Body

@@ -64,13 +64,17 @@ type Event struct {
 	Relay string `json:"relay"`
 }
 
-// id is the event's Nats-Msg-Id: "relay:" + the type after its prefix,
+// IDPrefix begins the id of every operational event: ids a publisher's
+// own must not take (the HTTP API refuses an Idempotency-Key with it).
+const IDPrefix = "relay:"
+
+// id is the event's Nats-Msg-Id: IDPrefix + the type after its prefix,
 // the subscriber and what tells this happening from another of its kind
 // (a revision, a time), joined by ':', which no subscriber id holds. No
 // '.', so the webhook-id is the event id as it is.
 func id(eventType, subscriber string, discriminator ...string) string {
 	kind := strings.ReplaceAll(strings.TrimPrefix(eventType, Prefix), ".", "-")
-	return "relay:" + kind + ":" + subscriber + ":" + strings.Join(discriminator, ":")
+	return IDPrefix + kind + ":" + subscriber + ":" + strings.Join(discriminator, ":")
 }
 
 // millis writes t as Unix milliseconds, a discriminator.

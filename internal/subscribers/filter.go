@@ -14,6 +14,12 @@ const (
 	fullWildcard   = ">"
 )
 
+// MaxFilterLen is the longest event type or filter: far more than a type
+// needs, and far less than the 4,096 bytes of a NATS control line, which a
+// subject past it would break (the server closes the connection that sent
+// it, and nats.go does not reconnect).
+const MaxFilterLen = 255
+
 // ValidateFilter reports whether f is a valid event filter: a NATS subject
 // pattern over the event type (the subject after "events."), such as
 // "video.*", "order.shipped" or "video.>". Tokens are separated by dots and
@@ -21,6 +27,9 @@ const (
 // last token, and no whitespace is allowed. The error is a
 // [*ValidationError] for --events, wrapping [ErrInvalid].
 func ValidateFilter(f string) error {
+	if len(f) > MaxFilterLen {
+		return invalid("--events", fmt.Sprintf("a filter must be at most %d bytes, got %d", MaxFilterLen, len(f)))
+	}
 	if f == "" {
 		return invalid("--events", "a filter must not be empty (give event types or patterns separated by commas, such as video.*,order.shipped)")
 	}

@@ -92,6 +92,9 @@ func (r Request) Check() error {
 // CheckType says whether t can be an event type: the subject of an event
 // after "events.", dot-separated tokens without a wildcard or a space.
 func CheckType(t string) error {
+	if len(t) > subscribers.MaxFilterLen {
+		return fmt.Errorf("%w: an event type is at most %d bytes, got %d", ErrInvalid, subscribers.MaxFilterLen, len(t))
+	}
 	if subscribers.ValidateFilter(t) != nil || strings.ContainsAny(t, "*>") {
 		return fmt.Errorf("%w: %q is not an event type: dot-separated tokens such as %s or order.paid, no wildcard, no space", ErrInvalid, t, DefaultType)
 	}
