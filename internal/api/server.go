@@ -17,7 +17,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/relay-dev/relay/internal/apikeys"
-	"github.com/relay-dev/relay/internal/deadletter"
 )
 
 // OpenAPI is the OpenAPI 3.1 document of the HTTP API, served at
@@ -364,17 +363,7 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request, _ apikeys.K
 			return 0, nil, invalid("cursor: not a DLQ sequence")
 		}
 	}
-	q := r.URL.Query()
-	given := func(name string) *string {
-		if !q.Has(name) {
-			return nil
-		}
-		v := q.Get(name)
-		return &v
-	}
-	args := deadletter.FilterArgs{Subscriber: given("subscriber"), Reason: given("reason"), Type: given("type"),
-		Since: given("since"), Until: given("until")}
-	entries, next, err := s.cfg.Ops.DeadLetters(r.Context(), args, after, limit)
+	entries, next, err := s.cfg.Ops.DeadLetters(r.Context(), filterParams(r), after, limit)
 	if err != nil {
 		return 0, nil, err
 	}
