@@ -48,10 +48,10 @@ func startEnv(t *testing.T) *env {
 		}
 		if t.Failed() {
 			out, _ := os.ReadFile(log.Name())
-			t.Logf("relay run logged:\n%s", tail(out, 4000))
+			t.Logf("relay run logged:\n%s", testutil.Tail(string(out), 4000))
 		}
 	})
-	testutil.Eventually(t, func() bool { return httpStatus("http://"+addr+"/readyz") == http.StatusOK }, "relay run not ready")
+	testutil.Eventually(t, func() bool { return testutil.HTTPStatus("http://"+addr+"/readyz") == http.StatusOK }, "relay run not ready")
 	return e
 }
 
@@ -96,28 +96,4 @@ func runBin(t *testing.T, bin string, env []string, args ...string) result {
 		t.Fatalf("relay %s: %v", strings.Join(args, " "), err)
 	}
 	return result{args: args, stdout: out.String(), stderr: errb.String(), code: code}
-}
-
-// tail is the last n bytes of b.
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
-// httpStatus is the status code of a GET of url, 0 when it cannot be had.
-func httpStatus(url string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }

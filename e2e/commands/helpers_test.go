@@ -92,24 +92,8 @@ func startRelay(t *testing.T, url, name string, extra ...string) string {
 		}
 	})
 	metrics := "http://" + addr
-	testutil.Eventually(t, func() bool { return get(metrics+"/readyz") == http.StatusOK }, "%s not ready", name)
+	testutil.Eventually(t, func() bool { return testutil.HTTPStatus(metrics+"/readyz") == http.StatusOK }, "%s not ready", name)
 	return metrics
-}
-
-// get is the status code of a GET of url, 0 when it cannot be had.
-func get(url string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // metricsText is the /metrics page of a relay.

@@ -171,12 +171,12 @@ func TestDocsCommandBlocksRunAsWritten(t *testing.T) {
 		err = cmd.Run()
 		cancel()
 		if err != nil {
-			t.Errorf("%s, as written: %v\n%s", doc, err, tail(out.String(), 6000))
+			t.Errorf("%s, as written: %v\n%s", doc, err, testutil.Tail(out.String(), 6000))
 			continue
 		}
 		t.Logf("%s: %d commands ran as written", doc, len(cmds))
 		if doc == "README.md" && !strings.Contains(out.String(), "webhook-id: evt_01  signature: ok  reply: 200") {
-			t.Errorf("README.md: relay listen printed no verified delivery of evt_01:\n%s", tail(out.String(), 4000))
+			t.Errorf("README.md: relay listen printed no verified delivery of evt_01:\n%s", testutil.Tail(out.String(), 4000))
 		}
 	}
 }
@@ -200,34 +200,11 @@ func startEmbedded(t *testing.T, bin string) string {
 		}
 		if t.Failed() {
 			out, _ := os.ReadFile(log.Name())
-			t.Logf("relay run logged:\n%s", tail(string(out), 4000))
+			t.Logf("relay run logged:\n%s", testutil.Tail(string(out), 4000))
 		}
 	})
-	testutil.Eventually(t, func() bool { return httpStatus("http://"+metrics+"/readyz") == http.StatusOK }, "relay run not ready")
+	testutil.Eventually(t, func() bool { return testutil.HTTPStatus("http://"+metrics+"/readyz") == http.StatusOK }, "relay run not ready")
 	return "nats://" + listen
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-// httpStatus is the status code of a GET of url, 0 when it cannot be had.
-func httpStatus(url string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // readFile is the text of a file of the repository.

@@ -59,7 +59,7 @@ func burst(t *testing.T, bin string, relays int) {
 		metrics = append(metrics, startRelay(t, bin, n.URL, fmt.Sprintf("relay-%d", i)))
 	}
 	for _, addr := range metrics {
-		testutil.Eventually(t, func() bool { return status(addr+"/readyz") == http.StatusOK }, "relay at %s not ready", addr)
+		testutil.Eventually(t, func() bool { return testutil.HTTPStatus(addr+"/readyz") == http.StatusOK }, "relay at %s not ready", addr)
 	}
 
 	size := burstSize
@@ -88,7 +88,7 @@ func burst(t *testing.T, bin string, relays int) {
 	t.Logf("%d relays: %d records written in %.1fs; the probe added then got its event %.1fs later",
 		relays, size, written.Seconds(), time.Since(added).Seconds())
 	for _, addr := range metrics {
-		testutil.Eventually(t, func() bool { return status(addr+"/readyz") == http.StatusOK }, "relay at %s not ready after the burst", addr)
+		testutil.Eventually(t, func() bool { return testutil.HTTPStatus(addr+"/readyz") == http.StatusOK }, "relay at %s not ready after the burst", addr)
 		// A view may still be folding the last of the burst: current soon.
 		testutil.Eventually(t, func() bool {
 			v, ok := testutil.SeriesValue(testutil.Scrape(t, addr), "relay_subscribers_view_behind")
@@ -148,32 +148,8 @@ func startRelay(t *testing.T, bin, url, name string) string {
 		}
 		if t.Failed() {
 			out, _ := os.ReadFile(log.Name())
-			t.Logf("%s logged:\n%s", name, tail(out, 4000))
+			t.Logf("%s logged:\n%s", name, testutil.Tail(string(out), 4000))
 		}
 	})
 	return "http://" + addr
-}
-
-// tail is the last n bytes of b.
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
-// status is the status code of a GET of url, 0 when it cannot be had.
-func status(url string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }
