@@ -472,15 +472,15 @@ func TestAPIFlagsExit2(t *testing.T) {
 // /v1/dlq and relay.api.v1.dlq.list gets one line from all three.
 func TestOneSetOfRules(t *testing.T) {
 	t.Parallel()
-	n := testutil.StartNATS(t)
-	r := startRelay(t, n.URL)
+	// On its embedded server: the NATS service needs a service user.
+	r := startEmbeddedRelay(t)
 	r.readSpec(t)
 	code, out, stderr := r.cli(t, "key", "add", "reader", "--scopes", "dlq:read,subscribers:read")
 	if code != 0 {
 		t.Fatalf("relay key add: exit %d, %s", code, stderr)
 	}
 	key := strings.TrimSpace(out)
-	nc := testutil.Connect(t, n.URL)
+	nc := testutil.Connect(t, r.nats)
 	for _, c := range []struct {
 		flag, value string
 	}{
