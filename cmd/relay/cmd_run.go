@@ -594,7 +594,13 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 		wg.Go(func() { tests.Run(runCtx) })
 	}
 	wg.Go(func() { _ = limiter.Follow(runCtx, log) })
-	stopAPI, err := startAPI(setupCtx, runCtx, f, js, store, svc, m, log, &wg, errs)
+	// The NATS service only on a connection of its own: micro answers its
+	// $SRV discovery requests on any reply subject, unchecked.
+	serviceConn := svc
+	if svc == nc {
+		serviceConn = nil
+	}
+	stopAPI, err := startAPI(setupCtx, runCtx, f, js, store, serviceConn, m, log, &wg, errs)
 	if err != nil {
 		stop()
 		wg.Wait()
@@ -651,7 +657,8 @@ func runRelay(ctx context.Context, conn *connFlags, f *runFlags, stderr io.Write
 // as the user of the service flags, with conn's URL and TLS settings. Given
 // no service user on a cluster it returns nc, the relay's own connection,
 // and warns once that answers then rest on relay's check of the reply
-// subject alone.
+// subject alone; the NATS service relay is then not registered
+// (startAPI).
 func openServiceConn(srv *server.Server, password, url string, conn *connFlags, service *serviceFlags, nc *nats.Conn, log *slog.Logger) (*nats.Conn, error) {
 	// A refusal is logged, and stops nothing: relay sub test is not what a
 	// relay runs for.
@@ -675,8 +682,8 @@ func openServiceConn(srv *server.Server, password, url string, conn *connFlags, 
 		}
 		return svc, nil
 	default:
-		log.Warn("relay: relay sub test is answered from relay's own connection, which may publish wherever relay writes; "+
-			"only relay's check of each reply subject keeps answers out of its streams: give relay run --service-user or --service-creds (see docs/permissions.md)",
+		log.Warn("relay: no service user: the NATS service relay is not registered, and relay sub test is answered from relay's own connection, "+
+			"which may publish wherever relay writes; give relay run --service-user or --service-creds (see docs/permissions.md)",
 			"subject", testrequest.Subject)
 		return nc, nil
 	}

@@ -30,7 +30,8 @@ func (f *runFlags) checkAPI() error {
 }
 
 // startAPI registers the NATS service relay on svc, the service
-// connection, and, with --api, serves the HTTP API once the keys are read,
+// connection (none when svc is nil: relay has no connection of its own to
+// answer from, said at its start by openServiceConn), and, with --api, serves the HTTP API once the keys are read,
 // its loop in wg sending its end to errs. The function it returns stops
 // the service; the HTTP API stops with runCtx.
 func startAPI(setupCtx, runCtx context.Context, f *runFlags, js jetstream.JetStream, store *subscribers.Store, svc *nats.Conn,
@@ -38,10 +39,12 @@ func startAPI(setupCtx, runCtx context.Context, f *runFlags, js jetstream.JetStr
 	ops := &api.Ops{JS: js, Store: store, SharedLanes: f.lanes}
 	stop := func() {}
 	// The service failing to start stops no delivery.
-	if service, err := api.StartService(svc, ops, version, log); err != nil {
-		log.Error("relay: the NATS service relay cannot start", "err", err)
-	} else {
-		stop = func() { _ = service.Stop() }
+	if svc != nil {
+		if service, err := api.StartService(svc, ops, version, log); err != nil {
+			log.Error("relay: the NATS service relay cannot start", "err", err)
+		} else {
+			stop = func() { _ = service.Stop() }
+		}
 	}
 	if f.apiAddr == "" {
 		return stop, nil

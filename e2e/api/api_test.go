@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/relay-dev/relay/internal/api/apitest"
@@ -45,13 +47,27 @@ type relay struct {
 // ready. It is stopped when the test ends.
 func startRelay(t *testing.T, url string, extra ...string) *relay {
 	t.Helper()
+	return runRelay(t, url, append([]string{"--nats", url}, extra...))
+}
+
+// startEmbeddedRelay is startRelay on relay run's embedded NATS server,
+// which has a service user of its own.
+func startEmbeddedRelay(t *testing.T, extra ...string) *relay {
+	t.Helper()
+	listen := testutil.FreeAddr(t)
+	return runRelay(t, "nats://"+listen, append([]string{"--data", t.TempDir(), "--listen", listen}, extra...))
+}
+
+// runRelay starts relay run with extra, its NATS server at url.
+func runRelay(t *testing.T, url string, extra []string) *relay {
+	t.Helper()
 	bin := testutil.Build(t, relayPkg)
 	metrics, api := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	logf, err := os.CreateTemp(t.TempDir(), "relay-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"run", "--nats", url, "--metrics", metrics, "--api", api, "--lanes", "2", "--allow-private-targets"}, extra...)
+	args := append([]string{"run", "--metrics", metrics, "--api", api, "--lanes", "2", "--allow-private-targets"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	p := testutil.StartProcess(t, cmd)
@@ -348,13 +364,13 @@ func TestHTTPAPIOverTLS(t *testing.T) {
 	}
 }
 
-// The NATS service: found by $SRV.PING.relay and nats micro ls, asked with
-// nats req; an unknown id answers 404 in Nats-Service-Error-Code.
+// The NATS service, registered by a relay on its embedded server (which
+// has a service user): found by $SRV.PING.relay and nats micro ls, asked
+// with nats req; an unknown id answers 404 in Nats-Service-Error-Code.
 func TestNATSService(t *testing.T) {
 	t.Parallel()
 	natsCLI := natsCLI(t)
-	n := testutil.StartNATS(t)
-	r := startRelay(t, n.URL)
+	r := startEmbeddedRelay(t)
 	if code, _, stderr := r.cli(t, "sub", "add", "shop", "--url", "https://example.com/hook", "--secret", secret); code != 0 {
 		t.Fatalf("relay sub add: exit %d, %s", code, stderr)
 	}
@@ -362,7 +378,7 @@ func TestNATSService(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, natsCLI, append([]string{"--server", n.URL}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, natsCLI, append([]string{"--server", r.nats}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -379,13 +395,46 @@ func TestNATSService(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &subs); err != nil || len(subs) != 1 || subs[0]["id"] != "shop" || strings.Contains(out, secret) {
 		t.Errorf("relay.api.v1.subscribers.list:\n%s", out)
 	}
-	nc := testutil.Connect(t, n.URL)
+	nc := testutil.Connect(t, r.nats)
 	m, err := nc.Request("relay.api.v1.subscribers.get", []byte(`{"id":"nobody"}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Header.Get("Nats-Service-Error-Code") != "404" {
 		t.Errorf("an unknown id: %v %s", m.Header, m.Data)
+	}
+}
+
+// Without a service user relay does not register the NATS service: micro
+// answers $SRV.PING on any reply subject, unchecked, from relay's own
+// connection, which could then overwrite a subscriber in its bucket. relay
+// warns instead, and relay sub test keeps working.
+func TestNATSServiceNeedsAServiceUser(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNATS(t)
+	r := startRelay(t, n.URL)
+	if code, _, stderr := r.cli(t, "sub", "add", "shop", "--url", "https://example.com/hook", "--secret", secret); code != 0 {
+		t.Fatalf("relay sub add: exit %d, %s", code, stderr)
+	}
+	nc := testutil.Connect(t, n.URL)
+	for _, subject := range []string{"$SRV.PING.relay", "$SRV.INFO.relay", "relay.api.v1.status"} {
+		if m, err := nc.Request(subject, nil, 10*time.Second); !errors.Is(err, natsgo.ErrNoResponders) {
+			t.Errorf("%s answered without a service user: %v %v", subject, m, err)
+		}
+	}
+	logged, err := os.ReadFile(r.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(logged), "the NATS service relay is not registered"); got != 1 || !strings.Contains(string(logged), "--service-user or --service-creds") {
+		t.Errorf("warned %d times, want once, naming the flags:\n%s", got, logged)
+	}
+	// relay sub test, the legacy path, still answers from relay's own
+	// connection (on an inbox).
+	if m, err := nc.Request("relay.api.sub.test", []byte(`{}`), 10*time.Second); err != nil {
+		t.Errorf("relay.api.sub.test: %v", err)
+	} else if len(m.Data) == 0 {
+		t.Errorf("relay.api.sub.test: an empty answer")
 	}
 }
 
@@ -423,15 +472,15 @@ func TestAPIFlagsExit2(t *testing.T) {
 // /v1/dlq and relay.api.v1.dlq.list gets one line from all three.
 func TestOneSetOfRules(t *testing.T) {
 	t.Parallel()
-	n := testutil.StartNATS(t)
-	r := startRelay(t, n.URL)
+	// On its embedded server: the NATS service needs a service user.
+	r := startEmbeddedRelay(t)
 	r.readSpec(t)
 	code, out, stderr := r.cli(t, "key", "add", "reader", "--scopes", "dlq:read,subscribers:read")
 	if code != 0 {
 		t.Fatalf("relay key add: exit %d, %s", code, stderr)
 	}
 	key := strings.TrimSpace(out)
-	nc := testutil.Connect(t, n.URL)
+	nc := testutil.Connect(t, r.nats)
 	for _, c := range []struct {
 		flag, value string
 	}{

@@ -133,8 +133,8 @@ func TestSubscriberWritesOverHTTP(t *testing.T) {
 // all three (the CLI adds where to look next to a subscriber not found).
 func TestOneSetOfRulesForWrites(t *testing.T) {
 	t.Parallel()
-	n := testutil.StartNATS(t)
-	r := startRelay(t, n.URL)
+	// On its embedded server: the NATS service needs a service user.
+	r := startEmbeddedRelay(t)
 	r.readSpec(t)
 	code, out, stderr := r.cli(t, "key", "add", "writer", "--scopes", "subscribers:write,subscribers:read")
 	if code != 0 {
@@ -153,7 +153,7 @@ func TestOneSetOfRulesForWrites(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(ans, &listed) != nil || len(listed) != 1 || listed[0]["id"] != "shop" || listed[0]["owner"] != "cust_1" {
 		t.Fatalf("GET /v1/subscribers?owner=cust_1: %d %s", code, ans)
 	}
-	nc := testutil.Connect(t, n.URL)
+	nc := testutil.Connect(t, r.nats)
 	const hook = "https://example.com/hook"
 	for _, c := range []struct {
 		name   string

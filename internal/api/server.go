@@ -42,6 +42,9 @@ type Config struct {
 	// [DefaultKeyRate] and [DefaultKeyBurst].
 	KeyRate  float64
 	KeyBurst int
+	// RequestTimeout bounds reading a request and writing its answer.
+	// Defaults to [DefaultRequestTimeout].
+	RequestTimeout time.Duration
 }
 
 // Server is the HTTP API.
@@ -72,6 +75,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.KeyBurst <= 0 {
 		cfg.KeyBurst = DefaultKeyBurst
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	s := &Server{
 		cfg:   cfg,
@@ -126,7 +132,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // done; then it stops taking requests and waits for those in flight, up to
 // 5 s.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, certFile, keyFile string) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
 	errc := make(chan error, 1)
 	go func() {
@@ -159,6 +165,12 @@ func (s *Server) route(pattern string, scope apikeys.Scope, h handler) {
 	}
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		// Per request: a slow client holds its slot no longer than this.
+		// Not supported by a writer without a connection (a test's
+		// recorder), where there is nothing to hold.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(start.Add(s.cfg.RequestTimeout))
+		_ = rc.SetWriteDeadline(start.Add(s.cfg.RequestTimeout))
 		rec := &recorder{ResponseWriter: w}
 		keyName := s.serve(rec, r, scope, h)
 		took := time.Since(start)

@@ -23,6 +23,14 @@ const (
 	// deadline: a NATS cluster that does not answer ends in a 500, not a
 	// request held open for ever.
 	opTimeout = 30 * time.Second
+	// DefaultRequestTimeout bounds reading one request's body and writing
+	// its answer (per request, on the connection): a client sending a
+	// byte a minute, or never reading its answer, gives its slot back
+	// then. opTimeout and a few seconds to read and write around it.
+	DefaultRequestTimeout = opTimeout + 5*time.Second
+	// readHeaderTimeout bounds reading a request's headers, before any
+	// route (and its deadlines) is reached.
+	readHeaderTimeout = 10 * time.Second
 	// eventsLimitEvery is how long the EVENTS stream's max message size is
 	// taken as read before it is read again.
 	eventsLimitEvery = 10 * time.Second

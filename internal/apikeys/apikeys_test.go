@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -147,4 +148,52 @@ func TestVerifierReadsExistingKeys(t *testing.T) {
 	if _, err := v.Verify(key); err != nil {
 		t.Fatalf("Verify once ready = %v", err)
 	}
+}
+
+// A last-use write that does not end (its clock held here, as a bucket
+// that does not answer would hold it) delays no change of the bucket: a
+// key removed meanwhile is refused.
+func TestSlowLastUseDelaysNoRemoval(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartRelayNATS(t)
+	ctx := testutil.Context(t)
+	if err := streams.EnsureKeys(ctx, n.JS, 0); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, n.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := s.Add(ctx, "backend", []Scope{Admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From here the verifier's clock, read by the last-use write alone,
+	// waits for release.
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.now = func() time.Time {
+		once.Do(func() { close(held) })
+		<-release
+		return time.Now()
+	}
+	v := NewVerifier(s, nil)
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { v.Run(runCtx) })
+	t.Cleanup(func() { close(release); cancel(); wg.Wait() })
+	<-v.Ready()
+	if _, err := v.Verify(key); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	other, err := Open(ctx, n.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Remove(ctx, "backend"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, func() bool { _, err := v.Verify(key); return errors.Is(err, ErrUnknownKey) },
+		"a last-use write held the removal back")
 }

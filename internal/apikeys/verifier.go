@@ -87,8 +87,12 @@ func (v *Verifier) Verify(key string) (Key, error) {
 
 // Run follows the bucket until ctx is done: a key added is taken, a key
 // removed refused, as soon as the watch delivers the change. It also writes
-// the last use of keys.
+// the last use of keys, in a goroutine of its own that it waits for, so
+// that a slow write never delays applying a change (a removal above all).
 func (v *Verifier) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { v.touchUsed(ctx) })
 	for ctx.Err() == nil {
 		err := v.watch(ctx)
 		if ctx.Err() != nil {
@@ -118,8 +122,6 @@ func (v *Verifier) watch(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case name := <-v.used:
-			v.touch(ctx, name)
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errWatchEnded
@@ -161,6 +163,19 @@ func apply(keys map[string]stored, e jetstream.KeyValueEntry) {
 	b, _ := hex.DecodeString(k.Hash)
 	copy(s.hash[:], b)
 	keys[k.Name] = s
+}
+
+// touchUsed writes the last use of the keys Verify names, one at a time,
+// until ctx is done.
+func (v *Verifier) touchUsed(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case name := <-v.used:
+			v.touch(ctx, name)
+		}
+	}
 }
 
 // touch writes the last use of the key named name, now, unless it was

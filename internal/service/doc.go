@@ -17,7 +17,10 @@
 //     reply subject of any message it received, whatever that subject is.
 //   - relay: every handler takes a request through [CheckReply] before it
 //     does anything, and answers through [Respond], which checks again: a
-//     request without a reply, or whose reply lies in relay's namespaces
-//     ([streams.Reserved]), is neither made nor answered. On a cluster
-//     whose operator gave relay no service user this line is the only one.
+//     request without a reply, or whose reply is not under _INBOX. (an
+//     allowlist), is neither made nor answered. On a cluster whose
+//     operator gave relay no service user this line is the only one, and
+//     only relay sub test is answered: the NATS service relay, whose
+//     $SRV discovery answers nats.go's micro package sends unchecked, is
+//     not registered at all.
 package service
