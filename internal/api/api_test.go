@@ -445,9 +445,15 @@ func TestConcurrencyBound(t *testing.T) {
 			resp.Body.Close()
 		}
 	})
+	t.Cleanup(func() { _ = pw.Close(); wg.Wait() }) // a failure leaves no request open
 	if _, err := pw.Write([]byte(`{"a":`)); err != nil {
 		t.Fatal(err)
 	}
+	// The publish holds the slot, seen in the server: a request of the
+	// test's own sent before it would take the slot first, and the
+	// publish would be the one refused.
+	srv := b.srv.Config.Handler.(*Server)
+	rtest.Eventually(t, func() bool { return len(srv.slots) == 1 }, "the publish never held the slot")
 	var h http.Header
 	rtest.Eventually(t, func() bool {
 		var code int
