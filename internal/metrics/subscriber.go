@@ -281,10 +281,18 @@ func (set *subscriberSet) rank() {
 		traffic int64
 		failing bool
 	}
+	counters, hists := set.limit()
 	var all []candidate
 	set.byID.Range(func(_, v any) bool {
 		s := v.(*subscriber)
-		all = append(all, candidate{s, s.traffic.Swap(0), s.failing.Swap(false)})
+		c := candidate{s, s.traffic.Swap(0), s.failing.Swap(false)}
+		if counters >= 0 && c.traffic == 0 && !c.failing && !s.shown && !s.top && !set.flagged[s.id] {
+			// Quiet, and with no series: it keeps none whatever the
+			// others did, and sorting it with them is what a hundred
+			// thousand idle subscribers would cost.
+			return true
+		}
+		all = append(all, c)
 		return true
 	})
 	byTraffic := func(present func(*subscriber) bool) func(a, b candidate) int {
@@ -301,7 +309,6 @@ func (set *subscriberSet) rank() {
 			return cmp.Compare(a.s.id, b.s.id)
 		}
 	}
-	counters, hists := set.limit()
 	slices.SortFunc(all, byTraffic(func(s *subscriber) bool { return s.shown }))
 	kept := 0
 	for _, c := range all {
