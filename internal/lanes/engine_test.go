@@ -302,8 +302,9 @@ func TestUnknownSubscriberIsDeadLetteredAsUnroutable(t *testing.T) {
 }
 
 // TestUnknownSubscriberCostsOneReadASecond: a flood of deliveries for a
-// subscriber the bucket does not hold is dead-lettered with one read of
-// the bucket a second at most, not one a delivery.
+// subscriber the bucket does not hold is dead-lettered with one lookup of
+// the bucket a second at most, not one a delivery: a lookup reads the key
+// and its removal mark (relay sub rm's), two reads.
 func TestUnknownSubscriberCostsOneReadASecond(t *testing.T) {
 	t.Parallel()
 	const floods = 2000
@@ -326,7 +327,7 @@ func TestUnknownSubscriberCostsOneReadASecond(t *testing.T) {
 	b.deadLetters(t, "ghost", floods)
 	took := time.Since(start)
 	t.Logf("%d deliveries dead-lettered in %v with %d reads of the bucket", floods, took.Round(time.Millisecond), reads.Load())
-	require.LessOrEqual(t, reads.Load(), int64(took/time.Second)+2, "more than one read a second")
+	require.LessOrEqual(t, reads.Load(), 2*(int64(took/time.Second)+2), "more than one lookup (two reads) a second")
 }
 
 // TestSubjectThatNamesNoSubscriberIsDeadLetteredOnce: a message on a lane
