@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,23 +33,7 @@ func startEnv(t *testing.T) *env {
 	n := testutil.StartNATS(t)
 	e := &env{t: t, bin: bin, nats: n.URL, dir: t.TempDir()}
 	addr := testutil.FreeAddr(t)
-	log, err := os.CreateTemp(e.dir, "relay-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--nats", n.URL, "--metrics", addr, "--lanes", "2", "--allow-private-targets")
-	cmd.Stdout, cmd.Stderr = log, log
-	p := testutil.StartProcess(t, cmd)
-	t.Cleanup(func() {
-		if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
-			t.Errorf("relay run: %v", err)
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("relay run logged:\n%s", testutil.Tail(string(out), 4000))
-		}
-	})
-	testutil.Eventually(t, func() bool { return testutil.HTTPStatus("http://"+addr+"/readyz") == http.StatusOK }, "relay run not ready")
+	testutil.StartBuiltRelay(t, bin, addr, "run", "--nats", n.URL, "--metrics", addr, "--lanes", "2", "--allow-private-targets")
 	return e
 }
 

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -187,23 +185,7 @@ func TestDocsCommandBlocksRunAsWritten(t *testing.T) {
 func startEmbedded(t *testing.T, bin string) string {
 	t.Helper()
 	listen, metrics := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	log, err := os.CreateTemp(t.TempDir(), "relay-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--allow-private-targets", "--data", t.TempDir(), "--listen", listen, "--metrics", metrics)
-	cmd.Stdout, cmd.Stderr = log, log
-	p := testutil.StartProcess(t, cmd)
-	t.Cleanup(func() {
-		if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
-			t.Errorf("relay run: %v", err)
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("relay run logged:\n%s", testutil.Tail(string(out), 4000))
-		}
-	})
-	testutil.Eventually(t, func() bool { return testutil.HTTPStatus("http://"+metrics+"/readyz") == http.StatusOK }, "relay run not ready")
+	testutil.StartBuiltRelay(t, bin, metrics, "run", "--allow-private-targets", "--data", t.TempDir(), "--listen", listen, "--metrics", metrics)
 	return "nats://" + listen
 }
 

@@ -2,8 +2,10 @@ package testutil
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,4 +94,30 @@ func (p *Process) Stop(sig os.Signal, d time.Duration) error {
 // design (see spawnLoop).
 func IgnoreSpawner() goleak.Option {
 	return goleak.IgnoreTopFunction("github.com/relay-dev/relay/internal/testutil.spawnLoop")
+}
+
+// StartBuiltRelay runs the built relay bin with args (a relay run whose
+// --metrics is metrics), its output in a log file of the test's, until the
+// test ends, when it is stopped as by SIGTERM and must exit cleanly; the
+// end of its log is shown when the test failed. It returns once the
+// relay's /readyz answers 200.
+func StartBuiltRelay(t testing.TB, bin, metrics string, args ...string) {
+	t.Helper()
+	log, err := os.CreateTemp(t.TempDir(), "relay-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	p := StartProcess(t, cmd)
+	t.Cleanup(func() {
+		if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Errorf("relay run: %v", err)
+		}
+		if t.Failed() {
+			out, _ := os.ReadFile(log.Name())
+			t.Logf("relay run logged:\n%s", Tail(string(out), 4000))
+		}
+	})
+	Eventually(t, func() bool { return HTTPStatus("http://"+metrics+"/readyz") == http.StatusOK }, "relay run not ready")
 }
